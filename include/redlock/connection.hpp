@@ -1,0 +1,183 @@
+#pragma once
+/// @file
+/// One multiplexed, pipelined connection to one Redis node.
+
+#include <redlock/core/backoff.hpp>
+#include <redlock/error.hpp>
+#include <redlock/resp/node.hpp>
+#include <redlock/resp/parser.hpp>
+#include <redlock/resp/request.hpp>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace redlock {
+
+/// Where and how to reach one Redis node.
+struct connection_config {
+  /// Host name or IP address. Ignored when `unix_socket` is set.
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 6379;
+  /// Path of a Unix domain socket; when non-empty it is used instead of `host`:`port`.
+  std::string unix_socket;
+  /// ACL user name; empty means the `default` user. Only sent when `password` is non-empty.
+  std::string username;
+  /// Password (`requirepass` or the ACL user's). Empty: no authentication.
+  std::string password;
+  /// Logical database (`SELECT`); 0 sends nothing.
+  int database = 0;
+  /// `CLIENT SETNAME` value; empty sends nothing.
+  std::string client_name;
+  /// Bound on TCP connect plus handshake. A node that accepts but never answers (stopped process,
+  /// half-open path) costs at most this much per attempt.
+  std::chrono::milliseconds connect_timeout{1000};
+  /// Delays between reconnect attempts.
+  core::backoff_policy reconnect{};
+  /// Limits on what the node may send; a reply over them fails the connection, never the process.
+  resp::parser_limits limits{};
+};
+
+/// Checks `cfg`; returns `error::invalid_config` (with `what` naming the field) when it is unusable.
+boost::system::error_code validate(const connection_config& cfg, std::string* what = nullptr);
+
+/// Where a connection is in its life.
+enum class connection_state {
+  idle,        ///< constructed; `async_run` not called yet
+  connecting,  ///< TCP connect and handshake in progress; new requests queue
+  up,          ///< ready; requests are written as they come
+  down,        ///< between attempts after a failure; new requests fail at once with `not_connected`
+  closed,      ///< `close()` was called or `async_run` ended; requests fail with `not_connected`
+};
+
+/// A snapshot of a connection's health, for logs and diagnostics.
+struct connection_status {
+  connection_state state = connection_state::idle;
+  /// Why the connection last failed or was refused (empty when it never failed).
+  boost::system::error_code last_error;
+  /// The node's own words for `last_error` when it came from an error reply (untrusted text).
+  std::string last_error_text;
+  /// Handshakes completed so far; more than one means the connection reconnected.
+  std::uint64_t connects = 0;
+  /// Replies read and dropped because their request had timed out or been cancelled.
+  std::uint64_t dropped_replies = 0;
+  /// Out-of-band RESP3 push messages received (not matched to requests).
+  std::uint64_t pushes = 0;
+};
+
+/// One socket to one Redis node, shared by any number of concurrent callers.
+///
+/// Requests from all callers are queued, coalesced into as few writes as possible and answered in
+/// order (Redis answers a connection's commands first-in first-out). Each request has its own
+/// deadline; a request that times out or is cancelled after it was written is *abandoned*: its
+/// reply is still read and dropped, so the stream stays in step and the socket stays open.
+///
+/// `async_run` keeps the connection alive: it connects, performs the handshake (`HELLO 3` with
+/// `AUTH` and `SETNAME`, then `SELECT`), and after any failure reconnects with capped, jittered
+/// exponential backoff. While the node is down, requests fail at once with `error::not_connected`
+/// rather than waiting for their deadline.
+///
+/// @par Thread safety
+/// Distinct objects: safe. Shared objects: safe. Every member function may be called from any
+/// thread; the connection's state lives on an internal strand of the executor.
+class connection {
+ public:
+  using executor_type = boost::asio::any_io_executor;
+  using clock = std::chrono::steady_clock;
+
+  /// @param ex executor the connection's I/O runs on (through its own strand); also the default
+  /// executor of completion handlers that have no associated executor.
+  connection(executor_type ex, connection_config cfg);
+  /// Closes the connection (see `close`). Outstanding operations complete with `operation_aborted`.
+  ~connection();
+  connection(const connection&) = delete;
+  connection& operator=(const connection&) = delete;
+
+  executor_type get_executor() const noexcept;
+  const connection_config& config() const noexcept;
+
+  /// @brief Runs the connection until `close()` or cancellation: connect, handshake, serve,
+  /// and reconnect after failures.
+  ///
+  /// The handler signature is `void(boost::system::error_code)`: `operation_aborted` after `close()`
+  /// or cancellation, `error::invalid_config` for an unusable configuration, `invalid_argument` when
+  /// the connection already runs or ran.
+  ///
+  /// @par Per-operation cancellation
+  /// `terminal`: closes the connection, as `close()` does.
+  template <boost::asio::completion_token_for<void(boost::system::error_code)> Token = boost::asio::deferred_t>
+  auto async_run(Token&& token = {}) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code)>(run_initiation{this}, token);
+  }
+
+  /// @brief Sends the commands of `req` and completes with their replies.
+  ///
+  /// The handler signature is `void(boost::system::error_code, resp::response)`. The response holds
+  /// the replies of all commands of `req`, in order (each starts at depth 0). Errors:
+  /// - `error::server_error`: at least one reply is an error reply; the response still holds all
+  ///   replies, the node's text included;
+  /// - `error::node_timeout`: no complete reply within `timeout`;
+  /// - `error::not_connected`: the node is down (the request was not sent);
+  /// - `error::connection_lost`, `error::protocol_error` and other reply errors: the connection
+  ///   failed after the request was written; whether the node executed it is unknown;
+  /// - `error::invalid_argument`: `req` is empty or `timeout` is not positive;
+  /// - `operation_aborted`: cancelled, or the connection was closed.
+  ///
+  /// @par Per-operation cancellation
+  /// `total`: only while the request has not been written. `partial` and `terminal`: always; a
+  /// written request is abandoned (the node may still execute it; its reply is dropped).
+  ///
+  /// @par Object lifetimes
+  /// `req` is moved in; the connection must outlive the operation's initiation only: if it is
+  /// destroyed first, the operation completes with `operation_aborted`.
+  template <boost::asio::completion_token_for<void(boost::system::error_code, resp::response)> Token =
+                boost::asio::deferred_t>
+  auto async_exec(resp::request req, clock::duration timeout, Token&& token = {}) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code, resp::response)>(
+        exec_initiation{this}, token, std::move(req), timeout);
+  }
+
+  /// Closes the socket, stops reconnecting, completes every pending request and `async_run` with
+  /// `operation_aborted`. Idempotent; may be called from any thread.
+  void close();
+
+  /// A thread-safe snapshot of the connection's state.
+  connection_status status() const;
+
+  class impl;  // in src/connection.cpp
+
+ private:
+  using exec_handler = boost::asio::any_completion_handler<void(boost::system::error_code, resp::response)>;
+  using run_handler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
+
+  // Associated executor: lets asio::bind_cancellation_slot/cancel_after-style adapters and
+  // completion-executor lookups see the connection's executor before the operation starts.
+  struct exec_initiation {
+    connection* self;
+    using executor_type = connection::executor_type;
+    executor_type get_executor() const noexcept { return self->get_executor(); }
+    void operator()(exec_handler h, resp::request req, clock::duration timeout) const {
+      self->start_exec(std::move(h), std::move(req), timeout);
+    }
+  };
+  struct run_initiation {
+    connection* self;
+    using executor_type = connection::executor_type;
+    executor_type get_executor() const noexcept { return self->get_executor(); }
+    void operator()(run_handler h) const { self->start_run(std::move(h)); }
+  };
+
+  void start_exec(exec_handler h, resp::request req, clock::duration timeout);
+  void start_run(run_handler h);
+
+  std::shared_ptr<impl> impl_;
+};
+
+}  // namespace redlock

@@ -1,0 +1,73 @@
+#pragma once
+/// @file
+/// The library's error codes (category "redlock") and the coarse conditions they map to.
+
+#include <boost/system/error_code.hpp>
+
+#include <type_traits>
+
+namespace redlock {
+
+/// Errors raised by this library. Asio and operating-system errors pass through unchanged.
+enum class error {
+  // RESP (wire protocol)
+  /// The node sent bytes that are not valid RESP.
+  protocol_error = 1,
+  /// A reply nests aggregates deeper than `resp::parser_limits::max_depth`.
+  nesting_too_deep,
+  /// A reply declares a length or element count above `resp::parser_limits`, or a line is too long.
+  reply_too_large,
+
+  // One node connection
+  /// The connection to the node is down (reconnecting, or closed): the request was not sent.
+  not_connected,
+  /// The connection broke after the request was written: whether the node executed it is unknown.
+  connection_lost,
+  /// The request's deadline passed before the node replied (the reply, if it comes, is discarded).
+  node_timeout,
+  /// Establishing the TCP connection or the handshake took longer than the connect timeout.
+  connect_timeout,
+  /// The node rejected the credentials (`WRONGPASS`, `NOAUTH`, or a disabled ACL user).
+  auth_failed,
+  /// The handshake failed for another reason (`SELECT` of an absent database, unexpected reply).
+  handshake_failed,
+  /// The node answered with an error reply; the server's text is in the response.
+  server_error,
+  /// The reply has a type or shape the operation cannot use.
+  unexpected_reply,
+
+  // Caller input
+  /// A configuration value is out of range or inconsistent.
+  invalid_config,
+  /// An argument is invalid (for example an empty request).
+  invalid_argument,
+};
+
+/// Coarse groups of errors, for tests such as `ec == redlock::condition::timeout`.
+enum class condition {
+  /// A deadline passed (a node's request or the connect).
+  timeout = 1,
+  /// A node failed or could not be reached: the request's outcome on that node is not a clean answer.
+  node_failure,
+  /// The input (configuration or argument) is invalid; retrying cannot help.
+  invalid_input,
+};
+
+/// The category of `redlock::error` codes, named "redlock".
+const boost::system::error_category& error_category() noexcept;
+/// The category of `redlock::condition`, named "redlock.condition".
+const boost::system::error_category& condition_category() noexcept;
+
+inline boost::system::error_code make_error_code(error e) noexcept {
+  return {static_cast<int>(e), error_category()};
+}
+inline boost::system::error_condition make_error_condition(condition c) noexcept {
+  return {static_cast<int>(c), condition_category()};
+}
+
+}  // namespace redlock
+
+template <>
+struct boost::system::is_error_code_enum<redlock::error> : std::true_type {};
+template <>
+struct boost::system::is_error_condition_enum<redlock::condition> : std::true_type {};

@@ -1,0 +1,612 @@
+// The I/O shell of one node connection. Decisions about which request a reply belongs to, what
+// times out and what a failure means for each request live in detail::multiplexer; this file
+// moves bytes, runs timers and reconnects.
+
+#include <redlock/connection.hpp>
+#include <redlock/detail/multiplexer.hpp>
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/generic/stream_protocol.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <limits>
+#include <mutex>
+#include <random>
+#include <string_view>
+#include <vector>
+
+namespace redlock {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+error_code validate(const connection_config& cfg, std::string* what) {
+  auto bad = [&](const char* field) {
+    if (what) *what = field;
+    return make_error_code(error::invalid_config);
+  };
+  if (cfg.unix_socket.empty()) {
+    if (cfg.host.empty()) return bad("host is empty");
+    if (cfg.port == 0) return bad("port is 0");
+  }
+  if (cfg.database < 0) return bad("database is negative");
+  if (cfg.connect_timeout <= std::chrono::milliseconds::zero()) return bad("connect_timeout is not positive");
+  if (cfg.reconnect.initial < std::chrono::milliseconds::zero() || cfg.reconnect.max < cfg.reconnect.initial)
+    return bad("reconnect backoff: need 0 <= initial <= max");
+  if (!(cfg.reconnect.jitter >= 0.0 && cfg.reconnect.jitter <= 1.0)) return bad("reconnect jitter outside [0, 1]");
+  if (cfg.limits.max_depth == 0 || cfg.limits.max_depth > resp::parser::hard_max_depth)
+    return bad("limits.max_depth outside [1, parser::hard_max_depth]");
+  if (cfg.limits.max_line_length < 16 || cfg.limits.max_bulk_length == 0 || cfg.limits.max_nodes == 0)
+    return bad("limits too small to read any reply");
+  if (what) what->clear();
+  return {};
+}
+
+namespace {
+
+using handler_type = asio::any_completion_handler<void(error_code, resp::response)>;
+using strand_type = asio::strand<asio::any_io_executor>;
+using socket_type = asio::generic::stream_protocol::socket;
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+constexpr std::size_t min_read_size = 16 * 1024;
+
+// What the multiplexer completes: the caller's handler.
+struct pending {
+  handler_type handler;
+};
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
+// The text of an error reply at the front of `r`, if any.
+std::string_view error_text(const resp::response& r) {
+  return (!r.empty() && resp::is_error(r.front().data_type)) ? std::string_view{r.front().value}
+                                                             : std::string_view{};
+}
+
+}  // namespace
+
+class connection::impl : public std::enable_shared_from_this<impl> {
+ public:
+  impl(asio::any_io_executor ex, connection_config cfg)
+      : ex_(std::move(ex)),
+        strand_(asio::make_strand(ex_)),
+        cfg_(std::move(cfg)),
+        socket_(strand_),
+        writer_wake_(strand_),
+        writer_done_(strand_),
+        deadline_timer_(strand_),
+        aux_timer_(strand_),
+        parser_(cfg_.limits),
+        rng_(std::random_device{}()) {}
+
+  asio::any_io_executor ex_;
+  strand_type strand_;
+  connection_config cfg_;
+
+  // ---- called from any thread -------------------------------------------------------------
+
+  void exec(handler_type h, resp::request req, clock::duration timeout) {
+    const auto id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
+    // The slot handler is installed here, in the initiating thread, so that a cancellation emitted
+    // right after initiation is not lost; it reaches the strand after the request does (FIFO).
+    auto slot = asio::get_associated_cancellation_slot(h);
+    if (slot.is_connected()) {
+      slot.assign([w = weak_from_this(), id](asio::cancellation_type type) {
+        if (auto self = w.lock()) {
+          asio::post(self->strand_, [self, id, type] { self->cancel_request(id, type); });
+        }
+      });
+    }
+    asio::post(strand_, [self = shared_from_this(), id, h = std::move(h), req = std::move(req), timeout]() mutable {
+      self->exec_on_strand(id, std::move(h), std::move(req), timeout);
+    });
+  }
+
+  void run(run_handler h) {
+    auto slot = asio::get_associated_cancellation_slot(h);
+    if (slot.is_connected()) {
+      slot.assign([w = weak_from_this()](asio::cancellation_type type) {
+        if (!!(type & asio::cancellation_type::terminal)) {
+          if (auto self = w.lock()) self->close();
+        }
+      });
+    }
+    asio::post(strand_, [self = shared_from_this(), h = std::move(h)]() mutable {
+      if (self->state_ != connection_state::idle) {
+        self->complete_run(std::move(h), make_error_code(error::invalid_argument));
+        return;
+      }
+      std::string what;
+      if (auto ec = validate(self->cfg_, &what)) {
+        self->record_error(ec, what);
+        self->set_state(connection_state::closed);
+        self->complete_run(std::move(h), ec);
+        return;
+      }
+      self->run_handler_ = std::move(h);
+      self->set_state(connection_state::connecting);
+      asio::co_spawn(self->strand_, self->run_loop(), [self](std::exception_ptr) { self->finish_run(); });
+    });
+  }
+
+  void close() {
+    asio::post(strand_, [self = shared_from_this()] { self->close_on_strand(); });
+  }
+
+  connection_status status() const {
+    std::lock_guard lock{status_mutex_};
+    return status_;
+  }
+
+ private:
+  // ---- completion helpers -----------------------------------------------------------------
+
+  // Never called inline from an initiating function (every path starts with a post to the strand).
+  // Runs the handler on its associated executor, or the connection's executor when it has none.
+  void complete(handler_type h, error_code ec, resp::response r) {
+    auto slot = asio::get_associated_cancellation_slot(h);
+    if (slot.is_connected()) slot.clear();
+    auto hex = asio::get_associated_executor(h, ex_);
+    asio::dispatch(hex, asio::append(std::move(h), ec, std::move(r)));
+  }
+
+  void complete_run(run_handler h, error_code ec) {
+    auto slot = asio::get_associated_cancellation_slot(h);
+    if (slot.is_connected()) slot.clear();
+    auto hex = asio::get_associated_executor(h, ex_);
+    asio::dispatch(hex, asio::append(std::move(h), ec));
+  }
+
+  auto completer() {
+    return [this](pending&& p, error_code ec, resp::response&& r) { complete(std::move(p.handler), ec, std::move(r)); };
+  }
+
+  // ---- requests ---------------------------------------------------------------------------
+
+  void exec_on_strand(std::uint64_t id, handler_type h, resp::request req, clock::duration timeout) {
+    if (req.empty() || timeout <= clock::duration::zero()) {
+      complete(std::move(h), make_error_code(error::invalid_argument), {});
+      return;
+    }
+    // Fail fast while the node is known to be unreachable instead of holding the caller until
+    // its deadline; a request made while (re)connecting waits for the attempt's outcome.
+    if (state_ != connection_state::up && state_ != connection_state::connecting) {
+      complete(std::move(h), make_error_code(error::not_connected), {});
+      return;
+    }
+    const auto now = clock::now();
+    const auto deadline = (timeout >= clock::time_point::max() - now) ? clock::time_point::max() : now + timeout;
+    const std::size_t replies = req.commands();
+    mux_.add(id, std::string{req.payload()}, replies, deadline, pending{std::move(h)});
+    arm_deadline(deadline);
+    if (state_ == connection_state::up && writer_idle_) {
+      writer_idle_ = false;
+      writer_wake_.cancel();
+    }
+  }
+
+  void cancel_request(std::uint64_t id, asio::cancellation_type type) {
+    const bool after_write = !!(type & (asio::cancellation_type::terminal | asio::cancellation_type::partial));
+    mux_.cancel(id, after_write, asio::error::operation_aborted, completer());
+  }
+
+  // One timer for all deadlines of this connection, armed at the earliest one.
+  void arm_deadline(clock::time_point tp) {
+    if (tp >= armed_deadline_) return;
+    armed_deadline_ = tp;
+    const auto generation = ++deadline_generation_;
+    deadline_timer_.expires_at(tp);
+    deadline_timer_.async_wait([self = shared_from_this(), generation](error_code ec) {
+      if (ec || generation != self->deadline_generation_) return;  // re-armed or cancelled
+      self->armed_deadline_ = clock::time_point::max();
+      const auto next = self->mux_.expire(clock::now(), make_error_code(error::node_timeout), self->completer());
+      if (next != clock::time_point::max()) self->arm_deadline(next);
+    });
+  }
+
+  // ---- lifecycle --------------------------------------------------------------------------
+
+  asio::awaitable<void> run_loop() {
+    std::uint32_t attempt = 0;
+    while (!closing_) {
+      set_state(connection_state::connecting);
+      std::string server_text;
+      error_code ec = co_await connect_and_handshake(server_text);
+      if (closing_) break;
+      if (!ec) {
+        attempt = 0;
+        {
+          std::lock_guard lock{status_mutex_};
+          ++status_.connects;
+        }
+        set_state(connection_state::up);
+        ec = co_await serve();
+        server_text.clear();
+      }
+      if (closing_) break;
+      record_error(ec, server_text);
+      // Whatever was written may or may not have run on the node; whatever waits was never sent.
+      const error_code written_ec =
+          (ec.category() == error_category()) ? ec : make_error_code(error::connection_lost);
+      set_state(connection_state::down);
+      mux_.fail_all(written_ec, make_error_code(error::not_connected), completer());
+      reset_stream();
+      const double r = std::uniform_real_distribution<double>{0.0, 1.0}(rng_);
+      aux_timer_.expires_after(core::backoff_delay(cfg_.reconnect, attempt, r));
+      if (attempt < 64) ++attempt;
+      co_await aux_timer_.async_wait(use_tuple);
+    }
+  }
+
+  void finish_run() {
+    closing_ = true;
+    reset_stream();
+    mux_.fail_all(asio::error::operation_aborted, asio::error::operation_aborted, completer());
+    set_state(connection_state::closed);
+    deadline_timer_.cancel();
+    if (run_handler_) complete_run(std::move(run_handler_), asio::error::operation_aborted);
+  }
+
+  void close_on_strand() {
+    if (closing_) return;
+    closing_ = true;
+    if (state_ == connection_state::idle) {
+      set_state(connection_state::closed);
+      return;
+    }
+    error_code ignored;
+    socket_.close(ignored);  // reader and writer finish with operation_aborted
+    aux_timer_.cancel();
+    writer_wake_.cancel();
+    // Complete now rather than when the run loop unwinds: close() promises prompt completion.
+    mux_.fail_all(asio::error::operation_aborted, asio::error::operation_aborted, completer());
+  }
+
+  void reset_stream() {
+    error_code ignored;
+    socket_.close(ignored);
+    parser_.reset();
+    scratch_.clear();
+    rpos_ = rend_ = 0;
+  }
+
+  // ---- connect and handshake --------------------------------------------------------------
+
+  asio::awaitable<error_code> connect_and_handshake(std::string& server_text) {
+    // One timer bounds connect + handshake: on expiry it closes the socket, which aborts whatever
+    // operation is in progress, and the abort is reported as connect_timeout. The generation
+    // check ignores an expiry that was already queued when the attempt finished.
+    const auto generation = ++connect_generation_;
+    connect_timed_out_ = false;
+    aux_timer_.expires_after(cfg_.connect_timeout);
+    aux_timer_.async_wait([self = shared_from_this(), generation](error_code ec) {
+      if (ec || generation != self->connect_generation_) return;
+      self->connect_timed_out_ = true;
+      error_code ignored;
+      self->socket_.close(ignored);
+    });
+    error_code ec = co_await connect_socket();
+    if (!ec) ec = co_await handshake(server_text);
+    ++connect_generation_;
+    aux_timer_.cancel();
+    if (connect_timed_out_ && !closing_) ec = make_error_code(error::connect_timeout);
+    if (ec) {
+      error_code ignored;
+      socket_.close(ignored);
+    }
+    co_return ec;
+  }
+
+  asio::awaitable<error_code> connect_socket() {
+    if (!cfg_.unix_socket.empty()) {
+      asio::local::stream_protocol::endpoint ep{cfg_.unix_socket};
+      auto [ec] = co_await socket_.async_connect(asio::generic::stream_protocol::endpoint{ep}, use_tuple);
+      co_return ec;
+    }
+    std::vector<asio::ip::tcp::endpoint> endpoints;
+    error_code ec;
+    auto address = asio::ip::make_address(cfg_.host, ec);
+    if (!ec) {
+      endpoints.emplace_back(address, cfg_.port);
+    } else {
+      asio::ip::tcp::resolver resolver{strand_};
+      auto [rec, results] = co_await resolver.async_resolve(cfg_.host, std::to_string(cfg_.port), use_tuple);
+      if (rec) co_return rec;
+      for (const auto& entry : results) endpoints.push_back(entry.endpoint());
+    }
+    ec = asio::error::host_not_found;
+    for (const auto& ep : endpoints) {
+      if (closing_) co_return asio::error::operation_aborted;
+      error_code ignored;
+      socket_.close(ignored);
+      std::tie(ec) = co_await socket_.async_connect(asio::generic::stream_protocol::endpoint{ep}, use_tuple);
+      if (!ec) {
+        // Lock requests are small and latency-bound: never let Nagle hold them back.
+        socket_.set_option(asio::ip::tcp::no_delay{true}, ignored);
+        break;
+      }
+    }
+    co_return ec;
+  }
+
+  asio::awaitable<error_code> handshake(std::string& server_text) {
+    // HELLO 3 authenticates, names the client and selects RESP3 in one round trip.
+    resp::request hello;
+    std::vector<std::string_view> args{"3"};
+    if (!cfg_.password.empty()) {
+      args.insert(args.end(), {"AUTH", cfg_.username.empty() ? std::string_view{"default"} : cfg_.username,
+                               cfg_.password});
+    }
+    if (!cfg_.client_name.empty()) args.insert(args.end(), {"SETNAME", cfg_.client_name});
+    hello.push_range("HELLO", args);
+    resp::response reply;
+    error_code ec = co_await roundtrip(hello, reply);
+    if (ec) co_return ec;
+    if (auto text = error_text(reply); !text.empty()) {
+      server_text = text;
+      if (starts_with(text, "WRONGPASS") || starts_with(text, "NOAUTH") || starts_with(text, "NOPERM"))
+        co_return error::auth_failed;
+      if (!starts_with(text, "NOPROTO") && text.find("unknown command") == std::string_view::npos)
+        co_return error::handshake_failed;
+      // A server older than Redis 6: plain RESP2 with AUTH and CLIENT SETNAME.
+      resp::request legacy;
+      if (!cfg_.password.empty()) {
+        if (cfg_.username.empty()) {
+          legacy.push("AUTH", cfg_.password);
+        } else {
+          legacy.push("AUTH", cfg_.username, cfg_.password);
+        }
+      }
+      if (!cfg_.client_name.empty()) legacy.push("CLIENT", "SETNAME", cfg_.client_name);
+      if (!legacy.empty()) {
+        ec = co_await roundtrip(legacy, reply);
+        if (ec) co_return ec;
+        if (auto t = error_text(reply); !t.empty()) {
+          server_text = t;
+          co_return starts_with(t, "ERR invalid password") || starts_with(t, "WRONGPASS") ? error::auth_failed
+                                                                                          : error::handshake_failed;
+        }
+        for (const auto& n : reply) {
+          if (n.depth == 0 && resp::is_error(n.data_type)) {
+            server_text = n.value;
+            co_return error::handshake_failed;
+          }
+        }
+      }
+    } else if (reply.empty() || (reply.front().data_type != resp::type::map &&
+                                 reply.front().data_type != resp::type::array)) {
+      co_return error::handshake_failed;
+    }
+    server_text.clear();
+    if (cfg_.database != 0) {
+      resp::request select;
+      select.push("SELECT", cfg_.database);
+      ec = co_await roundtrip(select, reply);
+      if (ec) co_return ec;
+      if (auto text = error_text(reply); !text.empty()) {
+        server_text = text;
+        co_return error::handshake_failed;
+      }
+    }
+    co_return error_code{};
+  }
+
+  // Writes `req` and reads exactly its replies (handshake only: nothing else is in flight).
+  asio::awaitable<error_code> roundtrip(const resp::request& req, resp::response& out) {
+    out.clear();
+    auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(req.payload()), use_tuple);
+    (void)n;
+    if (ec) co_return ec;
+    for (std::size_t got = 0; got < req.commands();) {
+      resp::response one;
+      ec = co_await read_reply(one);
+      if (ec) co_return ec;
+      if (is_push(one)) continue;
+      out.insert(out.end(), std::make_move_iterator(one.begin()), std::make_move_iterator(one.end()));
+      ++got;
+    }
+    co_return error_code{};
+  }
+
+  asio::awaitable<error_code> read_reply(resp::response& out) {
+    for (;;) {
+      error_code ec;
+      if (rpos_ < rend_) {
+        rpos_ += parser_.consume(std::string_view{rbuf_.data() + rpos_, rend_ - rpos_}, out, ec);
+        if (ec) co_return ec;
+        if (parser_.done()) {
+          parser_.reset();
+          co_return error_code{};
+        }
+      }
+      std::size_t n = 0;
+      std::tie(ec, n) = co_await socket_.async_read_some(read_space(), use_tuple);
+      if (ec) co_return ec;
+      rend_ += n;
+    }
+  }
+
+  // ---- serving: one reader, one writer ----------------------------------------------------
+
+  asio::awaitable<error_code> serve() {
+    writer_running_ = true;
+    asio::co_spawn(strand_, write_loop(), [self = shared_from_this()](std::exception_ptr) {
+      self->writer_running_ = false;
+      self->writer_done_.cancel();
+    });
+    error_code ec = co_await read_loop();
+    // Stop the writer and wait for it, so the next connection starts with a clean slate.
+    error_code ignored;
+    socket_.close(ignored);
+    writer_wake_.cancel();
+    while (writer_running_) {
+      writer_done_.expires_at(clock::time_point::max());
+      co_await writer_done_.async_wait(use_tuple);
+    }
+    if (write_error_ && (!ec || ec == asio::error::operation_aborted)) ec = write_error_;
+    write_error_ = {};
+    co_return ec;
+  }
+
+  asio::awaitable<void> write_loop() {
+    while (socket_.is_open() && !closing_) {
+      if (!mux_.has_waiting()) {
+        writer_idle_ = true;
+        writer_wake_.expires_at(clock::time_point::max());
+        co_await writer_wake_.async_wait(use_tuple);
+        writer_idle_ = false;
+        continue;
+      }
+      const std::string_view bytes = mux_.prepare_write();
+      auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(bytes), use_tuple);
+      (void)n;
+      if (ec) {
+        write_error_ = ec;
+        error_code ignored;
+        socket_.close(ignored);  // the reader notices and the connection resets
+        co_return;
+      }
+    }
+  }
+
+  asio::awaitable<error_code> read_loop() {
+    if (auto perr = dispatch_replies()) co_return perr;  // bytes that came with the handshake
+    for (;;) {
+      auto [ec, n] = co_await socket_.async_read_some(read_space(), use_tuple);
+      if (ec) co_return ec;
+      rend_ += n;
+      if (auto perr = dispatch_replies()) co_return perr;
+    }
+  }
+
+  // Hands every complete reply in the read buffer to the multiplexer.
+  error_code dispatch_replies() {
+    while (rpos_ < rend_) {
+      error_code ec;
+      rpos_ += parser_.consume(std::string_view{rbuf_.data() + rpos_, rend_ - rpos_}, scratch_, ec);
+      if (ec) return ec;
+      if (!parser_.done()) break;
+      parser_.reset();
+      if (is_push(scratch_)) {
+        scratch_.clear();
+        std::lock_guard lock{status_mutex_};
+        ++status_.pushes;
+        continue;
+      }
+      switch (mux_.on_reply(scratch_, completer())) {
+        case detail::reply_outcome::unsolicited:
+          return error::protocol_error;  // a reply nobody asked for: the stream cannot be trusted
+        case detail::reply_outcome::dropped: {
+          std::lock_guard lock{status_mutex_};
+          ++status_.dropped_replies;
+          break;
+        }
+        case detail::reply_outcome::completed:
+        case detail::reply_outcome::partial: break;
+      }
+    }
+    if (rpos_ == rend_) rpos_ = rend_ = 0;
+    return {};
+  }
+
+  static bool is_push(const resp::response& r) {
+    for (const auto& n : r) {
+      if (n.depth == 0 && n.data_type != resp::type::attribute) return n.data_type == resp::type::push;
+    }
+    return false;
+  }
+
+  // Free space at the end of the read buffer: compacts, then grows, but only as far as the parser's
+  // limits let a reply be (the parser rejects anything larger before we would buffer it).
+  asio::mutable_buffer read_space() {
+    if (rbuf_.size() - rend_ < min_read_size) {
+      if (rpos_ > 0) {
+        std::copy(rbuf_.begin() + static_cast<std::ptrdiff_t>(rpos_), rbuf_.begin() + static_cast<std::ptrdiff_t>(rend_),
+                  rbuf_.begin());
+        rend_ -= rpos_;
+        rpos_ = 0;
+      }
+      if (rbuf_.size() - rend_ < min_read_size) rbuf_.resize(std::max(rbuf_.size() * 2, rend_ + min_read_size));
+    }
+    return asio::buffer(rbuf_.data() + rend_, rbuf_.size() - rend_);
+  }
+
+  // ---- status -----------------------------------------------------------------------------
+
+  void set_state(connection_state s) {
+    state_ = s;
+    std::lock_guard lock{status_mutex_};
+    status_.state = s;
+  }
+
+  void record_error(error_code ec, std::string_view text) {
+    std::lock_guard lock{status_mutex_};
+    status_.last_error = ec;
+    status_.last_error_text = text;
+  }
+
+  socket_type socket_;
+  asio::steady_timer writer_wake_;
+  asio::steady_timer writer_done_;
+  asio::steady_timer deadline_timer_;
+  asio::steady_timer aux_timer_;  // connect timeout, then reconnect backoff
+  detail::multiplexer<pending> mux_;
+  resp::parser parser_;
+  resp::response scratch_;
+  std::vector<char> rbuf_;
+  std::size_t rpos_ = 0;  // first unparsed byte
+  std::size_t rend_ = 0;  // end of received bytes
+  std::minstd_rand rng_;
+  run_handler run_handler_;
+  error_code write_error_;
+  clock::time_point armed_deadline_ = clock::time_point::max();
+  std::uint64_t deadline_generation_ = 0;
+  connection_state state_ = connection_state::idle;
+  bool closing_ = false;
+  bool writer_idle_ = false;
+  bool writer_running_ = false;
+  std::uint64_t connect_generation_ = 0;
+  bool connect_timed_out_ = false;
+  std::atomic<std::uint64_t> next_id_{0};
+
+  mutable std::mutex status_mutex_;
+  connection_status status_;
+};
+
+connection::connection(executor_type ex, connection_config cfg)
+    : impl_(std::make_shared<impl>(std::move(ex), std::move(cfg))) {}
+
+connection::~connection() {
+  if (impl_) impl_->close();
+}
+
+connection::executor_type connection::get_executor() const noexcept { return impl_->ex_; }
+const connection_config& connection::config() const noexcept { return impl_->cfg_; }
+
+void connection::start_exec(exec_handler h, resp::request req, clock::duration timeout) {
+  impl_->exec(std::move(h), std::move(req), timeout);
+}
+
+void connection::start_run(run_handler h) { impl_->run(std::move(h)); }
+
+void connection::close() { impl_->close(); }
+
+connection_status connection::status() const { return impl_->status(); }
+
+}  // namespace redlock

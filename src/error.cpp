@@ -1,0 +1,106 @@
+#include <redlock/error.hpp>
+
+#include <boost/asio/error.hpp>
+
+#include <string>
+
+namespace redlock {
+namespace {
+
+class error_category_impl final : public boost::system::error_category {
+ public:
+  // A fixed id makes categories compare equal across shared-library boundaries.
+  constexpr error_category_impl() noexcept : error_category(0x8a3c'2f51'9d07'e4b6ULL) {}
+
+  const char* name() const noexcept override { return "redlock"; }
+
+  std::string message(int ev) const override {
+    switch (static_cast<error>(ev)) {
+      case error::protocol_error: return "the node sent bytes that are not valid RESP";
+      case error::nesting_too_deep: return "the reply nests aggregates deeper than the parser allows";
+      case error::reply_too_large:
+        return "the reply declares a length, element count or line longer than the parser allows";
+      case error::not_connected: return "the connection to the node is down; the request was not sent";
+      case error::connection_lost:
+        return "the connection broke after the request was sent; its outcome is unknown";
+      case error::node_timeout: return "the node did not reply before the request's deadline";
+      case error::connect_timeout: return "connecting to the node took longer than the connect timeout";
+      case error::auth_failed: return "the node rejected the credentials";
+      case error::handshake_failed: return "the connection handshake with the node failed";
+      case error::server_error: return "the node replied with an error";
+      case error::unexpected_reply: return "the node's reply has an unexpected type or shape";
+      case error::invalid_config: return "invalid configuration";
+      case error::invalid_argument: return "invalid argument";
+    }
+    return "unknown redlock error " + std::to_string(ev);
+  }
+
+  boost::system::error_condition default_error_condition(int ev) const noexcept override {
+    switch (static_cast<error>(ev)) {
+      case error::node_timeout:
+      case error::connect_timeout: return make_error_condition(condition::timeout);
+      case error::protocol_error:
+      case error::nesting_too_deep:
+      case error::reply_too_large:
+      case error::not_connected:
+      case error::connection_lost:
+      case error::auth_failed:
+      case error::handshake_failed:
+      case error::server_error:
+      case error::unexpected_reply: return make_error_condition(condition::node_failure);
+      case error::invalid_config:
+      case error::invalid_argument: return make_error_condition(condition::invalid_input);
+    }
+    return {ev, *this};
+  }
+};
+
+class condition_category_impl final : public boost::system::error_category {
+ public:
+  constexpr condition_category_impl() noexcept : error_category(0x8a3c'2f51'9d07'e4b7ULL) {}
+  const char* name() const noexcept override { return "redlock.condition"; }
+  std::string message(int ev) const override {
+    switch (static_cast<condition>(ev)) {
+      case condition::timeout: return "a deadline passed";
+      case condition::node_failure: return "a node failed or could not be reached";
+      case condition::invalid_input: return "invalid input";
+    }
+    return "unknown redlock condition " + std::to_string(ev);
+  }
+  bool equivalent(const boost::system::error_code& code, int cond) const noexcept override {
+    if (code.category() == redlock::error_category()) {
+      return default_error_condition_of(code) == cond;
+    }
+    // Asio's own timeouts and socket failures belong to the same coarse groups.
+    switch (static_cast<condition>(cond)) {
+      case condition::timeout: return code == boost::asio::error::timed_out;
+      case condition::node_failure:
+        return code == boost::asio::error::connection_refused ||
+               code == boost::asio::error::connection_reset || code == boost::asio::error::eof ||
+               code == boost::asio::error::broken_pipe || code == boost::asio::error::host_unreachable ||
+               code == boost::asio::error::network_unreachable;
+      case condition::invalid_input: return false;
+    }
+    return false;
+  }
+
+ private:
+  static int default_error_condition_of(const boost::system::error_code& code) noexcept {
+    auto c = code.category().default_error_condition(code.value());
+    return c.category() == redlock::condition_category() ? c.value() : 0;
+  }
+};
+
+}  // namespace
+
+const boost::system::error_category& error_category() noexcept {
+  static const error_category_impl instance;
+  return instance;
+}
+
+const boost::system::error_category& condition_category() noexcept {
+  static const condition_category_impl instance;
+  return instance;
+}
+
+}  // namespace redlock

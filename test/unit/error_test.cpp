@@ -1,0 +1,30 @@
+#include <redlock/error.hpp>
+
+#include <boost/asio/error.hpp>
+#include <gtest/gtest.h>
+
+namespace {
+
+using redlock::condition;
+using redlock::error;
+
+TEST(error, category_is_named_and_every_code_has_a_message) {
+  boost::system::error_code ec = error::node_timeout;
+  EXPECT_STREQ(ec.category().name(), "redlock");
+  for (int v = static_cast<int>(error::protocol_error); v <= static_cast<int>(error::invalid_argument); ++v) {
+    boost::system::error_code c{v, redlock::error_category()};
+    EXPECT_EQ(c.message().find("unknown redlock error"), std::string::npos) << v;
+  }
+}
+
+TEST(error, conditions_group_codes) {
+  EXPECT_EQ(boost::system::error_code(error::node_timeout), condition::timeout);
+  EXPECT_EQ(boost::system::error_code(error::connect_timeout), condition::timeout);
+  EXPECT_NE(boost::system::error_code(error::node_timeout), condition::node_failure);
+  EXPECT_EQ(boost::system::error_code(error::connection_lost), condition::node_failure);
+  EXPECT_EQ(boost::system::error_code(error::invalid_config), condition::invalid_input);
+  EXPECT_EQ(boost::system::error_code(boost::asio::error::connection_refused), condition::node_failure);
+  EXPECT_NE(boost::system::error_code(boost::asio::error::operation_aborted), condition::node_failure);
+}
+
+}  // namespace
