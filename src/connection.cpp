@@ -5,7 +5,6 @@
 #include <redlock/connection.hpp>
 #include <redlock/detail/multiplexer.hpp>
 
-#include <boost/asio/append.hpp>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
@@ -27,6 +26,8 @@
 #include <atomic>
 #include <limits>
 #include <mutex>
+#include <new>
+#include <optional>
 #include <random>
 #include <string_view>
 #include <vector>
@@ -67,8 +68,21 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 constexpr std::size_t min_read_size = 16 * 1024;
 
 // What the multiplexer completes: the caller's handler.
+// Boost 1.81's any_completion_handler move *assignment* re-wraps the source instead of moving it
+// (unbounded recursion), and the queue move-assigns when it erases from the middle, so assignment
+// here is destroy + move-construct.
 struct pending {
   handler_type handler;
+  explicit pending(handler_type h) noexcept : handler(std::move(h)) {}
+  pending(pending&&) noexcept = default;
+  pending& operator=(pending&& other) noexcept {
+    if (this != &other) {
+      handler.~handler_type();
+      new (&handler) handler_type(std::move(other.handler));
+    }
+    return *this;
+  }
+  ~pending() = default;
 };
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
@@ -139,7 +153,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
         self->complete_run(std::move(h), ec);
         return;
       }
-      self->run_handler_ = std::move(h);
+      self->run_handler_.emplace(std::move(h));  // not assignment: see `pending`
       self->set_state(connection_state::connecting);
       asio::co_spawn(self->strand_, self->run_loop(), [self](std::exception_ptr) { self->finish_run(); });
     });
@@ -163,14 +177,15 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     auto slot = asio::get_associated_cancellation_slot(h);
     if (slot.is_connected()) slot.clear();
     auto hex = asio::get_associated_executor(h, ex_);
-    asio::dispatch(hex, asio::append(std::move(h), ec, std::move(r)));
+    // Not asio::append: in Boost 1.81 it re-wraps an lvalue any_completion_handler without end.
+    asio::dispatch(hex, [h = std::move(h), ec, r = std::move(r)]() mutable { std::move(h)(ec, std::move(r)); });
   }
 
   void complete_run(run_handler h, error_code ec) {
     auto slot = asio::get_associated_cancellation_slot(h);
     if (slot.is_connected()) slot.clear();
     auto hex = asio::get_associated_executor(h, ex_);
-    asio::dispatch(hex, asio::append(std::move(h), ec));
+    asio::dispatch(hex, [h = std::move(h), ec]() mutable { std::move(h)(ec); });
   }
 
   auto completer() {
@@ -260,7 +275,11 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     mux_.fail_all(asio::error::operation_aborted, asio::error::operation_aborted, completer());
     set_state(connection_state::closed);
     deadline_timer_.cancel();
-    if (run_handler_) complete_run(std::move(run_handler_), asio::error::operation_aborted);
+    if (run_handler_) {
+      run_handler h = std::move(*run_handler_);
+      run_handler_.reset();
+      complete_run(std::move(h), asio::error::operation_aborted);
+    }
   }
 
   void close_on_strand() {
@@ -573,7 +592,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   std::size_t rpos_ = 0;  // first unparsed byte
   std::size_t rend_ = 0;  // end of received bytes
   std::minstd_rand rng_;
-  run_handler run_handler_;
+  std::optional<run_handler> run_handler_;
   error_code write_error_;
   clock::time_point armed_deadline_ = clock::time_point::max();
   std::uint64_t deadline_generation_ = 0;
