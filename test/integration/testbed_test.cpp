@@ -1,0 +1,557 @@
+// The test bed itself, against real redis-server processes: if these fail, every other
+// integration test's verdict is suspect.
+
+#include <redlock_test/fault_proxy.hpp>
+#include <redlock_test/redis_cluster.hpp>
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using redlock::test::acl_user;
+using redlock::test::fault_proxy;
+using redlock::test::redis_cluster;
+using redlock::test::redis_options;
+
+std::string encode(std::initializer_list<std::string_view> args) {
+  std::string out = "*" + std::to_string(args.size()) + "\r\n";
+  for (const auto arg : args) {
+    out += "$" + std::to_string(arg.size()) + "\r\n";
+    out.append(arg);
+    out += "\r\n";
+  }
+  return out;
+}
+
+/// Length of the first complete reply in `buf` (simple types and bulk strings only), or 0.
+std::size_t complete_reply_length(std::string_view buf) {
+  const auto eol = buf.find("\r\n");
+  if (eol == std::string_view::npos) return 0;
+  if (buf[0] != '$') return eol + 2;
+  long long n = 0;
+  std::from_chars(buf.data() + 1, buf.data() + eol, n);
+  if (n < 0) return eol + 2;
+  const auto total = eol + 2 + static_cast<std::size_t>(n) + 2;
+  return buf.size() >= total ? total : 0;
+}
+
+struct read_result {
+  std::string reply;   // one complete reply, when one arrived
+  bool timed_out = false;
+  bool eof = false;
+  int error = 0;       // errno of a failed recv
+};
+
+/// A blocking loopback client with a receive timeout: the probe the tests look through.
+class client {
+ public:
+  explicit client(std::uint16_t port, std::chrono::milliseconds receive_timeout = 5s) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+      connect_error_ = errno;
+      ::close(fd_);
+      fd_ = -1;
+      return;
+    }
+    set_receive_timeout(receive_timeout);
+  }
+  ~client() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  client(const client&) = delete;
+  client& operator=(const client&) = delete;
+
+  bool connected() const { return fd_ >= 0; }
+  int connect_error() const { return connect_error_; }
+
+  void set_receive_timeout(std::chrono::milliseconds timeout) {
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(timeout).count();
+    timeval tv{static_cast<time_t>(us / 1'000'000), static_cast<suseconds_t>(us % 1'000'000)};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+
+  bool send(std::string_view data) {
+    while (!data.empty()) {
+      const auto n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n < 0) return false;
+      data.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+
+  read_result read() {
+    read_result result;
+    for (;;) {
+      if (const auto len = complete_reply_length(buffer_); len > 0) {
+        result.reply = buffer_.substr(0, len);
+        buffer_.erase(0, len);
+        return result;
+      }
+      char chunk[65536];
+      const auto n = ::recv(fd_, chunk, sizeof chunk, 0);
+      if (n > 0) {
+        buffer_.append(chunk, static_cast<std::size_t>(n));
+      } else if (n == 0) {
+        result.eof = true;
+        return result;
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        result.timed_out = true;
+        return result;
+      } else if (errno != EINTR) {
+        result.error = errno;
+        return result;
+      }
+    }
+  }
+
+  /// Sends one command and returns its reply, or a description of what happened instead.
+  std::string request(std::initializer_list<std::string_view> args) {
+    if (!connected()) return "<not connected: " + std::string(std::strerror(connect_error_)) + ">";
+    if (!send(encode(args))) return "<send failed>";
+    const auto r = read();
+    if (r.timed_out) return "<timeout>";
+    if (r.eof) return "<eof>";
+    if (r.error != 0) return "<error: " + std::string(std::strerror(r.error)) + ">";
+    return r.reply;
+  }
+
+ private:
+  int fd_ = -1;
+  int connect_error_ = 0;
+  std::string buffer_;
+};
+
+bool process_gone(pid_t pid) { return ::kill(pid, 0) == -1 && errno == ESRCH; }
+
+/// Polls `condition` until it holds or `timeout` passes (for effects that are asynchronous).
+bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 5s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+bool starts_with(const std::string& s, std::string_view prefix) { return s.starts_with(prefix); }
+
+// ---- redis_cluster ---------------------------------------------------------------------------
+
+TEST(redis_cluster, starts_nodes_that_answer_ping_on_distinct_ports) {
+  redis_cluster cluster(3);
+  ASSERT_EQ(cluster.size(), 3u);
+  std::set<std::uint16_t> ports;
+  std::set<pid_t> pids;
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
+    auto& node = cluster[i];
+    EXPECT_EQ(node.host(), "127.0.0.1");
+    EXPECT_TRUE(node.running());
+    EXPECT_FALSE(node.paused());
+    EXPECT_GT(node.pid(), 0);
+    ports.insert(node.port());
+    pids.insert(node.pid());
+    client c(node.port());
+    EXPECT_EQ(c.request({"PING"}), "+PONG\r\n");
+    EXPECT_EQ(node.command({"PING"}), "+PONG\r\n");
+  }
+  EXPECT_EQ(ports.size(), 3u);
+  EXPECT_EQ(pids.size(), 3u);
+  EXPECT_EQ(&cluster.node(2), &cluster[2]);
+  EXPECT_THROW(cluster.node(3), std::out_of_range);
+  EXPECT_EQ(cluster.ports(), (std::vector<std::uint16_t>{cluster[0].port(), cluster[1].port(), cluster[2].port()}));
+}
+
+TEST(redis_cluster, servers_run_without_persistence_and_with_extra_args) {
+  redis_options options;
+  options.extra_args = {"--maxmemory", "1mb"};
+  redis_cluster cluster(1, options);
+  auto& node = cluster[0];
+  EXPECT_EQ(node.command({"CONFIG", "GET", "maxmemory"}), "*2\r\n$9\r\nmaxmemory\r\n$7\r\n1048576\r\n");
+  EXPECT_EQ(node.command({"CONFIG", "GET", "save"}), "*2\r\n$4\r\nsave\r\n$0\r\n\r\n");
+  EXPECT_EQ(node.command({"CONFIG", "GET", "appendonly"}), "*2\r\n$10\r\nappendonly\r\n$2\r\nno\r\n");
+  EXPECT_EQ(node.command({"CONFIG", "GET", "bind"}), "*2\r\n$4\r\nbind\r\n$9\r\n127.0.0.1\r\n");
+  EXPECT_EQ(node.command({"SET", "k", "v"}), "+OK\r\n");
+  EXPECT_EQ(node.command({"GET", "k"}), "$1\r\nv\r\n");
+  EXPECT_EQ(node.command({"DBSIZE"}), ":1\r\n");
+  EXPECT_TRUE(starts_with(node.command({"NOSUCHCOMMAND"}), "-ERR"));  // returned, not thrown
+  EXPECT_TRUE(std::filesystem::is_regular_file(node.directory() / "redis.log"));
+}
+
+TEST(redis_cluster, password_is_required) {
+  redis_options options;
+  options.password = "s3cret with space";
+  redis_cluster cluster(1, options);
+  client c(cluster[0].port());
+  EXPECT_TRUE(starts_with(c.request({"PING"}), "-NOAUTH")) << c.request({"PING"});
+  EXPECT_TRUE(starts_with(c.request({"AUTH", "wrong"}), "-WRONGPASS"));
+  EXPECT_EQ(c.request({"AUTH", "s3cret with space"}), "+OK\r\n");
+  EXPECT_EQ(c.request({"PING"}), "+PONG\r\n");
+  EXPECT_EQ(cluster[0].command({"PING"}), "+PONG\r\n");  // authenticates by itself
+}
+
+TEST(redis_cluster, acl_user_has_full_rights) {
+  redis_options options;
+  options.password = "default-pass";
+  options.user = acl_user{"locker", "user pass"};
+  redis_cluster cluster(1, options);
+  client c(cluster[0].port());
+  EXPECT_TRUE(starts_with(c.request({"AUTH", "locker", "wrong"}), "-WRONGPASS"));
+  EXPECT_EQ(c.request({"AUTH", "locker", "user pass"}), "+OK\r\n");
+  EXPECT_EQ(c.request({"ACL", "WHOAMI"}), "$6\r\nlocker\r\n");
+  EXPECT_EQ(c.request({"SET", "k", "v", "NX", "PX", "10000"}), "+OK\r\n");
+  EXPECT_EQ(c.request({"EVAL", "return redis.call('GET', KEYS[1])", "1", "k"}), "$1\r\nv\r\n");
+}
+
+TEST(redis_cluster, acl_user_without_requirepass) {
+  redis_options options;
+  options.user = acl_user{"locker", "pw"};
+  redis_cluster cluster(1, options);
+  client c(cluster[0].port());
+  EXPECT_EQ(c.request({"PING"}), "+PONG\r\n");  // the default user stays open
+  EXPECT_EQ(c.request({"AUTH", "locker", "pw"}), "+OK\r\n");
+  EXPECT_EQ(c.request({"ACL", "WHOAMI"}), "$6\r\nlocker\r\n");
+}
+
+TEST(redis_cluster, acl_user_alone_when_the_default_user_is_off) {
+  redis_options options;
+  options.user = acl_user{"locker", "pw"};
+  options.extra_args = {"--user", "default", "off"};
+  redis_cluster cluster(1, options);  // readiness is checked as the ACL user
+  EXPECT_EQ(cluster[0].command({"ACL", "WHOAMI"}), "$6\r\nlocker\r\n");
+  client c(cluster[0].port());
+  EXPECT_TRUE(starts_with(c.request({"PING"}), "-NOAUTH"));
+}
+
+TEST(redis_cluster, paused_node_accepts_connections_but_never_answers) {
+  redis_cluster cluster(1);
+  auto& node = cluster[0];
+  node.pause();
+  EXPECT_TRUE(node.paused());
+  EXPECT_TRUE(node.running());
+
+  client c(node.port(), 300ms);
+  ASSERT_TRUE(c.connected()) << std::strerror(c.connect_error());
+  ASSERT_TRUE(c.send(encode({"PING"})));
+  EXPECT_TRUE(c.read().timed_out);
+  EXPECT_THROW(node.command({"PING"}, 200ms), std::runtime_error);
+
+  node.resume();
+  EXPECT_FALSE(node.paused());
+  c.set_receive_timeout(5s);
+  EXPECT_EQ(c.read().reply, "+PONG\r\n");  // the request sent while paused is served now
+  EXPECT_EQ(node.command({"PING"}), "+PONG\r\n");
+}
+
+TEST(redis_cluster, killed_node_refuses_connections) {
+  redis_cluster cluster(1);
+  auto& node = cluster[0];
+  client open_before(node.port());
+  ASSERT_EQ(open_before.request({"PING"}), "+PONG\r\n");
+  const pid_t pid = node.pid();
+
+  node.kill();
+  EXPECT_FALSE(node.running());
+  EXPECT_EQ(node.pid(), -1);
+  EXPECT_TRUE(process_gone(pid));  // killed and reaped: not even a zombie
+  const auto r = open_before.read();
+  EXPECT_TRUE(r.eof || r.error == ECONNRESET);
+  client c(node.port());
+  EXPECT_FALSE(c.connected());
+  EXPECT_EQ(c.connect_error(), ECONNREFUSED);
+  EXPECT_THROW(node.command({"PING"}), std::runtime_error);
+  EXPECT_THROW(node.pause(), std::logic_error);
+  node.kill();  // idempotent
+  node.stop();
+}
+
+TEST(redis_cluster, restart_after_kill_keeps_the_port_and_empties_the_dataset) {
+  redis_cluster cluster(1);
+  auto& node = cluster[0];
+  const auto port = node.port();
+  const pid_t old_pid = node.pid();
+  ASSERT_EQ(node.command({"SET", "k", "v"}), "+OK\r\n");
+  client open_at_kill(port);  // leaves the old server's side of a connection in TIME_WAIT
+  ASSERT_EQ(open_at_kill.request({"PING"}), "+PONG\r\n");
+
+  node.kill();
+  node.restart();
+  EXPECT_EQ(node.port(), port);
+  EXPECT_TRUE(node.running());
+  EXPECT_NE(node.pid(), old_pid);
+  EXPECT_EQ(node.command({"GET", "k"}), "$-1\r\n");
+  EXPECT_EQ(node.command({"DBSIZE"}), ":0\r\n");
+  client c(port);
+  EXPECT_EQ(c.request({"PING"}), "+PONG\r\n");
+}
+
+TEST(redis_cluster, restart_of_a_running_or_paused_node) {
+  redis_options options;
+  options.password = "pw";
+  redis_cluster cluster(1, options);
+  auto& node = cluster[0];
+  const auto port = node.port();
+  ASSERT_EQ(node.command({"SET", "k", "v"}), "+OK\r\n");
+  node.restart();
+  EXPECT_EQ(node.port(), port);
+  EXPECT_EQ(node.command({"DBSIZE"}), ":0\r\n");
+
+  node.pause();
+  node.restart();
+  EXPECT_FALSE(node.paused());
+  EXPECT_EQ(node.command({"PING"}), "+PONG\r\n");
+  client c(port);
+  EXPECT_TRUE(starts_with(c.request({"PING"}), "-NOAUTH"));  // same options after a restart
+}
+
+TEST(redis_cluster, stop_shuts_down_and_closes_connections) {
+  redis_cluster cluster(1);
+  auto& node = cluster[0];
+  client open_before(node.port());
+  ASSERT_EQ(open_before.request({"PING"}), "+PONG\r\n");
+  const pid_t pid = node.pid();
+  node.pause();
+  node.stop();  // also from paused
+  EXPECT_FALSE(node.running());
+  EXPECT_FALSE(node.paused());
+  EXPECT_TRUE(process_gone(pid));
+  const auto r = open_before.read();
+  EXPECT_TRUE(r.eof || r.error == ECONNRESET);
+  EXPECT_EQ(client(node.port()).connect_error(), ECONNREFUSED);
+  node.restart();
+  EXPECT_EQ(node.command({"PING"}), "+PONG\r\n");
+}
+
+TEST(redis_cluster, server_that_exits_by_itself_is_not_running) {
+  redis_cluster cluster(1);
+  auto& node = cluster[0];
+  const pid_t pid = node.pid();
+  EXPECT_THROW(node.command({"SHUTDOWN", "NOSAVE"}), std::runtime_error);  // closes without a reply
+  EXPECT_TRUE(eventually([&] { return !node.running(); }));
+  EXPECT_TRUE(process_gone(pid));
+  node.restart();
+  EXPECT_EQ(node.command({"PING"}), "+PONG\r\n");
+}
+
+TEST(redis_cluster, destructor_leaves_no_process_and_no_directory) {
+  std::vector<pid_t> pids;
+  std::vector<std::filesystem::path> dirs;
+  {
+    redis_cluster cluster(3);
+    cluster[1].pause();  // a stopped process must die too
+    cluster[2].kill();
+    cluster[2].restart();
+    for (std::size_t i = 0; i < cluster.size(); ++i) {
+      pids.push_back(cluster[i].pid());
+      dirs.push_back(cluster[i].directory());
+      EXPECT_TRUE(std::filesystem::is_directory(dirs.back()));
+    }
+  }
+  for (const pid_t pid : pids) EXPECT_TRUE(process_gone(pid)) << pid;
+  for (const auto& dir : dirs) EXPECT_FALSE(std::filesystem::exists(dir)) << dir;
+}
+
+TEST(redis_cluster, two_clusters_at_once_get_distinct_ports) {
+  redis_cluster a(2);
+  redis_cluster b(2);
+  std::set<std::uint16_t> ports;
+  for (auto* cluster : {&a, &b}) {
+    for (std::size_t i = 0; i < cluster->size(); ++i) {
+      ports.insert((*cluster)[i].port());
+      EXPECT_EQ((*cluster)[i].command({"PING"}), "+PONG\r\n");
+    }
+  }
+  EXPECT_EQ(ports.size(), 4u);
+}
+
+TEST(redis_cluster, moved_cluster_keeps_its_servers) {
+  redis_cluster a(1);
+  const auto port = a[0].port();
+  redis_cluster b = std::move(a);
+  EXPECT_EQ(b[0].port(), port);
+  EXPECT_EQ(b[0].command({"PING"}), "+PONG\r\n");
+}
+
+TEST(redis_cluster, startup_failure_reports_the_server_output) {
+  redis_options bad_arg;
+  bad_arg.extra_args = {"--no-such-directive", "x"};
+  try {
+    redis_cluster cluster(2, bad_arg);
+    FAIL() << "started with a bad directive";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("Bad directive"), std::string::npos) << e.what();
+  }
+
+  redis_options bad_binary;
+  bad_binary.server_binary = "/nonexistent/redis-server";
+  try {
+    redis_cluster cluster(1, bad_binary);
+    FAIL() << "started a missing binary";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/redis-server"), std::string::npos) << e.what();
+  }
+}
+
+// ---- fault_proxy -----------------------------------------------------------------------------
+
+class fault_proxy_test : public ::testing::Test {
+ protected:
+  redis_cluster cluster_{1};
+  fault_proxy proxy_{cluster_[0].host(), cluster_[0].port()};
+};
+
+TEST_F(fault_proxy_test, forwards_both_ways_and_counts_connections) {
+  EXPECT_EQ(proxy_.host(), "127.0.0.1");
+  EXPECT_NE(proxy_.port(), cluster_[0].port());
+  {
+    client c(proxy_.port());
+    EXPECT_EQ(c.request({"PING"}), "+PONG\r\n");
+    // Larger than any socket buffer or read chunk: exercises partial reads and writes.
+    const std::string big(3 * 1024 * 1024 + 17, 'x');
+    EXPECT_EQ(c.request({"SET", "big", big}), "+OK\r\n");
+    EXPECT_EQ(c.request({"GET", "big"}), "$" + std::to_string(big.size()) + "\r\n" + big + "\r\n");
+    EXPECT_EQ(proxy_.connections(), 1u);
+    client second(proxy_.port());
+    EXPECT_EQ(second.request({"PING"}), "+PONG\r\n");
+    EXPECT_EQ(proxy_.connections(), 2u);
+  }
+  EXPECT_TRUE(eventually([&] { return proxy_.connections() == 0; }));
+  EXPECT_EQ(proxy_.accepted_total(), 2u);
+}
+
+TEST_F(fault_proxy_test, latency_delays_each_direction_and_keeps_order) {
+  client c(proxy_.port());
+  ASSERT_EQ(c.request({"PING"}), "+PONG\r\n");
+  proxy_.set_latency(100ms);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(c.request({"PING"}), "+PONG\r\n");
+  // Only a lower bound: the injected delay, once per direction.
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 200ms);
+
+  // Separate writes become separate delayed chunks; their order must hold.
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(c.send(encode({"INCR", "n"})));
+  for (int i = 1; i <= 5; ++i) EXPECT_EQ(c.read().reply, ":" + std::to_string(i) + "\r\n");
+
+  proxy_.set_latency(0ms);
+  EXPECT_EQ(c.request({"PING"}), "+PONG\r\n");
+}
+
+TEST_F(fault_proxy_test, blackhole_swallows_everything_until_switched_off) {
+  client before(proxy_.port(), 300ms);
+  ASSERT_EQ(before.request({"PING"}), "+PONG\r\n");
+  proxy_.set_blackhole(true);
+
+  ASSERT_TRUE(before.send(encode({"INCR", "swallowed"})));
+  EXPECT_TRUE(before.read().timed_out);
+  client during(proxy_.port(), 300ms);
+  ASSERT_TRUE(during.connected());  // still accepting: a half-open peer, not a refusing one
+  EXPECT_EQ(during.request({"PING"}), "<timeout>");
+  EXPECT_EQ(proxy_.connections(), 2u);
+
+  proxy_.set_blackhole(false);
+  client after(proxy_.port());
+  EXPECT_EQ(after.request({"PING"}), "+PONG\r\n");
+  before.set_receive_timeout(5s);
+  EXPECT_EQ(before.request({"PING"}), "+PONG\r\n");  // new data flows again on old connections
+  EXPECT_EQ(cluster_[0].command({"GET", "swallowed"}), "$-1\r\n");  // never reached the server
+}
+
+TEST_F(fault_proxy_test, blackhole_hides_the_upstream_closing) {
+  client c(proxy_.port(), 300ms);
+  ASSERT_EQ(c.request({"PING"}), "+PONG\r\n");
+  proxy_.set_blackhole(true);
+  cluster_[0].kill();
+  EXPECT_TRUE(c.read().timed_out);  // no EOF reaches the client
+  proxy_.set_blackhole(false);
+  c.set_receive_timeout(5s);
+  const auto r = c.read();
+  EXPECT_TRUE(r.eof || r.error == ECONNRESET);
+}
+
+TEST_F(fault_proxy_test, reset_all_aborts_connections_with_rst) {
+  client c(proxy_.port());
+  ASSERT_EQ(c.request({"PING"}), "+PONG\r\n");
+  proxy_.reset_all();
+  EXPECT_EQ(proxy_.connections(), 0u);
+  const auto r = c.read();
+  EXPECT_EQ(r.error, ECONNRESET) << "eof=" << r.eof << " timed_out=" << r.timed_out;
+  client again(proxy_.port());
+  EXPECT_EQ(again.request({"PING"}), "+PONG\r\n");
+}
+
+TEST_F(fault_proxy_test, refuse_closes_the_listener_and_reopens_on_the_same_port) {
+  client established(proxy_.port());
+  ASSERT_EQ(established.request({"PING"}), "+PONG\r\n");
+  const auto port = proxy_.port();
+
+  proxy_.set_refuse(true);
+  client refused(port);
+  EXPECT_FALSE(refused.connected());
+  EXPECT_EQ(refused.connect_error(), ECONNREFUSED);
+  EXPECT_EQ(established.request({"PING"}), "+PONG\r\n");
+
+  proxy_.set_refuse(false);
+  EXPECT_EQ(proxy_.port(), port);
+  client again(port);
+  EXPECT_EQ(again.request({"PING"}), "+PONG\r\n");
+  proxy_.set_refuse(false);  // idempotent
+  EXPECT_EQ(proxy_.accepted_total(), 2u);
+}
+
+TEST_F(fault_proxy_test, upstream_down_closes_the_client_and_recovers) {
+  cluster_[0].kill();
+  client c(proxy_.port());
+  ASSERT_TRUE(c.connected());
+  const auto r = c.read();
+  EXPECT_TRUE(r.eof || r.error == ECONNRESET);
+  EXPECT_TRUE(eventually([&] { return proxy_.connections() == 0; }));
+  cluster_[0].restart();
+  client again(proxy_.port());
+  EXPECT_EQ(again.request({"PING"}), "+PONG\r\n");
+}
+
+TEST_F(fault_proxy_test, destructor_closes_busy_connections) {
+  auto proxy = std::make_unique<fault_proxy>(cluster_[0].host(), cluster_[0].port());
+  client idle(proxy->port());
+  ASSERT_EQ(idle.request({"PING"}), "+PONG\r\n");
+  client delayed(proxy->port());
+  proxy->set_latency(10s);  // leaves chunks waiting in the queues
+  ASSERT_TRUE(delayed.send(encode({"PING"})));
+  client swallowed(proxy->port());
+  proxy->set_blackhole(true);
+  ASSERT_TRUE(swallowed.send(encode({"PING"})));
+  EXPECT_TRUE(eventually([&] { return proxy->connections() == 3; }));
+  proxy.reset();
+  for (auto* c : {&idle, &delayed, &swallowed}) {
+    const auto r = c->read();
+    EXPECT_TRUE(r.eof || r.error == ECONNRESET);
+  }
+}
+
+}  // namespace
