@@ -1,0 +1,51 @@
+#include <redlock/resp/request.hpp>
+
+#include <charconv>
+#include <cstring>
+
+namespace redlock::resp::detail {
+namespace {
+
+// Callers sized the buffer with decimal_digits(), so 20 bytes (every size_t) is always in range.
+char* write_decimal(char* out, std::size_t value) noexcept { return std::to_chars(out, out + 20, value).ptr; }
+
+char* write_crlf(char* out) noexcept {
+  out[0] = '\r';
+  out[1] = '\n';
+  return out + 2;
+}
+
+}  // namespace
+
+char* grow(std::string& out, std::size_t bytes) {
+  const std::size_t old_size = out.size();
+  // resize() grows the capacity geometrically, so a long pipeline costs amortised linear time.
+  out.resize(old_size + bytes);
+  return out.data() + old_size;
+}
+
+char* write_header(char* out, std::size_t count) noexcept {
+  *out++ = '*';
+  return write_crlf(write_decimal(out, count));
+}
+
+char* write_bulk(char* out, std::string_view arg) noexcept {
+  *out++ = '$';
+  out = write_crlf(write_decimal(out, arg.size()));
+  if (!arg.empty()) {  // memcpy from a null pointer is undefined even for zero bytes
+    std::memcpy(out, arg.data(), arg.size());
+    out += arg.size();
+  }
+  return write_crlf(out);
+}
+
+void append_command(std::string& out, std::string_view header, const std::string_view* args, std::size_t count) {
+  std::size_t bytes = header.size();
+  for (std::size_t i = 0; i < count; ++i) bytes += bulk_size(args[i].size());
+  char* at = grow(out, bytes);
+  std::memcpy(at, header.data(), header.size());
+  at += header.size();
+  for (std::size_t i = 0; i < count; ++i) at = write_bulk(at, args[i]);
+}
+
+}  // namespace redlock::resp::detail
