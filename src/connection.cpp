@@ -5,6 +5,8 @@
 #include <redlock/connection.hpp>
 #include <redlock/detail/multiplexer.hpp>
 
+#include "detail/completion.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
@@ -172,21 +174,11 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   // ---- completion helpers -----------------------------------------------------------------
 
   // Never called inline from an initiating function (every path starts with a post to the strand).
-  // Runs the handler on its associated executor, or the connection's executor when it has none.
   void complete(handler_type h, error_code ec, resp::response r) {
-    auto slot = asio::get_associated_cancellation_slot(h);
-    if (slot.is_connected()) slot.clear();
-    auto hex = asio::get_associated_executor(h, ex_);
-    // Not asio::append: in Boost 1.81 it re-wraps an lvalue any_completion_handler without end.
-    asio::dispatch(hex, [h = std::move(h), ec, r = std::move(r)]() mutable { std::move(h)(ec, std::move(r)); });
+    detail::complete_handler(std::move(h), ex_, ec, std::move(r));
   }
 
-  void complete_run(run_handler h, error_code ec) {
-    auto slot = asio::get_associated_cancellation_slot(h);
-    if (slot.is_connected()) slot.clear();
-    auto hex = asio::get_associated_executor(h, ex_);
-    asio::dispatch(hex, [h = std::move(h), ec]() mutable { std::move(h)(ec); });
-  }
+  void complete_run(run_handler h, error_code ec) { detail::complete_handler(std::move(h), ex_, ec); }
 
   auto completer() {
     return [this](pending&& p, error_code ec, resp::response&& r) { complete(std::move(p.handler), ec, std::move(r)); };

@@ -31,6 +31,11 @@ class error_category_impl final : public boost::system::error_category {
       case error::unexpected_reply: return "the node's reply has an unexpected type or shape";
       case error::invalid_config: return "invalid configuration";
       case error::invalid_argument: return "invalid argument";
+      case error::not_acquired: return "the lock is held by another client";
+      case error::quorum_unavailable: return "too few masters answered for a quorum";
+      case error::validity_expired: return "the quorum was reached too late: no validity was left";
+      case error::not_owner: return "the lock is no longer ours on a majority of masters";
+      case error::not_locked: return "the handle holds no lock";
     }
     return "unknown redlock error " + std::to_string(ev);
   }
@@ -47,9 +52,14 @@ class error_category_impl final : public boost::system::error_category {
       case error::auth_failed:
       case error::handshake_failed:
       case error::server_error:
-      case error::unexpected_reply: return make_error_condition(condition::node_failure);
+      case error::unexpected_reply:
+      case error::quorum_unavailable: return make_error_condition(condition::node_failure);
       case error::invalid_config:
-      case error::invalid_argument: return make_error_condition(condition::invalid_input);
+      case error::invalid_argument:
+      case error::not_locked: return make_error_condition(condition::invalid_input);
+      case error::not_acquired:
+      case error::not_owner: return make_error_condition(condition::contention);
+      case error::validity_expired: return make_error_condition(condition::timeout);
     }
     return {ev, *this};
   }
@@ -64,6 +74,7 @@ class condition_category_impl final : public boost::system::error_category {
       case condition::timeout: return "a deadline passed";
       case condition::node_failure: return "a node failed or could not be reached";
       case condition::invalid_input: return "invalid input";
+      case condition::contention: return "another client holds the lock";
     }
     return "unknown redlock condition " + std::to_string(ev);
   }
@@ -79,7 +90,8 @@ class condition_category_impl final : public boost::system::error_category {
                code == boost::asio::error::connection_reset || code == boost::asio::error::eof ||
                code == boost::asio::error::broken_pipe || code == boost::asio::error::host_unreachable ||
                code == boost::asio::error::network_unreachable;
-      case condition::invalid_input: return false;
+      case condition::invalid_input:
+      case condition::contention: return false;
     }
     return false;
   }

@@ -39,8 +39,20 @@ enum class error {
   // Caller input
   /// A configuration value is out of range or inconsistent.
   invalid_config,
-  /// An argument is invalid (for example an empty request).
+  /// An argument is invalid (for example an empty request or resource name, or a ttl too short).
   invalid_argument,
+
+  // Locks
+  /// The lock was not acquired: at least one master holds it for someone else (contention).
+  not_acquired,
+  /// Too few masters answered (down, timed out, or replying errors) for a quorum to be possible.
+  quorum_unavailable,
+  /// A quorum was reached, but it took so long that no validity was left; nothing is held.
+  validity_expired,
+  /// The lock is no longer ours on a majority of masters (it expired or changed hands).
+  not_owner,
+  /// The operation needs a held lock, and this handle holds none.
+  not_locked,
 };
 
 /// Coarse groups of errors, for tests such as `ec == redlock::condition::timeout`.
@@ -51,6 +63,8 @@ enum class condition {
   node_failure,
   /// The input (configuration or argument) is invalid; retrying cannot help.
   invalid_input,
+  /// Another client holds the lock.
+  contention,
 };
 
 /// The category of `redlock::error` codes, named "redlock".

@@ -2,6 +2,7 @@
 // (SIGSTOP, kill -9 and restart, a resetting proxy).
 
 #include <redlock/connection.hpp>
+#include <redlock_test/coro.hpp>
 #include <redlock_test/fault_proxy.hpp>
 #include <redlock_test/redis_cluster.hpp>
 
@@ -34,7 +35,9 @@ using redlock::resp::response;
 using redlock::resp::type;
 using clock_type = std::chrono::steady_clock;
 
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+using redlock::test::run_test;
+using redlock::test::sleep_for;
+using redlock::test::use_tuple;
 
 connection_config config_for(const redlock::test::redis_node& node) {
   connection_config cfg;
@@ -43,30 +46,6 @@ connection_config config_for(const redlock::test::redis_node& node) {
   cfg.connect_timeout = 500ms;
   cfg.reconnect = {10ms, 100ms, 0.5};
   return cfg;
-}
-
-// Runs the coroutine `body` on `threads` threads of a fresh io_context, bounded in time: a hang
-// fails the test instead of blocking the suite.
-template <class Body>
-void run_test(Body body, int threads = 1, clock_type::duration limit = 60s) {
-  asio::io_context ioc{threads};
-  std::atomic<bool> finished{false};
-  std::exception_ptr failure;
-  asio::co_spawn(ioc, body(ioc), [&](std::exception_ptr e) {
-    failure = e;
-    finished = true;
-  });
-  std::vector<std::thread> pool;
-  for (int i = 1; i < threads; ++i) pool.emplace_back([&] { ioc.run_for(limit); });
-  ioc.run_for(limit);
-  for (auto& t : pool) t.join();
-  ASSERT_TRUE(finished.load()) << "test body did not finish within its time limit";
-  if (failure) std::rethrow_exception(failure);
-}
-
-asio::awaitable<void> sleep_for(clock_type::duration d) {
-  asio::steady_timer t{co_await asio::this_coro::executor, d};
-  co_await t.async_wait(use_tuple);
 }
 
 // Waits until the connection reaches `want` (or fails the test after `limit`).

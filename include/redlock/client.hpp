@@ -1,0 +1,96 @@
+#pragma once
+/// @file
+/// The Redlock client: distributed locks over N independent Redis masters.
+
+#include <redlock/config.hpp>
+#include <redlock/connection.hpp>
+#include <redlock/lock.hpp>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/deferred.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace redlock {
+
+namespace detail {
+class client_impl;
+}
+
+/// A Redlock client bound to an executor and a set of masters.
+///
+/// Construction opens one multiplexed connection per master and keeps it alive (reconnecting
+/// after failures) until `close()` or destruction. Locks acquired through the client keep a
+/// reference to its internals, so a lock may outlive the client object (its release then finds
+/// the connections closed and the keys expire with their ttl).
+///
+/// @par Thread safety
+/// Distinct objects: safe. Shared objects: safe; operations may be started from any thread.
+class client {
+ public:
+  using executor_type = boost::asio::any_io_executor;
+  using clock = std::chrono::steady_clock;
+
+  /// Starts connecting to every master. An invalid `cfg` does not throw: every operation then
+  /// completes with `error::invalid_config` (see `validate`).
+  client(executor_type ex, client_config cfg);
+  /// Closes the client (see `close`).
+  ~client();
+  client(const client&) = delete;
+  client& operator=(const client&) = delete;
+
+  executor_type get_executor() const noexcept;
+  const client_config& config() const noexcept;
+  /// Each master's connection state, in the order of `client_config::masters`.
+  std::vector<connection_status> masters() const;
+
+  /// @brief Acquires `resource` for `ttl`, retrying per `client_config::retry`.
+  ///
+  /// Handler: `void(boost::system::error_code, lock)`. Sends `SET key token NX PX ttl` to every
+  /// master at once; succeeds as soon as a majority granted it with validity left, fails as soon
+  /// as a majority cannot grant it, and after a failed attempt releases on every master before
+  /// the random retry delay. The returned lock tells what each master answered even on failure.
+  /// Errors: `error::not_acquired` (held by someone else), `error::quorum_unavailable` (too many
+  /// masters down or failing), `error::validity_expired`, `error::invalid_argument` (empty or
+  /// overlong resource, ttl not above drift + request timeout), `error::invalid_config`.
+  ///
+  /// @par Per-operation cancellation
+  /// `terminal`, `partial`: completes at once with `operation_aborted`; whatever the attempt in
+  /// progress acquires is released. `close()` has the same effect.
+  template <boost::asio::completion_token_for<void(boost::system::error_code, lock)> Token = boost::asio::deferred_t>
+  auto async_lock(std::string_view resource, std::chrono::milliseconds ttl, Token&& token = {}) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code, lock)>(
+        [this](lock_handler h, std::string r, std::chrono::milliseconds t) {
+          start_lock(std::move(h), std::move(r), t, true);
+        },
+        token, std::string{resource}, ttl);
+  }
+
+  /// @brief As `async_lock`, with a single attempt (no retry).
+  template <boost::asio::completion_token_for<void(boost::system::error_code, lock)> Token = boost::asio::deferred_t>
+  auto async_try_lock(std::string_view resource, std::chrono::milliseconds ttl, Token&& token = {}) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code, lock)>(
+        [this](lock_handler h, std::string r, std::chrono::milliseconds t) {
+          start_lock(std::move(h), std::move(r), t, false);
+        },
+        token, std::string{resource}, ttl);
+  }
+
+  /// Stops the client: lock operations in progress complete with `operation_aborted` (releasing
+  /// what they acquired), connections close. Held locks stay held until their ttl. Idempotent.
+  void close();
+
+ private:
+  using lock_handler = boost::asio::any_completion_handler<void(boost::system::error_code, lock)>;
+  void start_lock(lock_handler h, std::string resource, std::chrono::milliseconds ttl, bool retry);
+
+  std::shared_ptr<detail::client_impl> impl_;
+};
+
+}  // namespace redlock

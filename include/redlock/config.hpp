@@ -1,0 +1,45 @@
+#pragma once
+/// @file
+/// Configuration of a Redlock client.
+
+#include <redlock/connection.hpp>
+#include <redlock/core/retry.hpp>
+#include <redlock/core/validity.hpp>
+
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace redlock {
+
+/// The masters and the rules of a Redlock client.
+struct client_config {
+  /// The independent masters (no replication between them); typically 5. Each gets one
+  /// multiplexed connection.
+  std::vector<connection_config> masters;
+  /// Prepended to every resource name to make the key. Empty by default, so that clients of other
+  /// Redlock libraries that lock the same resource names exclude ours and vice versa.
+  std::string key_prefix;
+  /// Deadline of one master's answer to `SET NX PX` or the extend script. The quorum decides as
+  /// soon as it can, so a slow or dead minority does not cost this; it is longer than Linux's
+  /// minimum TCP retransmission timeout (200 ms) so that one lost packet does not lose a vote.
+  /// Must be smaller than every ttl used.
+  std::chrono::milliseconds request_timeout{250};
+  /// Deadline of one master's answer to the release script.
+  std::chrono::milliseconds release_timeout{1000};
+  /// Clock-drift allowance subtracted from every validity.
+  core::drift_policy drift{};
+  /// Retries of `async_lock` (`async_try_lock` makes one attempt).
+  core::retry_policy retry{};
+  /// Longest resource name accepted (Redis allows 512 MiB keys; lock names that long are a bug).
+  std::size_t max_resource_length = 64 * 1024;
+};
+
+/// Checks `cfg` (masters present, distinct and valid; timeouts positive; drift and retry sane).
+/// Returns `error::invalid_config`, with `what` naming the problem, or success.
+boost::system::error_code validate(const client_config& cfg, std::string* what = nullptr);
+
+}  // namespace redlock

@@ -1,0 +1,136 @@
+#pragma once
+/// @file
+/// A held (or failed) Redlock lock, and what each master said about it.
+
+#include <redlock/error.hpp>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace redlock {
+
+/// What one master answered in the last operation on a lock.
+enum class node_status : std::uint8_t {
+  pending,       ///< no answer when the quorum decided (the request still runs)
+  granted,       ///< `SET NX` succeeded, or the extend/release script found our token
+  taken,         ///< the key is held by someone else (or, for a script, no longer ours)
+  server_error,  ///< an error reply (`server_text` holds it); the command did not run
+  timeout,       ///< no answer before the deadline; whether the command ran is unknown
+  unreachable,   ///< the connection to the master is down; nothing was sent
+  failed,        ///< the connection broke or a reply was malformed after sending; outcome unknown
+};
+
+/// One master's answer with its detail.
+struct node_result {
+  node_status status = node_status::pending;
+  /// The error behind a status other than granted/taken (empty for those).
+  boost::system::error_code error;
+  /// The master's own text for `server_error` (untrusted; for logs).
+  std::string server_text;
+};
+
+namespace detail {
+struct lock_state;
+class client_impl;
+}
+
+/// A lock handle. It is returned by `client::async_lock` whether or not the lock was acquired:
+/// when not, `owns_lock()` is false and `nodes()` says what each master answered.
+///
+/// Movable, not copyable. Like `std::unique_lock`, a handle that still owns its lock when it is
+/// destroyed releases it: the release is sent in the background (bounded by the client's
+/// `release_timeout`) and nobody waits for it. Call `async_unlock` to know how it went.
+///
+/// @par Thread safety
+/// Distinct objects: safe. Shared objects: the accessors may be called while an operation on the
+/// lock runs on another thread; do not start two operations on one lock at once.
+class lock {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  lock() noexcept = default;
+  lock(lock&&) noexcept = default;
+  lock& operator=(lock&& other) noexcept;
+  lock(const lock&) = delete;
+  lock& operator=(const lock&) = delete;
+  ~lock();
+
+  /// True while the handle holds the lock (acquired, not released). Says nothing about time:
+  /// compare `validity_deadline()` with the clock for that.
+  bool owns_lock() const noexcept;
+  explicit operator bool() const noexcept { return owns_lock(); }
+
+  /// The resource name as given (without the key prefix).
+  const std::string& resource() const noexcept;
+  /// The random token that signs this lock (40 hex digits: 20 bytes from the OS's CSPRNG).
+  const std::string& token() const noexcept;
+  /// Until when the holder may rely on the lock: start of the deciding attempt + ttl - drift.
+  clock::time_point validity_deadline() const noexcept;
+  /// What each master answered in the last operation (acquire, extend or release), in the order
+  /// of `client_config::masters`.
+  std::vector<node_result> nodes() const;
+  /// Acquisition attempts it took (1 without retries).
+  std::size_t attempts() const noexcept;
+
+  /// @brief Releases the lock on every master (check-the-token script, so never someone else's).
+  ///
+  /// Handler: `void(boost::system::error_code, std::size_t held)`. `held` counts the masters that
+  /// still had our token and deleted it (0 when the lock had expired everywhere: not an error).
+  /// Completes once a majority of masters answered; the rest finish in the background. Errors:
+  /// `error::not_locked` (the handle holds nothing), `error::quorum_unavailable` (fewer than a
+  /// majority answered before `release_timeout`; their keys expire with the ttl).
+  /// The handle no longer owns the lock once this is called.
+  ///
+  /// @par Per-operation cancellation
+  /// `terminal`, `partial`: completes at once with `operation_aborted`; the release itself still
+  /// runs to completion (within its deadline) in the background.
+  template <boost::asio::completion_token_for<void(boost::system::error_code, std::size_t)> Token =
+                boost::asio::deferred_t>
+  auto async_unlock(Token&& token = {}) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
+        [this](unlock_handler h) { start_unlock(std::move(h)); }, token);
+  }
+
+  /// @brief Extends the lock to `ttl` from now on a majority of masters (check-the-token script).
+  ///
+  /// Handler: `void(boost::system::error_code)`. On success `validity_deadline()` moves to the
+  /// start of this extension + ttl - drift. The extension counts only if a majority extended it
+  /// before the current validity ran out. Errors: `error::not_locked`; `error::validity_expired`
+  /// (the lock had already run out, or the quorum came too late); `error::not_owner` (a master
+  /// no longer has our token); `error::quorum_unavailable`; `error::invalid_argument` (ttl too
+  /// short for the drift and request timeout). After a failure the lock stays valid until its old
+  /// deadline at most.
+  ///
+  /// @par Per-operation cancellation
+  /// `terminal`, `partial`: completes at once with `operation_aborted`; the extension requests
+  /// already sent still run, and if they succeed the deadline is not moved (the conservative
+  /// choice: the holder relies on the old one).
+  template <boost::asio::completion_token_for<void(boost::system::error_code)> Token = boost::asio::deferred_t>
+  auto async_extend(std::chrono::milliseconds ttl, Token&& token = {}) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
+        [this](extend_handler h, std::chrono::milliseconds t) { start_extend(std::move(h), t); }, token, ttl);
+  }
+
+ private:
+  friend class detail::client_impl;
+  using unlock_handler = boost::asio::any_completion_handler<void(boost::system::error_code, std::size_t)>;
+  using extend_handler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
+  explicit lock(std::shared_ptr<detail::lock_state> state) noexcept : state_(std::move(state)) {}
+  static lock make(std::shared_ptr<detail::lock_state> state) noexcept;
+  void start_unlock(unlock_handler h);
+  void start_extend(extend_handler h, std::chrono::milliseconds ttl);
+  void release_in_background() noexcept;
+
+  std::shared_ptr<detail::lock_state> state_;
+};
+
+}  // namespace redlock

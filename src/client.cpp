@@ -1,0 +1,640 @@
+// The Redlock client's I/O shell: fans requests out to every master at once, feeds the answers to
+// the quorum collector (core/quorum.hpp) and acts on its decision. The arithmetic (quorum,
+// validity, retry delays) lives in core/; this file sends, waits and releases.
+
+#include <redlock/client.hpp>
+#include <redlock/core/quorum.hpp>
+#include <redlock/detail/scripts.hpp>
+#include <redlock/detail/token.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/system_executor.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+#include <utility>
+
+#include "detail/completion.hpp"
+
+namespace redlock {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using clock_type = std::chrono::steady_clock;
+
+error_code validate(const client_config& cfg, std::string* what) {
+  auto bad = [&](std::string field) {
+    if (what) *what = std::move(field);
+    return make_error_code(error::invalid_config);
+  };
+  if (cfg.masters.empty()) return bad("no masters");
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < cfg.masters.size(); ++i) {
+    const auto& m = cfg.masters[i];
+    std::string inner;
+    if (validate(m, &inner)) return bad("master " + std::to_string(i + 1) + ": " + inner);
+    const auto id = m.unix_socket.empty() ? m.host + ":" + std::to_string(m.port) : "unix:" + m.unix_socket;
+    // Two entries for one server would let one master cast two votes.
+    if (!seen.insert(id + "/" + std::to_string(m.database)).second) return bad("master listed twice: " + id);
+  }
+  if (cfg.request_timeout <= std::chrono::milliseconds::zero()) return bad("request_timeout is not positive");
+  if (cfg.release_timeout <= std::chrono::milliseconds::zero()) return bad("release_timeout is not positive");
+  if (!(cfg.drift.factor >= 0.0 && cfg.drift.factor < 1.0)) return bad("drift.factor outside [0, 1)");
+  if (cfg.drift.fixed < std::chrono::milliseconds::zero()) return bad("drift.fixed is negative");
+  if (cfg.retry.base_delay < std::chrono::milliseconds::zero() || cfg.retry.jitter < std::chrono::milliseconds::zero() ||
+      cfg.retry.max_wait < std::chrono::milliseconds::zero())
+    return bad("retry delays must not be negative");
+  if (cfg.max_resource_length == 0) return bad("max_resource_length is 0");
+  if (what) what->clear();
+  return {};
+}
+
+namespace detail {
+
+using strand_type = asio::strand<asio::any_io_executor>;
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
+// What one master's reply means: "OK" (SET) or the integer 1 (scripts) is granted; nil (SET) or
+// 0 (scripts: the key is not ours) is taken; everything else is a failure of that master.
+node_result classify(error_code ec, const resp::response& r) {
+  node_result out;
+  if (ec == error::server_error) {
+    out.status = node_status::server_error;
+    out.error = ec;
+    if (!r.empty()) out.server_text = r.front().value;
+    return out;
+  }
+  if (ec) {
+    out.error = ec;
+    if (ec == error::node_timeout) {
+      out.status = node_status::timeout;
+    } else if (ec == error::not_connected) {
+      out.status = node_status::unreachable;
+    } else {
+      out.status = node_status::failed;  // sent, then lost: outcome unknown
+    }
+    return out;
+  }
+  if (r.empty()) {
+    out.status = node_status::failed;
+    out.error = error::unexpected_reply;
+    return out;
+  }
+  const auto& n = r.front();
+  if ((n.data_type == resp::type::simple_string && n.value == "OK") ||
+      (n.data_type == resp::type::integer && n.value == "1")) {
+    out.status = node_status::granted;
+  } else if (n.data_type == resp::type::null || (n.data_type == resp::type::integer && n.value == "0")) {
+    out.status = node_status::taken;
+  } else {
+    out.status = node_status::failed;
+    out.error = error::unexpected_reply;
+  }
+  return out;
+}
+
+struct lock_state {
+  std::shared_ptr<client_impl> owner;
+  std::string resource;
+  std::string key;
+  std::string token;
+  std::atomic<clock_type::rep> deadline{0};
+  std::atomic<bool> held{false};
+  std::size_t attempts = 0;
+  mutable std::mutex mutex;  // guards nodes
+  std::vector<node_result> nodes;
+
+  void set_nodes(std::vector<node_result> n) {
+    std::lock_guard guard{mutex};
+    nodes = std::move(n);
+  }
+  void set_deadline(clock_type::time_point tp) noexcept {
+    deadline.store(tp.time_since_epoch().count(), std::memory_order_release);
+  }
+  clock_type::time_point get_deadline() const noexcept {
+    return clock_type::time_point{clock_type::duration{deadline.load(std::memory_order_acquire)}};
+  }
+};
+
+// One operation on all masters: lock (with its retries), extend or unlock. It lives on its own
+// strand; every master's answer is delivered there, and the coroutine driving it waits for the
+// quorum's decision on `event_`.
+struct call : std::enable_shared_from_this<call> {
+  explicit call(const asio::any_io_executor& ex) : strand(asio::make_strand(ex)), event(strand) {}
+
+  strand_type strand;
+  asio::steady_timer event;  // a wake-up: cancelled when the decision comes, or on cancellation
+  bool cancelled = false;
+
+  // The current round of requests.
+  std::uint64_t round = 0;
+  core::quorum votes{0};
+  std::vector<node_result> nodes;
+  bool decided = false;
+  clock_type::time_point decided_at{};
+
+  void begin_round(std::size_t n) {
+    ++round;
+    votes = core::quorum{n};
+    nodes.assign(n, node_result{});
+    decided = false;
+  }
+
+  // One master's answer. `yes` says whether it counts towards the quorum. Answers from an older
+  // round (a straggler of a failed attempt) only matter to that round's release, already queued.
+  void answer(std::uint64_t r, std::size_t i, node_result res, bool yes) {
+    if (r != round) return;
+    nodes[i] = std::move(res);
+    if (yes) {
+      votes.yes();
+    } else {
+      votes.no();
+    }
+    if (!decided && votes.state() != core::quorum_state::pending) {
+      decided = true;
+      decided_at = clock_type::now();
+      event.cancel();
+    }
+  }
+
+  asio::awaitable<void> wait_decision() {
+    while (!decided && !cancelled) {
+      event.expires_at(clock_type::time_point::max());
+      co_await event.async_wait(use_tuple);
+    }
+  }
+
+  asio::awaitable<void> sleep(clock_type::duration d) {
+    event.expires_after(d);
+    co_await event.async_wait(use_tuple);
+  }
+
+  virtual void on_cancel() = 0;
+  void cancel() {
+    if (cancelled) return;
+    cancelled = true;
+    event.cancel();
+    on_cancel();
+  }
+  virtual ~call() = default;
+};
+
+// Installs a slot handler that cancels `c` on its strand (terminal and partial only: a request
+// already sent cannot be taken back, so total cancellation is not offered).
+template <class Handler>
+void bind_cancellation(Handler& h, const std::shared_ptr<call>& c) {
+  auto slot = asio::get_associated_cancellation_slot(h);
+  if (!slot.is_connected()) return;
+  slot.assign([w = std::weak_ptr<call>(c)](asio::cancellation_type type) {
+    if (!(type & (asio::cancellation_type::terminal | asio::cancellation_type::partial))) return;
+    if (auto self = w.lock()) asio::post(self->strand, [self] { self->cancel(); });
+  });
+}
+
+class client_impl : public std::enable_shared_from_this<client_impl> {
+ public:
+  client_impl(asio::any_io_executor ex, client_config cfg) : ex_(std::move(ex)), cfg_(std::move(cfg)) {
+    config_error_ = validate(cfg_, &config_problem_);
+    if (config_error_) return;
+    conns_.reserve(cfg_.masters.size());
+    for (const auto& m : cfg_.masters) conns_.push_back(std::make_unique<connection>(ex_, m));
+  }
+
+  void start() {
+    for (auto& c : conns_) c->async_run([](error_code) {});
+  }
+
+  asio::any_io_executor ex_;
+  client_config cfg_;
+  error_code config_error_;
+  std::string config_problem_;
+  std::vector<std::unique_ptr<connection>> conns_;
+  std::atomic<bool> closed_{false};
+
+  std::size_t size() const noexcept { return conns_.size(); }
+
+  // ---- operations registry (so that close() reaches operations waiting on a timer) ------------
+
+  void enroll(const std::shared_ptr<call>& c) {
+    std::lock_guard guard{calls_mutex_};
+    if (calls_.size() >= 2 * live_hint_ + 16) {
+      std::erase_if(calls_, [](const std::weak_ptr<call>& w) { return w.expired(); });
+      live_hint_ = calls_.size();
+    }
+    calls_.push_back(c);
+  }
+
+  void close() {
+    if (closed_.exchange(true)) return;
+    std::vector<std::weak_ptr<call>> calls;
+    {
+      std::lock_guard guard{calls_mutex_};
+      calls.swap(calls_);
+    }
+    for (auto& w : calls) {
+      if (auto c = w.lock()) asio::post(c->strand, [c] { c->cancel(); });
+    }
+    for (auto& conn : conns_) conn->close();
+  }
+
+  // ---- sending --------------------------------------------------------------------------------
+
+  // Runs `s` on master `i` with EVALSHA, falling back to EVAL when the master's script cache is
+  // empty (a restarted master, or SCRIPT FLUSH). The fallback is queued on the same connection,
+  // so it still runs after any request sent before it.
+  template <class Handler>
+  void run_script(std::size_t i, const script& s, const std::string& key, const std::string& token,
+                  std::optional<std::int64_t> ttl_ms, clock_type::duration timeout, Handler h) {
+    resp::request req;
+    if (ttl_ms) {
+      req.push("EVALSHA", s.sha1, 1, key, token, *ttl_ms);
+    } else {
+      req.push("EVALSHA", s.sha1, 1, key, token);
+    }
+    connection* conn = conns_[i].get();
+    conn->async_exec(std::move(req), timeout,
+                     asio::bind_executor(asio::get_associated_executor(h),
+                                         [conn, s, key, token, ttl_ms, timeout, h = std::move(h)](
+                                             error_code ec, resp::response r) mutable {
+                                           if (ec == error::server_error && !r.empty() &&
+                                               starts_with(r.front().value, "NOSCRIPT")) {
+                                             resp::request eval;
+                                             if (ttl_ms) {
+                                               eval.push("EVAL", s.body, 1, key, token, *ttl_ms);
+                                             } else {
+                                               eval.push("EVAL", s.body, 1, key, token);
+                                             }
+                                             conn->async_exec(std::move(eval), timeout, std::move(h));
+                                             return;
+                                           }
+                                           std::move(h)(ec, std::move(r));
+                                         }));
+  }
+
+  // The release script on every master, nobody waiting (failed attempts, dropped handles).
+  void release_everywhere(const std::string& key, const std::string& token) {
+    for (std::size_t i = 0; i < size(); ++i) {
+      run_script(i, release_script, key, token, std::nullopt, cfg_.release_timeout,
+                 asio::bind_executor(ex_, [](error_code, resp::response) {}));
+    }
+  }
+
+  // ---- lock -----------------------------------------------------------------------------------
+
+  using lock_handler = asio::any_completion_handler<void(error_code, lock)>;
+
+  struct lock_call final : call {
+    using call::call;
+    std::optional<lock_handler> handler;
+    asio::any_io_executor fallback;
+    std::shared_ptr<lock_state> state;
+    void on_cancel() override { finish(asio::error::operation_aborted); }
+    void finish(error_code ec) {
+      if (!handler) return;
+      lock_handler h = std::move(*handler);
+      handler.reset();
+      if (!ec) state->held = true;
+      complete_handler(std::move(h), fallback, ec, lock::make(state));
+    }
+  };
+
+  error_code check_lock_args(const std::string& resource, std::chrono::milliseconds ttl) const {
+    if (config_error_) return config_error_;
+    if (resource.empty() || resource.size() > cfg_.max_resource_length) return error::invalid_argument;
+    if (ttl <= std::chrono::milliseconds::zero()) return error::invalid_argument;
+    // A success decided at the very end of the per-master deadline must still leave validity.
+    const auto usable = std::chrono::microseconds{ttl} - core::drift(ttl, cfg_.drift);
+    if (usable <= std::chrono::microseconds{cfg_.request_timeout}) return error::invalid_argument;
+    return {};
+  }
+
+  void start_lock(lock_handler h, std::string resource, std::chrono::milliseconds ttl, bool retry) {
+    auto c = std::make_shared<lock_call>(ex_);
+    c->fallback = ex_;
+    c->state = std::make_shared<lock_state>();
+    c->state->owner = shared_from_this();
+    c->state->resource = std::move(resource);
+    bind_cancellation(h, c);
+    c->handler.emplace(std::move(h));
+    enroll(c);
+    asio::co_spawn(c->strand, lock_loop(c, ttl, retry), [c](std::exception_ptr e) {
+      if (e) c->finish(make_error_code(boost::system::errc::not_enough_memory));
+    });
+  }
+
+  asio::awaitable<void> lock_loop(std::shared_ptr<lock_call> c, std::chrono::milliseconds ttl, bool retry) {
+    const auto state = c->state;  // the user's handle may drop its copy at any time
+    auto& st = *state;
+    if (auto ec = check_lock_args(st.resource, ttl)) {
+      c->finish(ec);
+      co_return;
+    }
+    if (closed_) {
+      c->finish(asio::error::operation_aborted);
+      co_return;
+    }
+    error_code tec;
+    st.token = make_token(tec);
+    if (tec) {
+      c->finish(tec);
+      co_return;
+    }
+    st.key = cfg_.key_prefix + st.resource;
+    const auto first_start = clock_type::now();
+    std::minstd_rand rng{std::random_device{}()};
+    for (;;) {
+      ++st.attempts;
+      c->begin_round(size());
+      const auto round = c->round;
+      const auto start = clock_type::now();
+      for (std::size_t i = 0; i < size(); ++i) {
+        resp::request req;
+        req.push("SET", st.key, st.token, "NX", "PX", ttl.count());
+        conns_[i]->async_exec(std::move(req), cfg_.request_timeout,
+                              asio::bind_executor(c->strand, [c, round, i](error_code ec, resp::response r) {
+                                auto res = classify(ec, r);
+                                const bool yes = res.status == node_status::granted;
+                                c->answer(round, i, std::move(res), yes);
+                              }));
+      }
+      co_await c->wait_decision();
+      st.set_nodes(c->nodes);
+
+      error_code ec;
+      if (c->cancelled || closed_) {
+        ec = asio::error::operation_aborted;
+      } else if (c->votes.state() == core::quorum_state::reached) {
+        const auto v = core::validity<clock_type>(ttl, start, c->decided_at, cfg_.drift);
+        if (v > clock_type::duration::zero()) {
+          st.set_deadline(core::validity_deadline<clock_type>(ttl, start, cfg_.drift));
+          c->finish({});
+          co_return;
+        }
+        ec = error::validity_expired;
+      } else {
+        const bool contended = std::any_of(c->nodes.begin(), c->nodes.end(),
+                                           [](const node_result& n) { return n.status == node_status::taken; });
+        ec = contended ? error::not_acquired : error::quorum_unavailable;
+      }
+      // Failed (or cancelled) attempt: release everywhere at once, so others need not wait for
+      // expiry. Each release is queued behind this attempt's SET on the same connection, so a
+      // SET still in flight (timed out, or not answered yet) cannot leave a key behind.
+      release_everywhere(st.key, st.token);
+      if (ec == asio::error::operation_aborted) {
+        c->finish(ec);
+        co_return;
+      }
+      const auto delay = core::retry_delay(cfg_.retry, std::uniform_real_distribution<double>{0.0, 1.0}(rng));
+      const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - first_start);
+      if (!retry || !core::may_retry(cfg_.retry, st.attempts, elapsed, delay)) {
+        c->finish(ec);
+        co_return;
+      }
+      co_await c->sleep(delay);
+      if (c->cancelled || closed_) {
+        c->finish(asio::error::operation_aborted);
+        co_return;
+      }
+    }
+  }
+
+  // ---- unlock ---------------------------------------------------------------------------------
+
+  using unlock_handler = asio::any_completion_handler<void(error_code, std::size_t)>;
+
+  struct unlock_call final : call {
+    using call::call;
+    std::optional<unlock_handler> handler;
+    asio::any_io_executor fallback;
+    void on_cancel() override { finish(asio::error::operation_aborted, 0); }
+    void finish(error_code ec, std::size_t held) {
+      if (!handler) return;
+      unlock_handler h = std::move(*handler);
+      handler.reset();
+      complete_handler(std::move(h), fallback, ec, held);
+    }
+  };
+
+  void start_unlock(std::shared_ptr<lock_state> st, unlock_handler h) {
+    auto c = std::make_shared<unlock_call>(ex_);
+    c->fallback = ex_;
+    bind_cancellation(h, c);
+    c->handler.emplace(std::move(h));
+    const bool was_held = st && st->held.exchange(false);
+    asio::co_spawn(c->strand, unlock_run(c, std::move(st), was_held), [c](std::exception_ptr e) {
+      if (e) c->finish(make_error_code(boost::system::errc::not_enough_memory), 0);
+    });
+  }
+
+  asio::awaitable<void> unlock_run(std::shared_ptr<unlock_call> c, std::shared_ptr<lock_state> st, bool was_held) {
+    if (!was_held) {
+      c->finish(error::not_locked, 0);
+      co_return;
+    }
+    c->begin_round(size());
+    const auto round = c->round;
+    for (std::size_t i = 0; i < size(); ++i) {
+      // No cancellation slot on these: a release runs to completion even if its caller is gone.
+      run_script(i, release_script, st->key, st->token, std::nullopt, cfg_.release_timeout,
+                 asio::bind_executor(c->strand, [c, round, i](error_code ec, resp::response r) {
+                   auto res = classify(ec, r);
+                   // Any clean answer counts: the key is gone from that master either way.
+                   const bool answered = res.status == node_status::granted || res.status == node_status::taken;
+                   c->answer(round, i, std::move(res), answered);
+                 }));
+    }
+    co_await c->wait_decision();
+    st->set_nodes(c->nodes);
+    const auto held = static_cast<std::size_t>(std::count_if(
+        c->nodes.begin(), c->nodes.end(), [](const node_result& n) { return n.status == node_status::granted; }));
+    c->finish(c->votes.state() == core::quorum_state::reached ? error_code{} : error::quorum_unavailable, held);
+  }
+
+  // ---- extend ---------------------------------------------------------------------------------
+
+  using extend_handler = asio::any_completion_handler<void(error_code)>;
+
+  struct extend_call final : call {
+    using call::call;
+    std::optional<extend_handler> handler;
+    asio::any_io_executor fallback;
+    void on_cancel() override { finish(asio::error::operation_aborted); }
+    void finish(error_code ec) {
+      if (!handler) return;
+      extend_handler h = std::move(*handler);
+      handler.reset();
+      complete_handler(std::move(h), fallback, ec);
+    }
+  };
+
+  void start_extend(std::shared_ptr<lock_state> st, extend_handler h, std::chrono::milliseconds ttl) {
+    auto c = std::make_shared<extend_call>(ex_);
+    c->fallback = ex_;
+    bind_cancellation(h, c);
+    c->handler.emplace(std::move(h));
+    asio::co_spawn(c->strand, extend_run(c, std::move(st), ttl), [c](std::exception_ptr e) {
+      if (e) c->finish(make_error_code(boost::system::errc::not_enough_memory));
+    });
+  }
+
+  asio::awaitable<void> extend_run(std::shared_ptr<extend_call> c, std::shared_ptr<lock_state> st,
+                                   std::chrono::milliseconds ttl) {
+    if (!st || !st->held) {
+      c->finish(error::not_locked);
+      co_return;
+    }
+    if (auto ec = check_lock_args(st->resource, ttl)) {
+      c->finish(ec);
+      co_return;
+    }
+    const auto start = clock_type::now();
+    const auto old_deadline = st->get_deadline();
+    if (start >= old_deadline) {
+      c->finish(error::validity_expired);  // someone else may hold it by now: too late to extend
+      co_return;
+    }
+    // The extension must be decided within the remaining validity; no master may take longer.
+    const auto timeout = std::min<clock_type::duration>(cfg_.request_timeout, old_deadline - start);
+    c->begin_round(size());
+    const auto round = c->round;
+    for (std::size_t i = 0; i < size(); ++i) {
+      run_script(i, extend_script, st->key, st->token, ttl.count(), timeout,
+                 asio::bind_executor(c->strand, [c, round, i](error_code ec, resp::response r) {
+                   auto res = classify(ec, r);
+                   const bool yes = res.status == node_status::granted;
+                   c->answer(round, i, std::move(res), yes);
+                 }));
+    }
+    co_await c->wait_decision();
+    st->set_nodes(c->nodes);
+    if (c->cancelled) co_return;  // already completed; the old deadline stands
+    if (c->votes.state() == core::quorum_state::reached) {
+      if (c->decided_at < old_deadline && core::validity<clock_type>(ttl, start, c->decided_at, cfg_.drift) >
+                                              clock_type::duration::zero()) {
+        st->set_deadline(core::validity_deadline<clock_type>(ttl, start, cfg_.drift));
+        c->finish({});
+      } else {
+        c->finish(error::validity_expired);
+      }
+      co_return;
+    }
+    const bool lost = std::any_of(c->nodes.begin(), c->nodes.end(),
+                                  [](const node_result& n) { return n.status == node_status::taken; });
+    c->finish(lost ? error::not_owner : error::quorum_unavailable);
+  }
+
+ private:
+  std::mutex calls_mutex_;
+  std::vector<std::weak_ptr<call>> calls_;
+  std::size_t live_hint_ = 0;
+};
+
+}  // namespace detail
+
+// ---- lock -------------------------------------------------------------------------------------
+
+lock lock::make(std::shared_ptr<detail::lock_state> state) noexcept { return lock{std::move(state)}; }
+
+lock& lock::operator=(lock&& other) noexcept {
+  if (this != &other) {
+    release_in_background();
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+lock::~lock() { release_in_background(); }
+
+void lock::release_in_background() noexcept {
+  if (!state_ || !state_->held.exchange(false)) return;
+  try {
+    state_->owner->release_everywhere(state_->key, state_->token);
+  } catch (...) {
+    // Out of memory while queuing the release: the keys expire with the ttl.
+  }
+}
+
+bool lock::owns_lock() const noexcept { return state_ && state_->held; }
+
+const std::string& lock::resource() const noexcept {
+  static const std::string empty;
+  return state_ ? state_->resource : empty;
+}
+
+const std::string& lock::token() const noexcept {
+  static const std::string empty;
+  return state_ ? state_->token : empty;
+}
+
+lock::clock::time_point lock::validity_deadline() const noexcept {
+  return state_ ? state_->get_deadline() : clock::time_point{};
+}
+
+std::vector<node_result> lock::nodes() const {
+  if (!state_) return {};
+  std::lock_guard guard{state_->mutex};
+  return state_->nodes;
+}
+
+std::size_t lock::attempts() const noexcept { return state_ ? state_->attempts : 0; }
+
+void lock::start_unlock(unlock_handler h) {
+  if (!state_) {
+    // No client to post through: hop through the system executor so as never to complete inline,
+    // then run on the handler's own executor.
+    asio::post(asio::system_executor(), [h = std::move(h)]() mutable {
+      detail::complete_handler(std::move(h), asio::system_executor(), make_error_code(error::not_locked), std::size_t{0});
+    });
+    return;
+  }
+  state_->owner->start_unlock(state_, std::move(h));
+}
+
+void lock::start_extend(extend_handler h, std::chrono::milliseconds ttl) {
+  if (!state_) {
+    asio::post(asio::system_executor(), [h = std::move(h)]() mutable {
+      detail::complete_handler(std::move(h), asio::system_executor(), make_error_code(error::not_locked));
+    });
+    return;
+  }
+  state_->owner->start_extend(state_, std::move(h), ttl);
+}
+
+// ---- client -----------------------------------------------------------------------------------
+
+client::client(executor_type ex, client_config cfg)
+    : impl_(std::make_shared<detail::client_impl>(std::move(ex), std::move(cfg))) {
+  impl_->start();
+}
+
+client::~client() { impl_->close(); }
+
+client::executor_type client::get_executor() const noexcept { return impl_->ex_; }
+const client_config& client::config() const noexcept { return impl_->cfg_; }
+
+std::vector<connection_status> client::masters() const {
+  std::vector<connection_status> out;
+  for (const auto& c : impl_->conns_) out.push_back(c->status());
+  return out;
+}
+
+void client::start_lock(lock_handler h, std::string resource, std::chrono::milliseconds ttl, bool retry) {
+  impl_->start_lock(std::move(h), std::move(resource), ttl, retry);
+}
+
+void client::close() { impl_->close(); }
+
+}  // namespace redlock

@@ -1,0 +1,25 @@
+#pragma once
+// Completing a type-erased handler the Asio way (private to src/).
+
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/dispatch.hpp>
+
+#include <utility>
+
+namespace redlock::detail {
+
+// Runs `h(args...)` on the handler's associated executor (`fallback` when it has none), after
+// disconnecting its cancellation slot (our slot handler must not outlive the operation).
+// Not asio::append: in Boost 1.81 it re-wraps an lvalue any_completion_handler without end.
+template <class Handler, class Executor, class... Args>
+void complete_handler(Handler h, const Executor& fallback, Args... args) {
+  auto slot = boost::asio::get_associated_cancellation_slot(h);
+  if (slot.is_connected()) slot.clear();
+  auto ex = boost::asio::get_associated_executor(h, fallback);
+  boost::asio::dispatch(ex, [h = std::move(h), ... args = std::move(args)]() mutable {
+    std::move(h)(std::move(args)...);
+  });
+}
+
+}  // namespace redlock::detail

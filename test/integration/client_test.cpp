@@ -1,0 +1,415 @@
+// The Redlock client against five real redis-server masters, with masters killed and stopped for
+// real. What the masters hold is checked on the masters themselves, not through the client.
+
+#include <redlock/client.hpp>
+#include <redlock/detail/scripts.hpp>
+#include <redlock_test/coro.hpp>
+#include <redlock_test/redis_cluster.hpp>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/detached.hpp>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <set>
+#include <string>
+
+namespace {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using boost::system::error_code;
+using redlock::error;
+using redlock::node_status;
+using redlock::test::run_test;
+using redlock::test::sleep_for;
+using redlock::test::use_tuple;
+using clock_type = std::chrono::steady_clock;
+
+// The raw RESP reply a master gives to GET key, e.g. "$40\r\n<token>\r\n" or "$-1\r\n".
+std::string bulk(const std::string& v) { return "$" + std::to_string(v.size()) + "\r\n" + v + "\r\n"; }
+const std::string nil = "$-1\r\n";
+
+struct client_test : ::testing::Test {
+  redlock::test::redis_cluster cluster{5};
+
+  redlock::client_config config() {
+    redlock::client_config cfg;
+    for (std::size_t i = 0; i < cluster.size(); ++i) {
+      redlock::connection_config m;
+      m.host = cluster[i].host();
+      m.port = cluster[i].port();
+      m.connect_timeout = 300ms;
+      m.reconnect = {10ms, 100ms, 0.5};
+      cfg.masters.push_back(m);
+    }
+    cfg.request_timeout = 200ms;
+    cfg.retry.max_wait = 2s;
+    return cfg;
+  }
+
+  // How many masters hold `key` with `value` ("" = the key is absent on that many).
+  std::size_t holding(const std::string& key, const std::string& value) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < cluster.size(); ++i) {
+      if (!cluster[i].running() || cluster[i].paused()) continue;
+      n += cluster[i].command({"GET", key}) == (value.empty() ? nil : bulk(value));
+    }
+    return n;
+  }
+
+  // Waits (bounded) until every running master agrees with `holding(key, value) == want`.
+  asio::awaitable<bool> eventually_holding(const std::string& key, const std::string& value, std::size_t want) {
+    for (int i = 0; i < 200; ++i) {
+      if (holding(key, value) == want) co_return true;
+      co_await sleep_for(5ms);
+    }
+    co_return false;
+  }
+
+  asio::awaitable<void> wait_connected(redlock::client& c) {
+    for (int i = 0; i < 400; ++i) {
+      std::size_t up = 0;
+      for (const auto& s : c.masters()) up += s.state == redlock::connection_state::up;
+      if (up == c.masters().size()) co_return;
+      co_await sleep_for(5ms);
+    }
+    ADD_FAILURE() << "client did not connect to every master";
+  }
+};
+
+TEST_F(client_test, acquire_extend_release_and_exclusion) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client a{ioc.get_executor(), config()};
+    redlock::client b{ioc.get_executor(), config()};
+    co_await wait_connected(a);
+    co_await wait_connected(b);
+
+    const auto before = clock_type::now();
+    auto [ec, l] = co_await a.async_lock("orders:42", 10s, use_tuple);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_TRUE(l.owns_lock());
+    EXPECT_EQ(l.resource(), "orders:42");
+    EXPECT_EQ(l.token().size(), 40u);
+    EXPECT_EQ(l.token().find_first_not_of("0123456789abcdef"), std::string::npos);
+    EXPECT_GT(l.validity_deadline(), clock_type::now());
+    EXPECT_LE(l.validity_deadline(), before + 10s - 100ms);  // ttl minus at least 1% drift
+    EXPECT_EQ(l.attempts(), 1u);
+    EXPECT_EQ(holding("orders:42", l.token()), 5u);  // plain key = resource, value = token
+
+    // Another client cannot get it, and is told why: contention, per master.
+    auto [ec2, l2] = co_await b.async_try_lock("orders:42", 10s, use_tuple);
+    EXPECT_EQ(ec2, error::not_acquired);
+    EXPECT_EQ(ec2, redlock::condition::contention);
+    EXPECT_FALSE(l2.owns_lock());
+    std::size_t taken = 0;
+    for (const auto& n : l2.nodes()) {
+      // Decided at the third refusal: the rest may not have answered yet.
+      EXPECT_TRUE(n.status == node_status::taken || n.status == node_status::pending);
+      taken += n.status == node_status::taken;
+    }
+    EXPECT_GE(taken, 3u);
+    EXPECT_EQ(holding("orders:42", l.token()), 5u);  // b's failed attempt removed nothing of a's
+
+    // Extend moves the deadline and the masters' ttl.
+    const auto old_deadline = l.validity_deadline();
+    co_await sleep_for(20ms);
+    auto [eec] = co_await l.async_extend(30s, use_tuple);
+    EXPECT_FALSE(eec) << eec.message();
+    EXPECT_GT(l.validity_deadline(), old_deadline + 15s);
+    const auto pttl = cluster[0].command({"PTTL", "orders:42"});
+    EXPECT_GT(std::stol(pttl.substr(1)), 20000) << pttl;
+
+    auto [uec, held] = co_await l.async_unlock(use_tuple);
+    EXPECT_FALSE(uec) << uec.message();
+    EXPECT_GE(held, 3u);
+    EXPECT_FALSE(l.owns_lock());
+    EXPECT_TRUE(co_await eventually_holding("orders:42", "", 5));
+
+    // Now b gets it at once.
+    auto [ec3, l3] = co_await b.async_try_lock("orders:42", 10s, use_tuple);
+    EXPECT_FALSE(ec3);
+    auto [e4, h4] = co_await l3.async_unlock(use_tuple);
+    EXPECT_FALSE(e4);
+    // Operations on a handle that holds nothing say so.
+    auto [e5, h5] = co_await l3.async_unlock(use_tuple);
+    EXPECT_EQ(e5, error::not_locked);
+    auto [e6] = co_await l3.async_extend(10s, use_tuple);
+    EXPECT_EQ(e6, error::not_locked);
+  });
+}
+
+TEST_F(client_test, minority_down_still_locks_majority_down_fails_and_leaves_nothing) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client c{ioc.get_executor(), config()};
+    co_await wait_connected(c);
+    cluster[0].kill();
+    cluster[1].kill();
+    co_await sleep_for(50ms);
+    auto [ec, l] = co_await c.async_try_lock("res", 10s, use_tuple);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(l.nodes().at(0).status, node_status::unreachable);
+    EXPECT_EQ(l.nodes().at(2).status, node_status::granted);
+    co_await l.async_unlock(use_tuple);
+
+    cluster[2].kill();
+    co_await sleep_for(50ms);
+    auto [ec2, l2] = co_await c.async_try_lock("res2", 10s, use_tuple);
+    EXPECT_EQ(ec2, error::quorum_unavailable);
+    EXPECT_EQ(ec2, redlock::condition::node_failure);
+    EXPECT_FALSE(l2.owns_lock());
+    std::size_t unreachable = 0;
+    for (const auto& n : l2.nodes()) unreachable += n.status == node_status::unreachable;
+    EXPECT_EQ(unreachable, 3u);  // decided on the three dead masters alone, without waiting
+    // The two live masters may have granted (before or after the decision): released at once.
+    EXPECT_TRUE(co_await eventually_holding("res2", "", 2));
+  });
+}
+
+TEST_F(client_test, stalled_minority_does_not_delay_the_decision) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    auto cfg = config();
+    cfg.request_timeout = 3s;
+    redlock::client c{ioc.get_executor(), cfg};
+    co_await wait_connected(c);
+    cluster[3].pause();
+    cluster[4].pause();
+    const auto start = clock_type::now();
+    auto [ec, l] = co_await c.async_try_lock("stalled", 10s, use_tuple);
+    const auto took = clock_type::now() - start;
+    EXPECT_FALSE(ec) << ec.message();
+    // Decided by the three live masters, not after the stalled ones' 3 s deadline.
+    EXPECT_LT(took, 1500ms);
+    const auto nodes = l.nodes();
+    for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(nodes.at(i).status, node_status::granted) << i;
+    for (std::size_t i = 3; i < 5; ++i) EXPECT_EQ(nodes.at(i).status, node_status::pending) << i;
+    auto [uec, held] = co_await l.async_unlock(use_tuple);  // also decided by the live majority
+    EXPECT_FALSE(uec);
+    cluster[3].resume();
+    cluster[4].resume();
+    // The stalled masters run the late SET and then the release queued behind it: nothing is left.
+    for (int i = 0; i < 200 && holding("stalled", "") != 5; ++i) co_await sleep_for(10ms);
+    EXPECT_EQ(holding("stalled", ""), 5u);
+  });
+}
+
+TEST_F(client_test, fifty_contenders_on_a_multithreaded_context_never_overlap_and_all_get_it) {
+  std::atomic<int> inside{0}, max_inside{0}, got{0}, failed{0};
+  run_test(
+      [&](asio::io_context& ioc) -> asio::awaitable<void> {
+        auto cfg = config();
+        cfg.retry.max_wait = 30s;
+        cfg.retry.base_delay = 5ms;
+        cfg.retry.jitter = 20ms;
+        redlock::client c{ioc.get_executor(), cfg};
+        co_await wait_connected(c);
+        constexpr int contenders = 50;
+        std::atomic<int> done{0};
+        for (int k = 0; k < contenders; ++k) {
+          asio::co_spawn(
+              ioc,
+              [&]() -> asio::awaitable<void> {
+                auto [ec, l] = co_await c.async_lock("contended", 2s, use_tuple);
+                if (ec) {
+                  ++failed;
+                } else {
+                  const int now_inside = ++inside;
+                  int m = max_inside.load();
+                  while (now_inside > m && !max_inside.compare_exchange_weak(m, now_inside)) {
+                  }
+                  co_await sleep_for(2ms);
+                  EXPECT_LT(clock_type::now(), l.validity_deadline());  // finished within validity
+                  --inside;
+                  ++got;
+                  co_await l.async_unlock(use_tuple);
+                }
+                ++done;
+              },
+              asio::detached);
+        }
+        while (done != contenders) co_await sleep_for(10ms);
+      },
+      /*threads=*/4, 120s);
+  EXPECT_EQ(max_inside.load(), 1);
+  EXPECT_EQ(got.load(), 50);
+  EXPECT_EQ(failed.load(), 0);
+}
+
+TEST_F(client_test, release_never_deletes_another_clients_lock_and_extend_fails_once_lost) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client a{ioc.get_executor(), config()};
+    redlock::client b{ioc.get_executor(), config()};
+    co_await wait_connected(a);
+    co_await wait_connected(b);
+    auto [ec, la] = co_await a.async_lock("handover", 300ms, use_tuple);
+    EXPECT_FALSE(ec);
+    co_await sleep_for(350ms);  // a's lock expires on the masters
+    auto [e2, lb] = co_await b.async_try_lock("handover", 10s, use_tuple);
+    EXPECT_FALSE(e2) << e2.message();
+
+    auto [ext] = co_await la.async_extend(10s, use_tuple);
+    EXPECT_EQ(ext, error::validity_expired);  // too late: never extend past the validity
+    auto [rel, held] = co_await la.async_unlock(use_tuple);
+    EXPECT_FALSE(rel);     // releasing an expired lock is not an error storm...
+    EXPECT_EQ(held, 0u);   // ...it says nobody held our token any more
+    EXPECT_EQ(holding("handover", lb.token()), 5u);  // b's lock untouched
+
+    // The key changes hands behind b's back while b's validity still runs: extend refuses.
+    for (std::size_t i = 0; i < 5; ++i) cluster[i].command({"SET", "handover", "intruder"});
+    auto [ext2] = co_await lb.async_extend(10s, use_tuple);
+    EXPECT_EQ(ext2, error::not_owner);
+    auto [rel2, held2] = co_await lb.async_unlock(use_tuple);
+    EXPECT_FALSE(rel2);
+    EXPECT_EQ(held2, 0u);
+    EXPECT_EQ(holding("handover", "intruder"), 5u);
+  });
+}
+
+TEST_F(client_test, release_and_extend_survive_an_empty_script_cache) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client c{ioc.get_executor(), config()};
+    co_await wait_connected(c);
+    // Our EVALSHA digests are the ones Redis computes.
+    EXPECT_EQ(cluster[0].command({"SCRIPT", "LOAD", redlock::detail::release_script.body}),
+              bulk(std::string{redlock::detail::release_script.sha1}));
+    EXPECT_EQ(cluster[0].command({"SCRIPT", "LOAD", redlock::detail::extend_script.body}),
+              bulk(std::string{redlock::detail::extend_script.sha1}));
+    auto [ec, l] = co_await c.async_lock("scripts", 10s, use_tuple);
+    EXPECT_FALSE(ec);
+    for (std::size_t i = 0; i < 5; ++i) cluster[i].command({"SCRIPT", "FLUSH"});
+    auto [eec] = co_await l.async_extend(20s, use_tuple);
+    EXPECT_FALSE(eec) << eec.message();
+    for (std::size_t i = 0; i < 5; ++i) cluster[i].command({"SCRIPT", "FLUSH"});
+    auto [uec, held] = co_await l.async_unlock(use_tuple);
+    EXPECT_FALSE(uec) << uec.message();
+    EXPECT_GE(held, 3u);
+    EXPECT_TRUE(co_await eventually_holding("scripts", "", 5));
+  });
+}
+
+TEST_F(client_test, cancellation_mid_acquire_leaves_no_key_behind) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    auto cfg = config();
+    cfg.request_timeout = 5s;
+    redlock::client c{ioc.get_executor(), cfg};
+    co_await wait_connected(c);
+    for (std::size_t i = 2; i < 5; ++i) cluster[i].pause();  // the decision hangs on them
+    asio::cancellation_signal sig;
+    bool finished = false;
+    error_code got;
+    c.async_lock("cancelled", 10s, asio::bind_cancellation_slot(sig.slot(), [&](error_code e, redlock::lock l) {
+                   got = e;
+                   finished = true;
+                   EXPECT_FALSE(l.owns_lock());
+                 }));
+    co_await sleep_for(100ms);
+    EXPECT_FALSE(finished);
+    sig.emit(asio::cancellation_type::terminal);
+    for (int i = 0; i < 100 && !finished; ++i) co_await sleep_for(2ms);
+    EXPECT_TRUE(finished);
+    EXPECT_EQ(got, asio::error::operation_aborted);
+    // The two answering masters granted, and are released at once.
+    EXPECT_TRUE(co_await eventually_holding("cancelled", "", 2));
+    // The stalled three run the SET late, then the release queued behind it.
+    for (std::size_t i = 2; i < 5; ++i) cluster[i].resume();
+    EXPECT_TRUE(co_await eventually_holding("cancelled", "", 5));
+  });
+}
+
+TEST_F(client_test, dropped_handle_releases_in_the_background) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    auto cfg = config();
+    cfg.key_prefix = "app:";
+    redlock::client c{ioc.get_executor(), cfg};
+    co_await wait_connected(c);
+    std::string token;
+    {
+      auto [ec, l] = co_await c.async_lock("dropped", 10s, use_tuple);
+      EXPECT_FALSE(ec);
+      token = l.token();
+      EXPECT_EQ(holding("app:dropped", token), 5u);  // the prefix is part of the key
+    }
+    EXPECT_TRUE(co_await eventually_holding("app:dropped", "", 5));
+  });
+}
+
+TEST_F(client_test, binary_safe_resource_names_and_distinct_tokens) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client c{ioc.get_executor(), config()};
+    co_await wait_connected(c);
+    const std::string name("bin\0ary\r\n🔒", 14);
+    auto [e1, l1] = co_await c.async_lock(name, 10s, use_tuple);
+    EXPECT_FALSE(e1) << e1.message();
+    auto [e2, l2] = co_await c.async_lock("other", 10s, use_tuple);
+    EXPECT_FALSE(e2);
+    EXPECT_NE(l1.token(), l2.token());
+    EXPECT_EQ(l1.resource(), name);
+    auto [e3, l3] = co_await c.async_try_lock(name, 10s, use_tuple);
+    EXPECT_EQ(e3, error::not_acquired);
+    co_await l1.async_unlock(use_tuple);
+    co_await l2.async_unlock(use_tuple);
+  });
+}
+
+TEST_F(client_test, invalid_input_gets_specific_errors_and_never_reaches_the_masters) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client c{ioc.get_executor(), config()};
+    auto [e1, l1] = co_await c.async_lock("", 10s, use_tuple);
+    EXPECT_EQ(e1, error::invalid_argument);
+    auto [e2, l2] = co_await c.async_lock(std::string(64 * 1024 + 1, 'x'), 10s, use_tuple);
+    EXPECT_EQ(e2, error::invalid_argument);
+    auto [e3, l3] = co_await c.async_lock("r", 0ms, use_tuple);
+    EXPECT_EQ(e3, error::invalid_argument);
+    auto [e4, l4] = co_await c.async_lock("r", 200ms, use_tuple);  // not above drift + request_timeout
+    EXPECT_EQ(e4, error::invalid_argument);
+    auto [e5, l5] = co_await c.async_lock("r", -5s, use_tuple);
+    EXPECT_EQ(e5, error::invalid_argument);
+
+    auto none = config();
+    none.masters.clear();
+    redlock::client n{ioc.get_executor(), none};
+    auto [e6, l6] = co_await n.async_lock("r", 10s, use_tuple);
+    EXPECT_EQ(e6, error::invalid_config);
+
+    auto dup = config();
+    dup.masters.push_back(dup.masters.front());
+    std::string what;
+    EXPECT_EQ(redlock::validate(dup, &what), error::invalid_config);
+    EXPECT_NE(what.find("twice"), std::string::npos) << what;
+    redlock::client d{ioc.get_executor(), dup};
+    auto [e7, l7] = co_await d.async_lock("r", 10s, use_tuple);
+    EXPECT_EQ(e7, error::invalid_config);
+
+    auto bad_drift = config();
+    bad_drift.drift.factor = 1.5;
+    EXPECT_EQ(redlock::validate(bad_drift), error::invalid_config);
+    EXPECT_EQ(holding("r", ""), 5u);
+  });
+}
+
+TEST_F(client_test, close_aborts_waiting_lock_operations) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    auto cfg = config();
+    cfg.retry.max_wait = 30s;
+    redlock::client holder{ioc.get_executor(), config()};
+    auto [ec, l] = co_await holder.async_lock("busy", 10s, use_tuple);
+    EXPECT_FALSE(ec);
+    auto waiter = std::make_unique<redlock::client>(ioc.get_executor(), cfg);
+    co_await wait_connected(*waiter);
+    bool finished = false;
+    error_code got;
+    waiter->async_lock("busy", 10s, [&](error_code e, redlock::lock) {
+      got = e;
+      finished = true;
+    });
+    co_await sleep_for(100ms);  // retrying against the holder
+    EXPECT_FALSE(finished);
+    waiter->close();
+    for (int i = 0; i < 200 && !finished; ++i) co_await sleep_for(2ms);
+    EXPECT_TRUE(finished);
+    EXPECT_EQ(got, asio::error::operation_aborted);
+    EXPECT_EQ(holding("busy", l.token()), 5u);
+  });
+}
+
+}  // namespace

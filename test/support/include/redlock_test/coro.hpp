@@ -1,0 +1,46 @@
+#pragma once
+/// @file
+/// Running coroutine test bodies on an io_context, bounded in time (header-only, tests only).
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <thread>
+#include <vector>
+
+namespace redlock::test {
+
+inline constexpr auto use_tuple = boost::asio::as_tuple(boost::asio::use_awaitable);
+
+/// Runs the coroutine `body(ioc)` on `threads` threads of a fresh io_context. A body that does
+/// not finish within `limit` fails the test instead of hanging the suite.
+template <class Body>
+void run_test(Body body, int threads = 1, std::chrono::steady_clock::duration limit = std::chrono::seconds{60}) {
+  boost::asio::io_context ioc{threads};
+  std::atomic<bool> finished{false};
+  std::exception_ptr failure;
+  boost::asio::co_spawn(ioc, body(ioc), [&](std::exception_ptr e) {
+    failure = e;
+    finished = true;
+  });
+  std::vector<std::thread> pool;
+  for (int i = 1; i < threads; ++i) pool.emplace_back([&] { ioc.run_for(limit); });
+  ioc.run_for(limit);
+  for (auto& t : pool) t.join();
+  ASSERT_TRUE(finished.load()) << "test body did not finish within its time limit";
+  if (failure) std::rethrow_exception(failure);
+}
+
+inline boost::asio::awaitable<void> sleep_for(std::chrono::steady_clock::duration d) {
+  boost::asio::steady_timer t{co_await boost::asio::this_coro::executor, d};
+  co_await t.async_wait(use_tuple);
+}
+
+}  // namespace redlock::test
