@@ -87,13 +87,15 @@ TEST_F(client_test, acquire_extend_release_and_exclusion) {
 
     const auto before = clock_type::now();
     auto [ec, l] = co_await a.async_lock("orders:42", 10s, use_tuple);
+    const auto after = clock_type::now();
     EXPECT_FALSE(ec) << ec.message();
     EXPECT_TRUE(l.owns_lock());
     EXPECT_EQ(l.resource(), "orders:42");
     EXPECT_EQ(l.token().size(), 40u);
     EXPECT_EQ(l.token().find_first_not_of("0123456789abcdef"), std::string::npos);
-    EXPECT_GT(l.validity_deadline(), clock_type::now());
-    EXPECT_LE(l.validity_deadline(), before + 10s - 100ms);  // ttl minus at least 1% drift
+    // Start of the attempt + ttl - drift (10 s x 1% + 2 ms), the attempt starting in [before, after].
+    EXPECT_GE(l.validity_deadline(), before + 10s - 102ms);
+    EXPECT_LE(l.validity_deadline(), after + 10s - 102ms);
     EXPECT_EQ(l.attempts(), 1u);
     EXPECT_EQ(holding("orders:42", l.token()), 5u);  // plain key = resource, value = token
 
