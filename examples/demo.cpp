@@ -1,10 +1,11 @@
-// Demonstration: one multiplexed connection per Redis master, many coroutines sharing them, and a
-// master killed and restarted mid-way while the others carry on.
+// Demonstration: six workers, each with its own Redlock client, contend for one lock over five
+// Redis masters. A master is killed mid-way (and restarted after more than one ttl, as Redlock's
+// delayed-restart rule asks); the others carry on, and no two workers ever hold the lock at once.
 //
 // Usage: demo [host:port,host:port,...]     (or REDLOCK_NODES=...). With no masters given, it
-// starts three local redis-server processes of its own and stops them at the end.
+// starts five local redis-server processes of its own and stops them at the end.
 
-#include <redlock/connection.hpp>
+#include <redlock/client.hpp>
 #include <redlock_test/redis_cluster.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -19,73 +20,80 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 namespace {
 
-struct endpoint {
-  std::string host;
-  std::uint16_t port;
-};
-
-std::vector<endpoint> parse_nodes(std::string_view list) {
-  std::vector<endpoint> out;
+std::vector<redlock::connection_config> parse_nodes(std::string_view list) {
+  std::vector<redlock::connection_config> out;
   while (!list.empty()) {
     const auto comma = list.find(',');
     const auto item = list.substr(0, comma);
     const auto colon = item.rfind(':');
     if (colon == std::string_view::npos) throw std::invalid_argument(fmt::format("expected host:port, got '{}'", item));
-    out.push_back({std::string{item.substr(0, colon)},
-                   static_cast<std::uint16_t>(std::stoul(std::string{item.substr(colon + 1)}))});
+    redlock::connection_config m;
+    m.host = std::string{item.substr(0, colon)};
+    m.port = static_cast<std::uint16_t>(std::stoul(std::string{item.substr(colon + 1)}));
+    out.push_back(m);
     list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
   }
   return out;
 }
 
-struct tally {
-  int ok = 0, taken = 0, not_connected = 0, other = 0;
-};
-
 asio::awaitable<void> sleep_for(clock_type::duration d) {
   asio::steady_timer t{co_await asio::this_coro::executor, d};
-  co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+  co_await t.async_wait(use_tuple);
 }
 
-// One round: every worker sends SET key token NX PX to every master at once and counts answers.
-asio::awaitable<void> round(std::vector<std::unique_ptr<redlock::connection>>& conns, std::vector<tally>& tallies,
-                            int round_no, int workers) {
-  int pending = workers * static_cast<int>(conns.size());
-  auto ex = co_await asio::this_coro::executor;
-  for (int w = 0; w < workers; ++w) {
-    for (std::size_t m = 0; m < conns.size(); ++m) {
-      redlock::resp::request req;
-      req.push("SET", fmt::format("demo:{}", w % 8), fmt::format("r{}w{}", round_no, w), "NX", "PX", 50);
-      conns[m]->async_exec(std::move(req), 100ms,
-                           [&, m](boost::system::error_code ec, redlock::resp::response r) {
-                             auto& t = tallies[m];
-                             if (!ec && !r.empty() && r[0].data_type == redlock::resp::type::simple_string) ++t.ok;
-                             else if (!ec) ++t.taken;
-                             else if (ec == redlock::error::not_connected) ++t.not_connected;
-                             else ++t.other;
-                             --pending;
-                           });
+std::string votes(const redlock::lock& l) {
+  std::string s;
+  for (const auto& n : l.nodes()) {
+    switch (n.status) {
+      case redlock::node_status::granted: s += "+"; break;
+      case redlock::node_status::pending: s += "?"; break;
+      case redlock::node_status::unreachable: s += "x"; break;
+      default: s += "-"; break;
     }
   }
-  while (pending > 0) co_await sleep_for(1ms);
-  (void)ex;
+  return s;
 }
 
-void print_tallies(std::string_view title, const std::vector<tally>& tallies) {
-  fmt::print("{:<34}", title);
-  for (const auto& t : tallies) {
-    fmt::print("| set {:>4} taken {:>4} down {:>4} other {:>3} ", t.ok, t.taken, t.not_connected, t.other);
+struct shared {
+  clock_type::time_point t0 = clock_type::now();
+  int inside = 0;
+  int overlaps = 0;
+  bool stop = false;
+  std::vector<int> sections;
+  double ms() const { return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count(); }
+};
+
+asio::awaitable<void> worker(int id, redlock::client_config cfg, shared& s) {
+  redlock::client locks{co_await asio::this_coro::executor, std::move(cfg)};
+  co_await sleep_for(50ms);
+  while (!s.stop) {
+    auto [ec, lock] = co_await locks.async_lock("demo:job", 1000ms, use_tuple);
+    if (ec) {
+      fmt::print("{:7.0f} ms  worker {} gave up: {} [{}]\n", s.ms(), id, ec.message(), votes(lock));
+      continue;
+    }
+    if (++s.inside > 1) ++s.overlaps;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(lock.validity_deadline() - clock_type::now());
+    fmt::print("{:7.0f} ms  worker {} holds demo:job  token {}..  masters [{}]  validity {} ms\n", s.ms(), id,
+               lock.token().substr(0, 8), votes(lock), left.count());
+    co_await sleep_for(60ms);  // the guarded work, well within the validity
+    --s.inside;
+    ++s.sections[static_cast<std::size_t>(id)];
+    co_await lock.async_unlock(use_tuple);
+    co_await sleep_for(10ms);  // let the others in
   }
-  fmt::print("\n");
+  locks.close();
 }
 
 }  // namespace
@@ -94,68 +102,60 @@ int main(int argc, char** argv) {
   try {
     std::string list = argc > 1 ? argv[1] : (std::getenv("REDLOCK_NODES") ? std::getenv("REDLOCK_NODES") : "");
     std::optional<redlock::test::redis_cluster> local;
-    std::vector<endpoint> nodes;
+    redlock::client_config cfg;
     if (list.empty()) {
-      local.emplace(3);
-      for (std::size_t i = 0; i < local->size(); ++i) nodes.push_back({(*local)[i].host(), (*local)[i].port()});
-      fmt::print("started {} local redis-server masters\n", nodes.size());
+      local.emplace(5);
+      for (std::size_t i = 0; i < local->size(); ++i) {
+        redlock::connection_config m;
+        m.host = (*local)[i].host();
+        m.port = (*local)[i].port();
+        cfg.masters.push_back(m);
+      }
+      fmt::print("started {} local redis-server masters\n", cfg.masters.size());
     } else {
-      nodes = parse_nodes(list);
+      cfg.masters = parse_nodes(list);
     }
-    for (const auto& n : nodes) fmt::print("  master {}:{}\n", n.host, n.port);
+    for (auto& m : cfg.masters) {
+      fmt::print("  master {}:{}\n", m.host, m.port);
+      m.reconnect = {20ms, 200ms, 0.5};
+    }
+    cfg.request_timeout = 100ms;
+    cfg.retry.max_wait = 5s;
+    cfg.retry.base_delay = 10ms;
+    cfg.retry.jitter = 40ms;
+    fmt::print("\nsix workers, each with its own client, contend for 'demo:job' (ttl 1 s); masters: + granted, "
+               "x unreachable, ? not needed for the decision\n\n");
 
     asio::io_context ioc;
-    std::vector<std::unique_ptr<redlock::connection>> conns;
-    for (const auto& n : nodes) {
-      redlock::connection_config cfg;
-      cfg.host = n.host;
-      cfg.port = n.port;
-      cfg.client_name = "redlock-demo";
-      cfg.reconnect = {20ms, 200ms, 0.5};
-      conns.push_back(std::make_unique<redlock::connection>(ioc.get_executor(), cfg));
-      conns.back()->async_run(asio::detached);
-    }
-
+    shared s;
+    constexpr int workers = 6;
+    s.sections.assign(workers, 0);
+    for (int w = 0; w < workers; ++w) asio::co_spawn(ioc, worker(w, cfg, s), asio::detached);
     asio::co_spawn(
         ioc,
         [&]() -> asio::awaitable<void> {
-          constexpr int workers = 64;
-          fmt::print("\n{} workers send SET NX PX to every master at once, over one socket per master:\n", workers);
-          std::vector<tally> tallies(conns.size());
-          co_await sleep_for(100ms);
-          for (int r = 0; r < 5; ++r) co_await round(conns, tallies, r, workers);
-          print_tallies("all masters up", tallies);
-
+          co_await sleep_for(800ms);
           if (local) {
             (*local)[1].kill();
-            fmt::print("\nkill -9 master 2 ...\n");
-            co_await sleep_for(50ms);
-            tallies.assign(conns.size(), {});
-            const auto t0 = clock_type::now();
-            for (int r = 0; r < 5; ++r) co_await round(conns, tallies, 100 + r, workers);
-            print_tallies("master 2 down", tallies);
-            fmt::print("  (requests to the dead master fail at once: 5 rounds took {} ms, deadline is 100 ms)\n",
-                       std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t0).count());
-
+            fmt::print("{:7.0f} ms  *** kill -9 master 2: the other four carry on\n", s.ms());
+            co_await sleep_for(1500ms);  // down for longer than the ttl before it comes back empty
             (*local)[1].restart();
-            fmt::print("\nrestart master 2 on the same port ...\n");
-            while (conns[1]->status().state != redlock::connection_state::up) co_await sleep_for(10ms);
-            tallies.assign(conns.size(), {});
-            for (int r = 0; r < 5; ++r) co_await round(conns, tallies, 200 + r, workers);
-            print_tallies("master 2 back", tallies);
+            fmt::print("{:7.0f} ms  *** master 2 restarted (empty, after more than one ttl)\n", s.ms());
           }
-          fmt::print("\n");
-          for (std::size_t m = 0; m < conns.size(); ++m) {
-            const auto st = conns[m]->status();
-            fmt::print("master {}: {} handshake(s), {} late replies dropped\n", m + 1, st.connects, st.dropped_replies);
-            conns[m]->close();
-          }
+          co_await sleep_for(800ms);
+          s.stop = true;
         },
-        [](std::exception_ptr e) {
-          if (e) std::rethrow_exception(e);
-        });
+        asio::detached);
     ioc.run();
-    return 0;
+
+    fmt::print("\ncritical sections per worker:");
+    int total = 0;
+    for (int n : s.sections) {
+      fmt::print(" {}", n);
+      total += n;
+    }
+    fmt::print("  (total {}); overlapping holders seen: {}\n", total, s.overlaps);
+    return s.overlaps == 0 ? 0 : 2;
   } catch (const std::exception& e) {
     fmt::print(stderr, "demo: {}\n", e.what());
     return 1;
