@@ -106,16 +106,23 @@ node_result classify(error_code ec, const resp::response& r) {
   return out;
 }
 
+struct watch_call;
+
 struct lock_state {
   std::shared_ptr<client_impl> owner;
   std::string resource;
   std::string key;
   std::string token;
+  std::chrono::milliseconds ttl{0};
   std::atomic<clock_type::rep> deadline{0};
   std::atomic<bool> held{false};
+  std::atomic<bool> lost{false};
+  std::atomic<std::size_t> extensions{0};
   std::size_t attempts = 0;
-  mutable std::mutex mutex;  // guards nodes
+  mutable std::mutex mutex;  // guards nodes, loss_reason, watcher
   std::vector<node_result> nodes;
+  error_code loss_reason;
+  std::shared_ptr<watch_call> watcher;  // created on demand (keep_alive, async_wait_lost, loss_slot)
 
   void set_nodes(std::vector<node_result> n) {
     std::lock_guard guard{mutex};
@@ -182,6 +189,11 @@ struct call : std::enable_shared_from_this<call> {
     co_await event.async_wait(use_tuple);
   }
 
+  asio::awaitable<void> sleep_until(clock_type::time_point tp) {
+    event.expires_at(tp);
+    co_await event.async_wait(use_tuple);
+  }
+
   virtual void on_cancel() = 0;
   void cancel() {
     if (cancelled) return;
@@ -203,6 +215,97 @@ void bind_cancellation(Handler& h, const std::shared_ptr<call>& c) {
     if (auto self = w.lock()) asio::post(self->strand, [self] { self->cancel(); });
   });
 }
+
+// Watches one held lock: signals its loss (at the latest `margin` before the validity deadline,
+// from a timer armed on the deadline itself) and, with keep-alive, extends it before it runs out.
+struct watch_call final : call {
+  using lost_handler = asio::any_completion_handler<void(error_code)>;
+
+  explicit watch_call(const asio::any_io_executor& ex) : call(ex), expiry(strand), fallback(ex) {}
+
+  asio::steady_timer expiry;
+  std::uint64_t expiry_generation = 0;
+  asio::any_io_executor fallback;
+  std::weak_ptr<lock_state> state;  // weak: the state owns the watcher
+  clock_type::duration margin{};
+  keep_alive_options opts;          // resolved: no zero durations left
+  bool keeping = false;             // the keep-alive loop runs
+  clock_type::time_point hold_start{};
+  bool lost = false;
+  error_code pending_reason;  // why the coming expiry will be a loss, when known before it
+  std::uint64_t last_waiter = 0;
+  std::vector<std::pair<std::uint64_t, lost_handler>> waiters;
+  asio::cancellation_signal loss_signal;
+
+  // (Re)arms the loss timer at the current deadline minus the margin.
+  void arm_expiry(clock_type::time_point deadline) {
+    if (lost || cancelled) return;
+    const auto generation = ++expiry_generation;
+    expiry.expires_at(deadline - margin);
+    expiry.async_wait([self = std::static_pointer_cast<watch_call>(shared_from_this()), generation](error_code ec) {
+      if (ec || generation != self->expiry_generation) return;  // re-armed or stopped
+      self->declare_lost(self->pending_reason ? self->pending_reason : make_error_code(error::validity_expired));
+    });
+  }
+
+  void declare_lost(error_code reason) {
+    if (lost || cancelled) return;
+    lost = true;
+    if (auto st = state.lock()) {
+      std::lock_guard guard{st->mutex};
+      st->loss_reason = reason;
+      st->lost = true;
+    }
+    expiry.cancel();
+    event.cancel();  // wakes the keep-alive loop, which then ends
+    loss_signal.emit(asio::cancellation_type::terminal);
+    finish_waiters(error::lock_lost);
+  }
+
+  void finish_waiters(error_code ec) {
+    auto ws = std::move(waiters);
+    waiters.clear();
+    for (auto& [id, h] : ws) complete_handler(std::move(h), fallback, ec);
+  }
+
+  void add_waiter(lost_handler h) {
+    if (lost) {
+      complete_handler(std::move(h), fallback, make_error_code(error::lock_lost));
+      return;
+    }
+    if (cancelled) {
+      complete_handler(std::move(h), fallback, make_error_code(asio::error::operation_aborted));
+      return;
+    }
+    const auto id = ++last_waiter;
+    auto slot = asio::get_associated_cancellation_slot(h);
+    if (slot.is_connected()) {
+      slot.assign([w = std::weak_ptr<call>(shared_from_this()), id](asio::cancellation_type) {
+        if (auto self = w.lock()) {
+          asio::post(self->strand, [self, id] { static_cast<watch_call&>(*self).drop_waiter(id); });
+        }
+      });
+    }
+    waiters.emplace_back(id, std::move(h));
+  }
+
+  void drop_waiter(std::uint64_t id) {
+    for (auto it = waiters.begin(); it != waiters.end(); ++it) {
+      if (it->first == id) {
+        auto h = std::move(it->second);
+        waiters.erase(it);
+        complete_handler(std::move(h), fallback, make_error_code(asio::error::operation_aborted));
+        return;
+      }
+    }
+  }
+
+  // Stopped (released, handle dropped, client closed): no timer or operation stays behind.
+  void on_cancel() override {
+    expiry.cancel();
+    finish_waiters(asio::error::operation_aborted);
+  }
+};
 
 class client_impl : public std::enable_shared_from_this<client_impl> {
  public:
@@ -353,6 +456,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
       co_return;
     }
     st.key = cfg_.key_prefix + st.resource;
+    st.ttl = ttl;
     const auto first_start = clock_type::now();
     std::minstd_rand rng{std::random_device{}()};
     for (;;) {
@@ -434,6 +538,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
     bind_cancellation(h, c);
     c->handler.emplace(std::move(h));
     const bool was_held = st && st->held.exchange(false);
+    if (was_held) stop_watching(st);
     asio::co_spawn(c->strand, unlock_run(c, std::move(st), was_held), [c](std::exception_ptr e) {
       if (e) c->finish(make_error_code(boost::system::errc::not_enough_memory), 0);
     });
@@ -500,12 +605,17 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
       c->finish(ec);
       co_return;
     }
+    const auto ec = co_await extend_round(c, st, ttl);
+    if (!ec) deadline_moved(st);
+    c->finish(ec);  // no effect when cancelled: completed already, and the old deadline stands
+  }
+
+  // One extension of `st` to `ttl` on every master, on `c`'s strand. Moves the deadline on success.
+  asio::awaitable<error_code> extend_round(std::shared_ptr<call> c, std::shared_ptr<lock_state> st,
+                                           std::chrono::milliseconds ttl) {
     const auto start = clock_type::now();
     const auto old_deadline = st->get_deadline();
-    if (start >= old_deadline) {
-      c->finish(error::validity_expired);  // someone else may hold it by now: too late to extend
-      co_return;
-    }
+    if (start >= old_deadline) co_return error::validity_expired;  // someone else may hold it now
     // The extension must be decided within the remaining validity; no master may take longer.
     const auto timeout = std::min<clock_type::duration>(cfg_.request_timeout, old_deadline - start);
     c->begin_round(size());
@@ -520,20 +630,120 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
     }
     co_await c->wait_decision();
     st->set_nodes(c->nodes);
-    if (c->cancelled) co_return;  // already completed; the old deadline stands
+    if (c->cancelled) co_return asio::error::operation_aborted;
     if (c->votes.state() == core::quorum_state::reached) {
-      if (c->decided_at < old_deadline && core::validity<clock_type>(ttl, start, c->decided_at, cfg_.drift) >
-                                              clock_type::duration::zero()) {
+      if (c->decided_at < old_deadline &&
+          core::validity<clock_type>(ttl, start, c->decided_at, cfg_.drift) > clock_type::duration::zero()) {
         st->set_deadline(core::validity_deadline<clock_type>(ttl, start, cfg_.drift));
-        c->finish({});
-      } else {
-        c->finish(error::validity_expired);
+        ++st->extensions;
+        co_return error_code{};
       }
-      co_return;
+      co_return error::validity_expired;
     }
     const bool lost = std::any_of(c->nodes.begin(), c->nodes.end(),
                                   [](const node_result& n) { return n.status == node_status::taken; });
-    c->finish(lost ? error::not_owner : error::quorum_unavailable);
+    co_return lost ? error::not_owner : error::quorum_unavailable;
+  }
+
+  // ---- watching and keep-alive ----------------------------------------------------------------
+
+  // The watcher of `st`, created (and its loss timer armed) on first use; null when not held.
+  std::shared_ptr<watch_call> watcher_of(const std::shared_ptr<lock_state>& st) {
+    std::lock_guard guard{st->mutex};
+    if (st->watcher) return st->watcher;
+    if (!st->held) return nullptr;
+    auto w = std::make_shared<watch_call>(ex_);
+    w->state = st;
+    w->margin = std::max<clock_type::duration>(std::chrono::milliseconds{2}, st->ttl / 20);
+    st->watcher = w;
+    enroll(w);
+    asio::post(w->strand, [w, deadline = st->get_deadline(), closed = closed_.load()] {
+      if (closed) {
+        w->cancel();
+      } else {
+        w->arm_expiry(deadline);
+      }
+    });
+    return w;
+  }
+
+  void deadline_moved(const std::shared_ptr<lock_state>& st) {
+    std::shared_ptr<watch_call> w;
+    {
+      std::lock_guard guard{st->mutex};
+      w = st->watcher;
+    }
+    if (w) asio::post(w->strand, [w, d = st->get_deadline()] { w->arm_expiry(d); });
+  }
+
+  static void stop_watching(const std::shared_ptr<lock_state>& st) {
+    std::shared_ptr<watch_call> w;
+    {
+      std::lock_guard guard{st->mutex};
+      w = st->watcher;
+    }
+    if (w) asio::post(w->strand, [w] { w->cancel(); });
+  }
+
+  void keep_alive(const std::shared_ptr<lock_state>& st, keep_alive_options opts) {
+    auto w = watcher_of(st);
+    if (!w) return;
+    // Resolve the defaults from the ttl; the margin follows the extension ttl.
+    if (opts.ttl <= std::chrono::milliseconds::zero()) opts.ttl = st->ttl;
+    if (opts.renew_below <= std::chrono::milliseconds::zero()) opts.renew_below = opts.ttl / 2;
+    if (opts.retry_interval <= std::chrono::milliseconds::zero())
+      opts.retry_interval = std::max<std::chrono::milliseconds>(std::chrono::milliseconds{1}, opts.ttl / 10);
+    if (opts.notify_margin <= std::chrono::milliseconds::zero())
+      opts.notify_margin = std::max<std::chrono::milliseconds>(std::chrono::milliseconds{2}, opts.ttl / 20);
+    asio::post(w->strand, [this, self = shared_from_this(), w, st, opts] {
+      if (w->cancelled || w->lost) return;
+      w->opts = opts;
+      w->margin = opts.notify_margin;
+      w->arm_expiry(st->get_deadline());
+      if (w->keeping) return;
+      w->keeping = true;
+      w->hold_start = clock_type::now();
+      asio::co_spawn(w->strand, keep_alive_loop(w, st), [w](std::exception_ptr e) {
+        w->keeping = false;
+        if (e) w->declare_lost(make_error_code(boost::system::errc::not_enough_memory));
+      });
+    });
+  }
+
+  asio::awaitable<void> keep_alive_loop(std::shared_ptr<watch_call> w, std::shared_ptr<lock_state> st) {
+    while (!w->cancelled && !w->lost) {
+      const auto& o = w->opts;
+      const auto deadline = st->get_deadline();
+      if (const auto renew_at = deadline - o.renew_below; clock_type::now() < renew_at) {
+        co_await w->sleep_until(renew_at);  // woken early by stop or loss
+        continue;                           // the deadline may have moved (a manual extend)
+      }
+      const bool capped = (o.max_extensions != 0 && st->extensions >= o.max_extensions) ||
+                          (o.max_hold.count() > 0 && clock_type::now() + o.ttl > w->hold_start + o.max_hold);
+      if (capped) {
+        w->pending_reason = error::extension_limit;  // the loss timer will say so at the deadline
+        co_return;
+      }
+      const auto ec = co_await extend_round(w, st, o.ttl);
+      if (w->cancelled || w->lost) co_return;
+      if (!ec) {
+        w->pending_reason.clear();
+        w->arm_expiry(st->get_deadline());
+        continue;
+      }
+      if (ec == error::not_owner || ec == error::validity_expired) {
+        w->declare_lost(ec);  // the key is gone or taken: no point waiting for the deadline
+        co_return;
+      }
+      // No quorum this time (masters down or slow): retry while an attempt can still finish in time.
+      w->pending_reason = ec;
+      const auto next = clock_type::now() + o.retry_interval;
+      if (next + cfg_.request_timeout >= st->get_deadline() - w->margin) {
+        w->declare_lost(ec);
+        co_return;
+      }
+      co_await w->sleep_until(next);
+    }
   }
 
  private:
@@ -561,6 +771,7 @@ lock::~lock() { release_in_background(); }
 void lock::release_in_background() noexcept {
   if (!state_ || !state_->held.exchange(false)) return;
   try {
+    detail::client_impl::stop_watching(state_);
     state_->owner->release_everywhere(state_->key, state_->token);
   } catch (...) {
     // Out of memory while queuing the release: the keys expire with the ttl.
@@ -590,6 +801,39 @@ std::vector<node_result> lock::nodes() const {
 }
 
 std::size_t lock::attempts() const noexcept { return state_ ? state_->attempts : 0; }
+
+std::size_t lock::extensions() const noexcept { return state_ ? state_->extensions.load() : 0; }
+
+void lock::keep_alive(keep_alive_options opts) {
+  if (state_) state_->owner->keep_alive(state_, opts);
+}
+
+bool lock::lost() const noexcept { return state_ && state_->lost; }
+
+boost::system::error_code lock::loss_reason() const {
+  if (!state_) return {};
+  std::lock_guard guard{state_->mutex};
+  return state_->loss_reason;
+}
+
+void lock::start_wait_lost(lost_handler h) {
+  auto w = state_ ? state_->owner->watcher_of(state_) : nullptr;
+  if (!w) {
+    const bool was_lost = state_ && state_->lost;
+    asio::post(asio::system_executor(), [h = std::move(h), was_lost]() mutable {
+      detail::complete_handler(std::move(h), asio::system_executor(),
+                               make_error_code(was_lost ? error::lock_lost : error::not_locked));
+    });
+    return;
+  }
+  asio::post(w->strand, [w, h = std::move(h)]() mutable { w->add_waiter(std::move(h)); });
+}
+
+boost::asio::cancellation_slot lock::loss_slot() {
+  auto w = state_ ? state_->owner->watcher_of(state_) : nullptr;
+  if (!w) return {};  // not connected: binding it means "never cancelled"
+  return w->loss_signal.slot();
+}
 
 void lock::start_unlock(unlock_handler h) {
   if (!state_) {

@@ -36,6 +36,8 @@ class error_category_impl final : public boost::system::error_category {
       case error::validity_expired: return "the quorum was reached too late: no validity was left";
       case error::not_owner: return "the lock is no longer ours on a majority of masters";
       case error::not_locked: return "the handle holds no lock";
+      case error::lock_lost: return "the lock was lost before the work finished";
+      case error::extension_limit: return "the lock reached its extension cap";
     }
     return "unknown redlock error " + std::to_string(ev);
   }
@@ -59,6 +61,8 @@ class error_category_impl final : public boost::system::error_category {
       case error::not_locked: return make_error_condition(condition::invalid_input);
       case error::not_acquired:
       case error::not_owner: return make_error_condition(condition::contention);
+      case error::lock_lost:
+      case error::extension_limit: return {ev, *this};
       case error::validity_expired: return make_error_condition(condition::timeout);
     }
     return {ev, *this};

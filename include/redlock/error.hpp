@@ -53,6 +53,11 @@ enum class error {
   not_owner,
   /// The operation needs a held lock, and this handle holds none.
   not_locked,
+  /// The lock was lost while held: it could not be extended before its validity ran out (the
+  /// lock's `loss_reason()` says why).
+  lock_lost,
+  /// Auto-extension stopped at its cap (`keep_alive_options::max_extensions` or `max_hold`).
+  extension_limit,
 };
 
 /// Coarse groups of errors, for tests such as `ec == redlock::condition::timeout`.

@@ -2,10 +2,12 @@
 /// @file
 /// A held (or failed) Redlock lock, and what each master said about it.
 
+#include <redlock/config.hpp>
 #include <redlock/error.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/system/error_code.hpp>
 
@@ -80,6 +82,48 @@ class lock {
   std::vector<node_result> nodes() const;
   /// Acquisition attempts it took (1 without retries).
   std::size_t attempts() const noexcept;
+  /// Extensions so far (by `async_extend` or by the keep-alive).
+  std::size_t extensions() const noexcept;
+
+  /// @brief Keeps the lock alive in the background until it is released, the handle destroyed or
+  /// the client closed: before the remaining validity falls below `opts.renew_below` the extend
+  /// script runs on every master (quorum rules as for acquiring; the new validity counts from the
+  /// start of that extension); failed extensions are retried while validity remains.
+  ///
+  /// When the lock can no longer be kept (a master says it is not ours, no quorum before the
+  /// deadline, or the cap is reached), it is *lost*: `async_wait_lost` completes and `loss_slot()`
+  /// is emitted, `opts.notify_margin` before the validity deadline at the latest, even when an
+  /// extension request is merely hanging. Timers only: no thread per lock. Calling it again
+  /// replaces the options. Does nothing on a handle that holds no lock.
+  void keep_alive(keep_alive_options opts = {});
+
+  /// True once the lock was lost while held (see `keep_alive`, `async_wait_lost`).
+  bool lost() const noexcept;
+  /// Why the lock was lost: `not_owner`, `quorum_unavailable`, `validity_expired` or
+  /// `extension_limit`; empty while not lost.
+  boost::system::error_code loss_reason() const;
+
+  /// @brief Waits until the lock is lost.
+  ///
+  /// Handler: `void(boost::system::error_code)`: `error::lock_lost` when it is lost (the reason
+  /// in `loss_reason()`), `operation_aborted` when it is released first, `error::not_locked` on a
+  /// handle that holds nothing. Without `keep_alive`, the lock is lost when its validity runs
+  /// out (reason `validity_expired`). Several waits may be pending at once.
+  ///
+  /// @par Per-operation cancellation
+  /// `terminal`, `partial`, `total`: completes with `operation_aborted`; the lock is unaffected.
+  template <boost::asio::completion_token_for<void(boost::system::error_code)> Token = boost::asio::deferred_t>
+  auto async_wait_lost(Token&& token = {}) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
+        [this](lost_handler h) { start_wait_lost(std::move(h)); }, token);
+  }
+
+  /// A cancellation slot that is emitted (`terminal`) when the lock is lost, to bind to the
+  /// operations the lock guards: `asio::bind_cancellation_slot(lock.loss_slot(), token)`.
+  /// It is emitted from the lock's internal strand: bind it only to an operation that tolerates
+  /// that (a coroutine's own cancellation is best reached through `async_wait_lost`, as
+  /// `with_lock` does). One operation at a time may be bound to it.
+  boost::asio::cancellation_slot loss_slot();
 
   /// @brief Releases the lock on every master (check-the-token script, so never someone else's).
   ///
@@ -124,6 +168,8 @@ class lock {
   friend class detail::client_impl;
   using unlock_handler = boost::asio::any_completion_handler<void(boost::system::error_code, std::size_t)>;
   using extend_handler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
+  using lost_handler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
+  void start_wait_lost(lost_handler h);
   explicit lock(std::shared_ptr<detail::lock_state> state) noexcept : state_(std::move(state)) {}
   static lock make(std::shared_ptr<detail::lock_state> state) noexcept;
   void start_unlock(unlock_handler h);

@@ -10,3 +10,4 @@
 #include <redlock/resp/node.hpp>
 #include <redlock/resp/parser.hpp>
 #include <redlock/resp/request.hpp>
+#include <redlock/with_lock.hpp>

@@ -1,0 +1,268 @@
+// Held locks kept alive by the background extension, and the loss signal, against five real
+// masters with majorities stopped for real.
+
+#include <redlock/client.hpp>
+#include <redlock/with_lock.hpp>
+#include <redlock_test/coro.hpp>
+#include <redlock_test/redis_cluster.hpp>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/system/system_error.hpp>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using boost::system::error_code;
+using redlock::error;
+using redlock::test::run_test;
+using redlock::test::sleep_for;
+using redlock::test::use_tuple;
+using clock_type = std::chrono::steady_clock;
+
+struct keep_alive_test : ::testing::Test {
+  redlock::test::redis_cluster cluster{5};
+
+  redlock::client_config config() {
+    redlock::client_config cfg;
+    for (std::size_t i = 0; i < cluster.size(); ++i) {
+      redlock::connection_config m;
+      m.host = cluster[i].host();
+      m.port = cluster[i].port();
+      m.connect_timeout = 200ms;
+      m.reconnect = {10ms, 100ms, 0.5};
+      cfg.masters.push_back(m);
+    }
+    cfg.request_timeout = 100ms;
+    return cfg;
+  }
+
+  std::size_t keys_everywhere() {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < cluster.size(); ++i) {
+      if (!cluster[i].running() || cluster[i].paused()) continue;
+      const auto r = cluster[i].command({"DBSIZE"});
+      n += std::stoul(r.substr(1));
+    }
+    return n;
+  }
+};
+
+TEST_F(keep_alive_test, short_ttl_lock_survives_long_work_and_excludes_others_throughout) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client holder{ioc.get_executor(), config()};
+    redlock::client other{ioc.get_executor(), config()};
+    int probes = 0, refused = 0;
+    std::size_t extensions = 0;
+    const auto result = co_await redlock::with_lock(
+        holder, "long-job", 300ms,
+        [&](redlock::lock& l) -> asio::awaitable<int> {
+          const auto until = clock_type::now() + 3s;
+          while (clock_type::now() < until) {
+            co_await sleep_for(50ms);
+            auto [ec, theirs] = co_await other.async_try_lock("long-job", 300ms, use_tuple);
+            ++probes;
+            refused += ec == error::not_acquired;
+            EXPECT_FALSE(l.lost());
+            EXPECT_GT(l.validity_deadline(), clock_type::now());  // never ran past its validity
+          }
+          extensions = l.extensions();
+          co_return 42;
+        });
+    EXPECT_EQ(result, 42);  // the work's result passes through
+    EXPECT_GE(probes, 40);
+    EXPECT_EQ(refused, probes);  // another client could not take it at any point
+    EXPECT_GE(extensions, 10u);  // 3 s of a 300 ms lock
+    // Free right after the work ended.
+    auto [ec, l2] = co_await other.async_try_lock("long-job", 300ms, use_tuple);
+    EXPECT_FALSE(ec) << ec.message();
+    co_await l2.async_unlock(use_tuple);
+  });
+}
+
+TEST_F(keep_alive_test, stopped_majority_cancels_the_work_before_the_validity_ends) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client holder{ioc.get_executor(), config()};
+    clock_type::time_point cancelled_at{}, deadline_then{};
+    bool work_finished_normally = false;
+    error_code outcome;
+    try {
+      co_await redlock::with_lock(holder, "doomed", 400ms, [&](redlock::lock& l) -> asio::awaitable<void> {
+        co_await sleep_for(250ms);
+        for (std::size_t i = 0; i < 3; ++i) cluster[i].pause();  // a majority stops answering
+        auto deadline_before = l.validity_deadline();
+        auto [ec] = co_await asio::steady_timer{co_await asio::this_coro::executor, 10s}.async_wait(use_tuple);
+        cancelled_at = clock_type::now();
+        deadline_then = l.validity_deadline();
+        EXPECT_EQ(ec, asio::error::operation_aborted);  // told through Asio cancellation
+        EXPECT_EQ(deadline_then, deadline_before);      // no extension got through
+        work_finished_normally = !ec;
+      });
+    } catch (const boost::system::system_error& e) {
+      outcome = e.code();
+    }
+    EXPECT_EQ(outcome, error::lock_lost);
+    EXPECT_FALSE(work_finished_normally);
+    EXPECT_LT(cancelled_at, deadline_then);  // before the validity deadline
+    for (std::size_t i = 0; i < 3; ++i) cluster[i].resume();
+  });
+}
+
+TEST_F(keep_alive_test, killed_majority_is_noticed_and_signalled_early) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client holder{ioc.get_executor(), config()};
+    auto [ec, l] = co_await holder.async_lock("killed", 1000ms, use_tuple);
+    EXPECT_FALSE(ec);
+    l.keep_alive();
+    for (std::size_t i = 0; i < 3; ++i) cluster[i].kill();
+    auto [wec] = co_await l.async_wait_lost(use_tuple);
+    const auto now = clock_type::now();
+    EXPECT_EQ(wec, error::lock_lost);
+    EXPECT_TRUE(l.lost());
+    EXPECT_EQ(l.loss_reason(), error::quorum_unavailable);
+    EXPECT_LT(now, l.validity_deadline());
+  });
+}
+
+TEST_F(keep_alive_test, extension_cap_is_honoured) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client holder{ioc.get_executor(), config()};
+    auto [ec, l] = co_await holder.async_lock("capped", 300ms, use_tuple);
+    EXPECT_FALSE(ec);
+    redlock::keep_alive_options opts;
+    opts.max_extensions = 3;
+    l.keep_alive(opts);
+    auto [wec] = co_await l.async_wait_lost(use_tuple);
+    EXPECT_EQ(wec, error::lock_lost);
+    EXPECT_EQ(l.loss_reason(), error::extension_limit);
+    EXPECT_EQ(l.extensions(), 3u);
+    EXPECT_LT(clock_type::now(), l.validity_deadline());  // told before it ran out
+
+    // The total-hold cap: 700 ms of a 300 ms lock, then it is let go.
+    auto [ec2, l2] = co_await holder.async_lock("capped-time", 300ms, use_tuple);
+    EXPECT_FALSE(ec2);
+    redlock::keep_alive_options by_time;
+    by_time.max_hold = 700ms;
+    const auto start = clock_type::now();
+    l2.keep_alive(by_time);
+    auto [wec2] = co_await l2.async_wait_lost(use_tuple);
+    EXPECT_EQ(wec2, error::lock_lost);
+    EXPECT_EQ(l2.loss_reason(), error::extension_limit);
+    EXPECT_LE(l2.validity_deadline(), start + 700ms + 300ms);
+    EXPECT_GE(l2.extensions(), 1u);
+  });
+}
+
+TEST_F(keep_alive_test, without_keep_alive_the_loss_is_the_expiry) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client holder{ioc.get_executor(), config()};
+    auto [ec, l] = co_await holder.async_lock("expires", 300ms, use_tuple);
+    EXPECT_FALSE(ec);
+    const auto deadline = l.validity_deadline();
+    auto [wec] = co_await l.async_wait_lost(use_tuple);
+    EXPECT_EQ(wec, error::lock_lost);
+    EXPECT_EQ(l.loss_reason(), error::validity_expired);
+    EXPECT_LE(clock_type::now(), deadline);
+    EXPECT_GE(clock_type::now(), deadline - 20ms);  // the margin: a twentieth of the ttl (15 ms)
+    EXPECT_EQ(l.extensions(), 0u);
+  });
+}
+
+TEST_F(keep_alive_test, key_taken_behind_our_back_is_a_loss_at_the_next_renewal) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client holder{ioc.get_executor(), config()};
+    auto [ec, l] = co_await holder.async_lock("stolen", 400ms, use_tuple);
+    EXPECT_FALSE(ec);
+    l.keep_alive();
+    for (std::size_t i = 0; i < 5; ++i) cluster[i].command({"SET", "stolen", "thief"});
+    asio::steady_timer guarded{ioc, 10s};
+    error_code guarded_ec;
+    bool guarded_done = false;
+    guarded.async_wait(asio::bind_cancellation_slot(l.loss_slot(), [&](error_code e) {
+      guarded_ec = e;
+      guarded_done = true;
+    }));
+    auto [wec] = co_await l.async_wait_lost(use_tuple);
+    EXPECT_EQ(wec, error::lock_lost);
+    EXPECT_EQ(l.loss_reason(), error::not_owner);
+    for (int i = 0; i < 100 && !guarded_done; ++i) co_await sleep_for(2ms);
+    EXPECT_EQ(guarded_ec, asio::error::operation_aborted);  // the bound operation was cancelled
+    auto [uec, held] = co_await l.async_unlock(use_tuple);
+    EXPECT_EQ(held, 0u);  // and the thief's keys are untouched
+    EXPECT_EQ(cluster[0].command({"GET", "stolen"}), "$5\r\nthief\r\n");
+  });
+}
+
+TEST_F(keep_alive_test, release_stops_everything_and_leaves_no_timer_behind) {
+  asio::io_context ioc;
+  auto holder = std::make_unique<redlock::client>(ioc.get_executor(), config());
+  error_code wait_ec;
+  bool lock_done = false;
+  holder->async_lock("tidy", 1000ms, [&](error_code ec, redlock::lock l) {
+    EXPECT_FALSE(ec);
+    l.keep_alive();  // an expiry timer and a renewal timer are armed...
+    l.async_wait_lost([&](error_code e) { wait_ec = e; });
+    l.async_unlock([&](error_code, std::size_t) {  // ...and released here
+      lock_done = true;
+      holder->close();
+    });
+  });
+  ioc.run_for(20s);  // returns early only if no timer or operation is left behind
+  EXPECT_TRUE(lock_done);
+  EXPECT_TRUE(ioc.stopped());
+  EXPECT_EQ(wait_ec, asio::error::operation_aborted);
+}
+
+TEST_F(keep_alive_test, a_thousand_kept_alive_locks_on_four_threads_are_never_lost) {
+  std::atomic<int> acquired{0}, lost{0}, failed{0}, released{0};
+  std::atomic<std::size_t> min_extensions{1000};
+  run_test(
+      [&](asio::io_context& ioc) -> asio::awaitable<void> {
+        auto cfg = config();
+        cfg.request_timeout = 250ms;
+        redlock::client holder{ioc.get_executor(), cfg};
+        constexpr int count = 1000;
+        std::atomic<int> done{0};
+        for (int k = 0; k < count; ++k) {
+          asio::co_spawn(
+              ioc,
+              [&, k]() -> asio::awaitable<void> {
+                auto [ec, l] = co_await holder.async_lock("many:" + std::to_string(k), 1500ms, use_tuple);
+                if (ec) {
+                  ++failed;
+                  ++done;
+                  co_return;
+                }
+                ++acquired;
+                l.keep_alive();
+                co_await sleep_for(4500ms);  // three ttl periods
+                if (l.lost()) ++lost;
+                std::size_t m = min_extensions.load();
+                while (l.extensions() < m && !min_extensions.compare_exchange_weak(m, l.extensions())) {
+                }
+                auto [uec, held] = co_await l.async_unlock(use_tuple);
+                if (!uec) ++released;
+                ++done;
+              },
+              asio::detached);
+        }
+        while (done != count) co_await sleep_for(20ms);
+        co_await sleep_for(200ms);
+        EXPECT_EQ(keys_everywhere(), 0u);  // every release reached every master
+      },
+      /*threads=*/4, 180s);
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(acquired.load(), 1000);
+  EXPECT_EQ(lost.load(), 0);
+  EXPECT_EQ(released.load(), 1000);
+  EXPECT_GE(min_extensions.load(), 4u);
+}
+
+}  // namespace
