@@ -1,0 +1,144 @@
+// The cost of holding many auto-extended locks: memory and CPU per lock, and the extension traffic
+// the masters see, against five local masters.
+//
+// Usage: keep_alive_bench [--locks N] [--seconds S] [--ttl-ms T] [--json FILE]
+
+#include <redlock/client.hpp>
+#include <redlock_test/redis_cluster.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <fmt/core.h>
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+namespace {
+
+double cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+long rss_kib() {
+  std::ifstream in{"/proc/self/status"};
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return 0;
+}
+
+// Calls of `command` so far on one master, from INFO commandstats.
+long command_calls(redlock::test::redis_node& node, std::string_view command) {
+  const auto info = node.command({"INFO", "commandstats"});
+  const auto key = fmt::format("cmdstat_{}:calls=", command);
+  const auto at = info.find(key);
+  if (at == std::string::npos) return 0;
+  return std::stol(info.substr(at + key.size()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int locks = 10000;
+  double seconds = 30;
+  long ttl_ms = 10000;
+  std::string json_path = "keep_alive_bench.json";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--locks") locks = std::stoi(argv[i + 1]);
+    if (a == "--seconds") seconds = std::stod(argv[i + 1]);
+    if (a == "--ttl-ms") ttl_ms = std::stol(argv[i + 1]);
+    if (a == "--json") json_path = argv[i + 1];
+  }
+  redlock::test::redis_cluster cluster{5};
+  asio::io_context ioc{1};
+  redlock::client_config cfg;
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
+    redlock::connection_config m;
+    m.host = cluster[i].host();
+    m.port = cluster[i].port();
+    cfg.masters.push_back(m);
+  }
+  redlock::client client{ioc.get_executor(), cfg};
+  ioc.run_for(200ms);
+
+  const long rss_before = rss_kib();
+  std::vector<redlock::lock> held(static_cast<std::size_t>(locks));
+  int acquired = 0, failed = 0;
+  for (int k = 0; k < locks; ++k) {
+    client.async_lock(fmt::format("hold:{}", k), std::chrono::milliseconds{ttl_ms},
+                      [&, k](boost::system::error_code ec, redlock::lock l) {
+                        if (ec) {
+                          ++failed;
+                          return;
+                        }
+                        ++acquired;
+                        l.keep_alive();
+                        held[static_cast<std::size_t>(k)] = std::move(l);
+                      });
+  }
+  while (acquired + failed < locks) ioc.run_one();
+  ioc.run_for(100ms);
+  const long rss_held = rss_kib();
+
+  long evalsha0 = 0;
+  for (std::size_t i = 0; i < cluster.size(); ++i) evalsha0 += command_calls(cluster[i], "evalsha");
+  const double cpu0 = cpu_seconds();
+  const auto t0 = clock_type::now();
+  ioc.run_for(std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds)));
+  const double wall = std::chrono::duration<double>(clock_type::now() - t0).count();
+  const double cpu = cpu_seconds() - cpu0;
+  long evalsha1 = 0;
+  for (std::size_t i = 0; i < cluster.size(); ++i) evalsha1 += command_calls(cluster[i], "evalsha");
+
+  std::size_t extensions = 0, lost = 0;
+  for (const auto& l : held) {
+    extensions += l.extensions();
+    lost += l.lost();
+  }
+  const double per_lock_kib = static_cast<double>(rss_held - rss_before) / acquired;
+  const double cpu_us_per_lock_s = cpu / acquired / wall * 1e6;
+  const double cpu_us_per_extension = extensions ? cpu / static_cast<double>(extensions) * 1e6 : 0.0;
+  const double commands_per_s = static_cast<double>(evalsha1 - evalsha0) / wall;
+
+  fmt::print("{} locks (ttl {} ms, renewed at half the ttl) held with keep-alive for {:.1f} s on 5 masters\n", acquired,
+             ttl_ms, wall);
+  fmt::print("  failed to acquire: {}, lost while held: {}\n", failed, lost);
+  fmt::print("  memory: {:.2f} KiB per held lock (RSS {} -> {} KiB)\n", per_lock_kib, rss_before, rss_held);
+  fmt::print("  CPU: {:.3f} us per lock per second; {:.1f} us per extension ({} extensions)\n", cpu_us_per_lock_s,
+             cpu_us_per_extension, extensions);
+  fmt::print("  traffic: {:.0f} extend commands/s to the masters in all ({:.3f} per lock per second)\n",
+             commands_per_s, commands_per_s / acquired);
+
+  std::ofstream out{json_path};
+  out << fmt::format(
+      "{{\n  \"locks\": {},\n  \"ttl_ms\": {},\n  \"seconds\": {:.2f},\n  \"lost\": {},\n  \"failed\": {},\n"
+      "  \"kib_per_lock\": {:.3f},\n  \"cpu_us_per_lock_second\": {:.4f},\n  \"cpu_us_per_extension\": {:.2f},\n"
+      "  \"extensions\": {},\n  \"extend_commands_per_s\": {:.1f}\n}}\n",
+      acquired, ttl_ms, wall, lost, failed, per_lock_kib, cpu_us_per_lock_s, cpu_us_per_extension, extensions,
+      commands_per_s);
+  fmt::print("wrote {}\n", json_path);
+
+  for (auto& l : held) l = redlock::lock{};  // released in the background
+  ioc.run_for(2s);
+  client.close();
+  ioc.run_for(200ms);
+  return lost == 0 && failed == 0 ? 0 : 1;
+}
