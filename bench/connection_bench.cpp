@@ -14,9 +14,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <fmt/core.h>
-#include <fmt/format.h>
 
-#include <sys/resource.h>
+#include "bench_util.hpp"
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
@@ -35,19 +35,8 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 namespace {
 
-double cpu_seconds() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
-
-double percentile(std::vector<double>& v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto i = static_cast<std::size_t>(p / 100.0 * static_cast<double>(v.size() - 1));
-  return v[i];
-}
+using redlock::bench::cpu_seconds;
+using redlock::bench::summarize;
 
 struct throughput_result {
   int concurrency;
@@ -89,7 +78,8 @@ throughput_result measure_set(asio::io_context& ioc, redlock::connection& conn, 
   const double cpu = cpu_seconds() - cpu0;
   std::vector<double> all;
   for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
-  return {concurrency, static_cast<double>(total) / elapsed, percentile(all, 50), percentile(all, 99),
+  const auto st = summarize(std::move(all));
+  return {concurrency, static_cast<double>(total) / elapsed, st.p50, st.p99,
           cpu / static_cast<double>(total) * 1e6, errors};
 }
 
@@ -153,7 +143,8 @@ int main(int argc, char** argv) {
 
   measure_ping(ioc, conn, 2000);  // warm-up
   auto ping = measure_ping(ioc, conn, 20000);
-  const double ping_p50 = percentile(ping, 50), ping_p99 = percentile(ping, 99);
+  const auto ping_stats = summarize(ping);
+  const double ping_p50 = ping_stats.p50, ping_p99 = ping_stats.p99;
 
   std::vector<throughput_result> results;
   for (int c : {1, 16, 64, 256}) results.push_back(measure_set(ioc, conn, c, seconds));

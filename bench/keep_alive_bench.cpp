@@ -14,7 +14,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <fmt/core.h>
 
-#include <sys/resource.h>
+#include "bench_util.hpp"
 
 #include <chrono>
 #include <fstream>
@@ -28,21 +28,8 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 namespace {
 
-double cpu_seconds() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
-
-long rss_kib() {
-  std::ifstream in{"/proc/self/status"};
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return 0;
-}
+using redlock::bench::cpu_seconds;
+using redlock::bench::rss_kib;
 
 // Calls of `command` so far on one master, from INFO commandstats.
 long command_calls(redlock::test::redis_node& node, std::string_view command) {

@@ -13,7 +13,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <fmt/core.h>
 
-#include <sys/resource.h>
+#include "bench_util.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -29,22 +29,9 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 namespace {
 
-struct stats {
-  double p50, p90, p99, p999, max;
-};
-
-stats summarize(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  auto at = [&](double p) { return v[static_cast<std::size_t>(p / 100.0 * static_cast<double>(v.size() - 1))]; };
-  return {at(50), at(90), at(99), at(99.9), v.back()};
-}
-
-double cpu_seconds() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
+using redlock::bench::cpu_seconds;
+using redlock::bench::stats;
+using redlock::bench::summarize;
 
 template <class F>
 void run(asio::io_context& ioc, F f) {

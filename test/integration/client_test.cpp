@@ -3,6 +3,7 @@
 
 #include <redlock/client.hpp>
 #include <redlock/detail/scripts.hpp>
+#include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
 #include <redlock_test/redis_cluster.hpp>
 
@@ -38,16 +39,7 @@ struct client_test : ::testing::Test {
   redlock::test::redis_cluster cluster{5};
 
   redlock::client_config config() {
-    redlock::client_config cfg;
-    for (std::size_t i = 0; i < cluster.size(); ++i) {
-      redlock::connection_config m;
-      m.host = cluster[i].host();
-      m.port = cluster[i].port();
-      m.connect_timeout = 300ms;
-      m.reconnect = {10ms, 100ms, 0.5};
-      cfg.masters.push_back(m);
-    }
-    cfg.request_timeout = 200ms;
+    auto cfg = redlock::test::client_config_for(cluster);
     cfg.retry.max_wait = 2s;
     return cfg;
   }

@@ -3,6 +3,7 @@
 
 #include <redlock/client.hpp>
 #include <redlock/with_lock.hpp>
+#include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
 #include <redlock_test/redis_cluster.hpp>
 
@@ -30,19 +31,7 @@ using clock_type = std::chrono::steady_clock;
 struct keep_alive_test : ::testing::Test {
   redlock::test::redis_cluster cluster{5};
 
-  redlock::client_config config() {
-    redlock::client_config cfg;
-    for (std::size_t i = 0; i < cluster.size(); ++i) {
-      redlock::connection_config m;
-      m.host = cluster[i].host();
-      m.port = cluster[i].port();
-      m.connect_timeout = 200ms;
-      m.reconnect = {10ms, 100ms, 0.5};
-      cfg.masters.push_back(m);
-    }
-    cfg.request_timeout = 100ms;
-    return cfg;
-  }
+  redlock::client_config config() { return redlock::test::client_config_for(cluster, 100ms); }
 
   std::size_t keys_everywhere() {
     std::size_t n = 0;
