@@ -1,6 +1,7 @@
 #pragma once
 // Small measuring helpers shared by the benchmark programs.
 
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -28,6 +29,9 @@ inline long rss_kib() {
   }
   return 0;
 }
+
+/// Heap bytes in use right now (glibc): unlike RSS, not inflated by memory freed after a peak.
+inline std::size_t heap_in_use() { return mallinfo2().uordblks; }
 
 /// Latency percentiles of a sample (any unit).
 struct stats {

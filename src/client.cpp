@@ -458,7 +458,8 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
     st.key = cfg_.key_prefix + st.resource;
     st.ttl = ttl;
     const auto first_start = clock_type::now();
-    std::minstd_rand rng{std::random_device{}()};
+    // Jitter only needs to desynchronise clients, not to be secret: one seeded engine per thread.
+    thread_local std::minstd_rand rng{std::random_device{}()};
     for (;;) {
       ++st.attempts;
       c->begin_round(size());
