@@ -1,0 +1,83 @@
+#pragma once
+// The mutual-exclusion checker: critical sections recorded by independent worker processes on the
+// system-wide monotonic clock (steady_clock is CLOCK_MONOTONIC on Linux, so processes on one
+// machine share it), checked for overlaps per resource and for running past their validity.
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace redlock::test {
+
+/// One critical section as a worker saw it. Times in nanoseconds of CLOCK_MONOTONIC.
+struct section {
+  std::string resource;
+  std::string token;
+  std::int64_t enter = 0;
+  std::int64_t exit = 0;
+  std::int64_t deadline = 0;  // the lock's validity deadline when the section began
+  int worker = 0;
+};
+
+struct check_result {
+  std::size_t sections = 0;
+  std::size_t overlaps = 0;           // pairs of sections on one resource that overlap in time
+  std::size_t past_validity = 0;      // sections that ended after their validity deadline
+  std::int64_t max_gap_ns = 0;        // longest time one resource went without a holder
+  std::vector<std::string> examples;  // a few overlaps, for the failure message
+};
+
+/// Reads the lines "resource token enter exit deadline" a worker wrote.
+inline std::vector<section> read_sections(const std::string& path, int worker) {
+  std::vector<section> out;
+  std::ifstream in{path};
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls{line};
+    section s;
+    s.worker = worker;
+    if (ls >> s.resource >> s.token >> s.enter >> s.exit >> s.deadline) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+/// Checks that no two sections on one resource overlap and none outlived its validity. Gaps are
+/// measured between consecutive sections of a resource from `from_ns` on (liveness after a fault).
+inline check_result check(std::vector<section> all, std::int64_t from_ns = 0) {
+  check_result r;
+  r.sections = all.size();
+  std::map<std::string, std::vector<section>> by_resource;
+  for (auto& s : all) {
+    if (s.exit > s.deadline) ++r.past_validity;
+    by_resource[s.resource].push_back(std::move(s));
+  }
+  for (auto& [name, v] : by_resource) {
+    std::sort(v.begin(), v.end(), [](const section& a, const section& b) { return a.enter < b.enter; });
+    // Compare each section with every earlier one still open: a long section may overlap several.
+    std::int64_t latest_exit = 0;
+    const section* latest = nullptr;
+    for (const auto& s : v) {
+      if (latest && s.enter < latest_exit) {
+        ++r.overlaps;
+        if (r.examples.size() < 5) {
+          std::ostringstream m;
+          m << name << ": worker " << latest->worker << " [" << latest->enter << ", " << latest->exit << ") and worker "
+            << s.worker << " [" << s.enter << ", " << s.exit << ")";
+          r.examples.push_back(m.str());
+        }
+      }
+      if (latest && s.enter >= from_ns) r.max_gap_ns = std::max(r.max_gap_ns, s.enter - latest_exit);
+      if (s.exit > latest_exit) {
+        latest_exit = s.exit;
+        latest = &s;
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace redlock::test

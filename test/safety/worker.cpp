@@ -1,0 +1,219 @@
+// A worker process of the safety suite: contends for a few resources for a bounded time and
+// writes every critical section it ran (resource, token, enter, exit, validity deadline on the
+// system-wide monotonic clock) to a file, plus a summary line of its errors.
+//
+// Modes: `normal` uses redlock::client. `no_nx` and `first_ok` are deliberately broken clients
+// (SET without NX; "acquired" at the first OK) so the checker can be shown to catch them.
+//
+// Usage: redlock_worker --masters h:p,... --resources a,b --seconds S --ttl-ms T --out FILE
+//                       [--mode normal|no_nx|first_ok] [--request-timeout-ms R] [--seed N]
+
+#include <redlock/client.hpp>
+#include <redlock/core/quorum.hpp>
+#include <redlock/core/validity.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <fmt/core.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+namespace {
+
+struct options {
+  std::vector<redlock::connection_config> masters;
+  std::vector<std::string> resources;
+  double seconds = 5;
+  long ttl_ms = 500;
+  long request_timeout_ms = 50;
+  std::string out;
+  std::string mode = "normal";
+  unsigned seed = 1;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const auto comma = s.find(',', start);
+    out.push_back(s.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::int64_t ns(clock_type::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+asio::awaitable<void> sleep_for(clock_type::duration d) {
+  asio::steady_timer t{co_await asio::this_coro::executor, d};
+  co_await t.async_wait(use_tuple);
+}
+
+struct recorder {
+  std::ofstream file;
+  std::map<std::string, long> counts;
+  void section(const std::string& resource, const std::string& token, clock_type::time_point enter,
+               clock_type::time_point exit, clock_type::time_point deadline) {
+    file << resource << ' ' << token << ' ' << ns(enter) << ' ' << ns(exit) << ' ' << ns(deadline) << '\n';
+    ++counts["sections"];
+  }
+};
+
+// The guarded work: a few milliseconds, never started past the validity.
+asio::awaitable<void> critical_section(recorder& rec, std::mt19937& rng, const std::string& resource,
+                                       const std::string& token, clock_type::time_point deadline) {
+  const auto enter = clock_type::now();
+  if (enter >= deadline) {
+    ++rec.counts["late_grant"];
+    co_return;
+  }
+  const auto work = std::chrono::milliseconds{std::uniform_int_distribution<int>{1, 8}(rng)};
+  co_await sleep_for(std::min<clock_type::duration>(work, (deadline - enter) / 2));
+  rec.section(resource, token, enter, clock_type::now(), deadline);
+}
+
+asio::awaitable<void> run_normal(const options& o, recorder& rec) {
+  redlock::client_config cfg;
+  cfg.masters = o.masters;
+  cfg.request_timeout = std::chrono::milliseconds{o.request_timeout_ms};
+  cfg.retry.max_wait = 1000ms;
+  cfg.retry.base_delay = 5ms;
+  cfg.retry.jitter = 30ms;
+  redlock::client c{co_await asio::this_coro::executor, cfg};
+  std::mt19937 rng{o.seed};
+  const auto until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.seconds));
+  while (clock_type::now() < until) {
+    const auto& resource = o.resources[std::uniform_int_distribution<std::size_t>{0, o.resources.size() - 1}(rng)];
+    auto [ec, l] = co_await c.async_lock(resource, std::chrono::milliseconds{o.ttl_ms}, use_tuple);
+    ++rec.counts["attempted"];
+    if (ec) {
+      ++rec.counts[ec == redlock::error::not_acquired         ? "not_acquired"
+                   : ec == redlock::error::quorum_unavailable ? "quorum_unavailable"
+                   : ec == redlock::error::validity_expired   ? "validity_expired"
+                                                              : "other_error"];
+      continue;
+    }
+    co_await critical_section(rec, rng, resource, l.token(), l.validity_deadline());
+    co_await l.async_unlock(use_tuple);
+    co_await sleep_for(std::chrono::milliseconds{std::uniform_int_distribution<int>{0, 3}(rng)});
+  }
+  c.close();
+}
+
+// A deliberately broken client on raw connections: `no_nx` overwrites whatever is there (and
+// believes a majority of OKs), `first_ok` believes the first master that says OK.
+asio::awaitable<void> run_broken(const options& o, recorder& rec) {
+  auto ex = co_await asio::this_coro::executor;
+  std::vector<std::unique_ptr<redlock::connection>> conns;
+  for (const auto& m : o.masters) {
+    conns.push_back(std::make_unique<redlock::connection>(ex, m));
+    conns.back()->async_run(asio::detached);
+  }
+  co_await sleep_for(100ms);
+  std::mt19937 rng{o.seed};
+  const bool no_nx = o.mode == "no_nx";
+  const auto until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.seconds));
+  while (clock_type::now() < until) {
+    const auto& resource = o.resources[std::uniform_int_distribution<std::size_t>{0, o.resources.size() - 1}(rng)];
+    const std::string token = fmt::format("broken-{}-{}", o.seed, rec.counts["attempted"]++);
+    const auto start = clock_type::now();
+    auto ok = std::make_shared<std::size_t>(0);
+    auto answered = std::make_shared<std::size_t>(0);
+    for (auto& c : conns) {
+      redlock::resp::request r;
+      if (no_nx) {
+        r.push("SET", resource, token, "PX", o.ttl_ms);
+      } else {
+        r.push("SET", resource, token, "NX", "PX", o.ttl_ms);
+      }
+      c->async_exec(std::move(r), std::chrono::milliseconds{o.request_timeout_ms},
+                    [ok, answered](boost::system::error_code ec, redlock::resp::response resp) {
+                      ++*answered;
+                      if (!ec && !resp.empty() && resp[0].value == "OK") ++*ok;
+                    });
+    }
+    const std::size_t need = no_nx ? redlock::core::majority(conns.size()) : 1;
+    while (*ok < need && *answered < conns.size()) co_await sleep_for(100us);
+    if (*ok >= need) {
+      const auto deadline =
+          redlock::core::validity_deadline<clock_type>(std::chrono::milliseconds{o.ttl_ms}, start, redlock::core::drift_policy{});
+      co_await critical_section(rec, rng, resource, token, deadline);
+      for (auto& c : conns) {
+        redlock::resp::request del;
+        del.push("DEL", resource);
+        c->async_exec(std::move(del), 100ms, [](boost::system::error_code, redlock::resp::response) {});
+      }
+    }
+    co_await sleep_for(std::chrono::milliseconds{std::uniform_int_distribution<int>{0, 3}(rng)});
+  }
+  for (auto& c : conns) c->close();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--masters") {
+      for (const auto& hp : split(v)) {
+        redlock::connection_config m;
+        const auto colon = hp.rfind(':');
+        m.host = hp.substr(0, colon);
+        m.port = static_cast<std::uint16_t>(std::stoul(hp.substr(colon + 1)));
+        m.connect_timeout = 200ms;
+        m.reconnect = {10ms, 100ms, 0.5};
+        o.masters.push_back(m);
+      }
+    } else if (a == "--resources") {
+      o.resources = split(v);
+    } else if (a == "--seconds") {
+      o.seconds = std::stod(v);
+    } else if (a == "--ttl-ms") {
+      o.ttl_ms = std::stol(v);
+    } else if (a == "--request-timeout-ms") {
+      o.request_timeout_ms = std::stol(v);
+    } else if (a == "--out") {
+      o.out = v;
+    } else if (a == "--mode") {
+      o.mode = v;
+    } else if (a == "--seed") {
+      o.seed = static_cast<unsigned>(std::stoul(v));
+    }
+  }
+  if (o.masters.empty() || o.resources.empty() || o.out.empty()) {
+    std::fprintf(stderr, "usage: redlock_worker --masters h:p,... --resources a,b --out FILE [...]\n");
+    return 2;
+  }
+  recorder rec;
+  rec.file.open(o.out);
+  asio::io_context ioc;
+  asio::co_spawn(ioc, o.mode == "normal" ? run_normal(o, rec) : run_broken(o, rec), [](std::exception_ptr e) {
+    if (e) std::rethrow_exception(e);
+  });
+  ioc.run();
+  // The summary line the test reads: counts by kind.
+  rec.file << "#";
+  for (const auto& [k, v] : rec.counts) rec.file << ' ' << k << '=' << v;
+  rec.file << '\n';
+  return 0;
+}
