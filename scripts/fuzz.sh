@@ -12,7 +12,7 @@ launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 cmake --preset fuzz "${launcher[@]}" >/dev/null
 cmake --build --preset fuzz
-for target in resp_parser; do
+for target in resp_parser read_path; do
   work=$(mktemp -d)
   cp -r "test/fuzz/corpus/${target}/." "${work}/"
   echo "=== fuzzing ${target} for ${seconds} s"

@@ -45,8 +45,9 @@ error_code validate(const client_config& cfg, std::string* what) {
     std::string inner;
     if (validate(m, &inner)) return bad("master " + std::to_string(i + 1) + ": " + inner);
     const auto id = m.unix_socket.empty() ? m.host + ":" + std::to_string(m.port) : "unix:" + m.unix_socket;
-    // Two entries for one server would let one master cast two votes.
-    if (!seen.insert(id + "/" + std::to_string(m.database)).second) return bad("master listed twice: " + id);
+    // Two entries for one server would let one master cast two votes; another database of the same
+    // server is the same master. (Aliases of one host under different names cannot be seen here.)
+    if (!seen.insert(id).second) return bad("master listed twice: " + id);
   }
   if (cfg.request_timeout <= std::chrono::milliseconds::zero()) return bad("request_timeout is not positive");
   if (cfg.release_timeout <= std::chrono::milliseconds::zero()) return bad("release_timeout is not positive");
@@ -56,6 +57,8 @@ error_code validate(const client_config& cfg, std::string* what) {
       cfg.retry.max_wait < std::chrono::milliseconds::zero())
     return bad("retry delays must not be negative");
   if (cfg.max_resource_length == 0) return bad("max_resource_length is 0");
+  if (cfg.max_ttl <= std::chrono::milliseconds::zero() || cfg.max_ttl > std::chrono::hours{24 * 366})
+    return bad("max_ttl outside (0, 366 days]");
   if (what) what->clear();
   return {};
 }
@@ -74,7 +77,7 @@ node_result classify(error_code ec, const resp::response& r) {
   if (ec == error::server_error) {
     out.status = node_status::server_error;
     out.error = ec;
-    if (!r.empty()) out.server_text = r.front().value;
+    if (const auto* v = resp::reply_value(r)) out.server_text = v->value;
     return out;
   }
   if (ec) {
@@ -88,12 +91,13 @@ node_result classify(error_code ec, const resp::response& r) {
     }
     return out;
   }
-  if (r.empty()) {
+  const auto* v = resp::reply_value(r);
+  if (!v) {
     out.status = node_status::failed;
     out.error = error::unexpected_reply;
     return out;
   }
-  const auto& n = r.front();
+  const auto& n = *v;
   if ((n.data_type == resp::type::simple_string && n.value == "OK") ||
       (n.data_type == resp::type::integer && n.value == "1")) {
     out.status = node_status::granted;
@@ -372,8 +376,8 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
                      asio::bind_executor(asio::get_associated_executor(h),
                                          [conn, s, key, token, ttl_ms, timeout, h = std::move(h)](
                                              error_code ec, resp::response r) mutable {
-                                           if (ec == error::server_error && !r.empty() &&
-                                               starts_with(r.front().value, "NOSCRIPT")) {
+                                           const auto* v = resp::reply_value(r);
+                                           if (ec == error::server_error && v && starts_with(v->value, "NOSCRIPT")) {
                                              resp::request eval;
                                              if (ttl_ms) {
                                                eval.push("EVAL", s.body, 1, key, token, *ttl_ms);
@@ -417,7 +421,8 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   error_code check_lock_args(const std::string& resource, std::chrono::milliseconds ttl) const {
     if (config_error_) return config_error_;
     if (resource.empty() || resource.size() > cfg_.max_resource_length) return error::invalid_argument;
-    if (ttl <= std::chrono::milliseconds::zero()) return error::invalid_argument;
+    // Bounded before any arithmetic: the validity is computed in steady_clock nanoseconds.
+    if (ttl <= std::chrono::milliseconds::zero() || ttl > cfg_.max_ttl) return error::invalid_argument;
     // A success decided at the very end of the per-master deadline must still leave validity.
     const auto usable = std::chrono::microseconds{ttl} - core::drift(ttl, cfg_.drift);
     if (usable <= std::chrono::microseconds{cfg_.request_timeout}) return error::invalid_argument;

@@ -24,6 +24,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
+#include <sys/un.h>
+
 #include <algorithm>
 #include <atomic>
 #include <limits>
@@ -47,6 +49,8 @@ error_code validate(const connection_config& cfg, std::string* what) {
   if (cfg.unix_socket.empty()) {
     if (cfg.host.empty()) return bad("host is empty");
     if (cfg.port == 0) return bad("port is 0");
+  } else if (cfg.unix_socket.size() >= sizeof(sockaddr_un::sun_path)) {
+    return bad("unix_socket path longer than the system allows");
   }
   if (cfg.database < 0) return bad("database is negative");
   if (cfg.connect_timeout <= std::chrono::milliseconds::zero()) return bad("connect_timeout is not positive");
@@ -55,7 +59,8 @@ error_code validate(const connection_config& cfg, std::string* what) {
   if (!(cfg.reconnect.jitter >= 0.0 && cfg.reconnect.jitter <= 1.0)) return bad("reconnect jitter outside [0, 1]");
   if (cfg.limits.max_depth == 0 || cfg.limits.max_depth > resp::parser::hard_max_depth)
     return bad("limits.max_depth outside [1, parser::hard_max_depth]");
-  if (cfg.limits.max_line_length < 16 || cfg.limits.max_bulk_length == 0 || cfg.limits.max_nodes == 0)
+  if (cfg.limits.max_line_length < 16 || cfg.limits.max_bulk_length == 0 || cfg.limits.max_nodes == 0 ||
+      cfg.limits.max_aggregate_size == 0)
     return bad("limits too small to read any reply");
   if (what) what->clear();
   return {};
@@ -89,10 +94,10 @@ struct pending {
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 
-// The text of an error reply at the front of `r`, if any.
+// The text of the error reply at the front of `r`, if any.
 std::string_view error_text(const resp::response& r) {
-  return (!r.empty() && resp::is_error(r.front().data_type)) ? std::string_view{r.front().value}
-                                                             : std::string_view{};
+  const auto* v = resp::reply_value(r);
+  return (v && resp::is_error(v->data_type)) ? std::string_view{v->value} : std::string_view{};
 }
 
 }  // namespace
@@ -157,7 +162,11 @@ class connection::impl : public std::enable_shared_from_this<impl> {
       }
       self->run_handler_.emplace(std::move(h));  // not assignment: see `pending`
       self->set_state(connection_state::connecting);
-      asio::co_spawn(self->strand_, self->run_loop(), [self](std::exception_ptr) { self->finish_run(); });
+      asio::co_spawn(self->strand_, self->run_loop(), [self](std::exception_ptr e) {
+        // Only allocation failure can escape the loop; say so instead of looking like close().
+        if (e) self->record_error(make_error_code(boost::system::errc::not_enough_memory), "");
+        self->finish_run();
+      });
     });
   }
 
@@ -200,7 +209,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     const auto now = clock::now();
     const auto deadline = (timeout >= clock::time_point::max() - now) ? clock::time_point::max() : now + timeout;
     const std::size_t replies = req.commands();
-    mux_.add(id, std::string{req.payload()}, replies, deadline, pending{std::move(h)});
+    mux_.add(id, std::move(req).take_payload(), replies, deadline, pending{std::move(h)});
     arm_deadline(deadline);
     if (state_ == connection_state::up && writer_idle_) {
       writer_idle_ = false;
@@ -400,8 +409,8 @@ class connection::impl : public std::enable_shared_from_this<impl> {
           }
         }
       }
-    } else if (reply.empty() || (reply.front().data_type != resp::type::map &&
-                                 reply.front().data_type != resp::type::array)) {
+    } else if (const auto* v = resp::reply_value(reply);
+               !v || (v->data_type != resp::type::map && v->data_type != resp::type::array)) {
       co_return error::handshake_failed;
     }
     server_text.clear();
@@ -537,10 +546,8 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   }
 
   static bool is_push(const resp::response& r) {
-    for (const auto& n : r) {
-      if (n.depth == 0 && n.data_type != resp::type::attribute) return n.data_type == resp::type::push;
-    }
-    return false;
+    const auto* v = resp::reply_value(r);
+    return v && v->data_type == resp::type::push;
   }
 
   // Free space at the end of the read buffer: compacts, then grows, but only as far as the parser's

@@ -36,6 +36,9 @@ struct client_config {
   core::retry_policy retry{};
   /// Longest resource name accepted (Redis allows 512 MiB keys; lock names that long are a bug).
   std::size_t max_resource_length = 64 * 1024;
+  /// Longest ttl accepted (at most 366 days). A lock meant to last longer is kept alive with
+  /// `lock::keep_alive` instead; a ttl of years is almost always a unit mistake.
+  std::chrono::milliseconds max_ttl = std::chrono::hours{24};
 };
 
 /// How a held lock is kept alive by `lock::keep_alive`. Zero durations mean "derive from the ttl".

@@ -81,7 +81,7 @@ class multiplexer {
       reply.clear();
       return reply_outcome::dropped;
     }
-    if (!reply.empty() && resp::is_error(reply.front().data_type)) e.error_reply = true;
+    if (const auto* v = resp::reply_value(reply); v && resp::is_error(v->data_type)) e.error_reply = true;
     if (e.response.empty()) {
       e.response.swap(reply);
     } else {

@@ -58,4 +58,13 @@ using response = std::vector<node>;
 /// True for `simple_error` and `blob_error`.
 constexpr bool is_error(type t) noexcept { return t == type::simple_error || t == type::blob_error; }
 
+/// The value of the first reply in `r`: its first depth-0 node that is not an attribute (RESP3
+/// attributes precede the value they describe). Null when there is none.
+inline const node* reply_value(const response& r) noexcept {
+  for (const auto& n : r) {
+    if (n.depth == 0 && n.data_type != type::attribute) return &n;
+  }
+  return nullptr;
+}
+
 }  // namespace redlock::resp

@@ -154,6 +154,11 @@ class request {
   }
   /// Reserves room for `bytes` bytes of payload in total.
   void reserve(std::size_t bytes) { payload_.reserve(bytes); }
+  /// Moves the bytes out (the connection queues them without a copy); the request is left empty.
+  std::string take_payload() && noexcept {
+    commands_ = 0;
+    return std::move(payload_);
+  }
 
  private:
   template <class... Held>

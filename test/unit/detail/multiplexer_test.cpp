@@ -89,6 +89,18 @@ TEST(multiplexer, pipelined_request_collects_all_its_replies_and_flags_errors) {
   EXPECT_EQ(h.finished[0].r[1].value, "ERR two");
 }
 
+TEST(multiplexer, error_reply_behind_a_resp3_attribute_is_still_an_error) {
+  harness h;
+  h.mux.add(1, "A", 1, h.t0 + 1s, 1);
+  h.mux.prepare_write();
+  response r{node{type::attribute, 1, 0, ""}, node{type::simple_string, 0, 1, "ttl"}, node{type::integer, 0, 1, "3"},
+             node{type::simple_error, 0, 0, "ERR boom"}};
+  h.mux.on_reply(r, h.sink());
+  ASSERT_EQ(h.finished.size(), 1u);
+  EXPECT_EQ(h.finished[0].ec, redlock::error::server_error);
+  EXPECT_EQ(redlock::resp::reply_value(h.finished[0].r)->value, "ERR boom");
+}
+
 TEST(multiplexer, cancelling_a_waiting_request_removes_it_from_the_write) {
   harness h;
   h.mux.add(1, "A", 1, h.t0 + 1s, 1);

@@ -1,0 +1,448 @@
+// libFuzzer target for a connection's read path, without a socket: the bytes a node sends go
+// through a resp::parser into a detail::multiplexer the way src/connection.cpp moves them
+// (complete top-level replies only, RESP3 pushes skipped, an unsolicited reply or a parser error
+// resets the connection), while the same input scripts what callers do in between: add requests,
+// write them, cancel them, let deadlines pass, break the socket, re-enter from a completion.
+//
+// A small model of the queue's documented semantics predicts every outcome, so the fuzzer checks
+// more than "no crash": each request completes exactly once, with exactly its replies, in the
+// order the requests were written, and abandoned requests swallow their late replies silently.
+//
+// Input layout (missing bytes read as 0):
+//   byte 0        bits 0-2: initial requests - 1 (1..8), written at once;
+//                 bits 3-7: soft cap of one write batch (1 + 16 * value bytes)
+//   n bytes       one per initial request: replies 1 + b % 3, deadline (see deadline_after)
+//   1 byte        L, the length of the script
+//   L bytes       the script: one op per byte, some followed by an argument byte (see run_op)
+//   the rest      the bytes the node sends, delivered in chunks the script chooses; what is
+//                 left when the script ends arrives in one last read, then the connection closes.
+
+#include <redlock/detail/multiplexer.hpp>
+#include <redlock/error.hpp>
+#include <redlock/resp/node.hpp>
+#include <redlock/resp/parser.hpp>
+#include <redlock/resp/request.hpp>
+
+#include <boost/asio/error.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using boost::system::error_code;
+using redlock::detail::reply_outcome;
+using redlock::resp::node;
+using redlock::resp::parser;
+using redlock::resp::parser_limits;
+using redlock::resp::response;
+using redlock::resp::type;
+using clock_type = std::chrono::steady_clock;
+using id_type = std::uint64_t;
+
+// Small limits so that short inputs reach them.
+constexpr parser_limits limits{
+    .max_bulk_length = 256,
+    .max_line_length = 64,
+    .max_depth = 4,
+    .max_aggregate_size = 16,
+    .max_nodes = 64,
+};
+
+void check(bool ok) {
+  if (!ok) __builtin_trap();
+}
+
+// What the multiplexer completes: just the request's id, so that every completion can be traced.
+struct completion {
+  id_type id;
+};
+
+// Reads the input front to back; past the end every byte is 0, so any input is a valid program.
+struct reader {
+  std::string_view data;
+  std::size_t pos = 0;
+
+  std::uint8_t byte() { return pos < data.size() ? static_cast<std::uint8_t>(data[pos++]) : 0; }
+  std::string_view take(std::size_t n) {
+    n = std::min(n, data.size() - std::min(pos, data.size()));
+    const auto out = data.substr(std::min(pos, data.size()), n);
+    pos += n;
+    return out;
+  }
+  bool at_end() const { return pos >= data.size(); }
+};
+
+// The top-level value of one reply: its first depth-0 node that is not an attribute (attributes
+// at depth 0 only describe the value that follows them).
+const node* value_of(const response& reply) {
+  for (const node& n : reply) {
+    if (n.depth == 0 && n.data_type != type::attribute) return &n;
+  }
+  return nullptr;
+}
+
+// Replies a response holds: one per top-level value.
+std::size_t replies_in(const response& r) {
+  return static_cast<std::size_t>(
+      std::count_if(r.begin(), r.end(), [](const node& n) { return n.depth == 0 && n.data_type != type::attribute; }));
+}
+
+bool is_push(const response& reply) {
+  const node* v = value_of(reply);
+  return v != nullptr && v->data_type == type::push;
+}
+
+bool is_parser_error(error_code ec) {
+  return ec == redlock::error::protocol_error || ec == redlock::error::nesting_too_deep ||
+         ec == redlock::error::reply_too_large;
+}
+
+// One request as the model sees it.
+struct request_model {
+  enum class where : std::uint8_t { waiting, in_flight, gone };
+  std::size_t replies = 0;       // replies it asked for
+  std::size_t replies_left = 0;  // replies still due while in flight (abandoned or not)
+  clock_type::time_point deadline{};
+  std::string payload;
+  where at = where::waiting;
+  bool live = true;  // not yet completed (an in-flight request that is not live is abandoned)
+  bool error_reply = false;
+  response got;  // the nodes of the replies routed to it so far
+  std::size_t completions = 0;
+};
+
+struct finished {
+  id_type id;
+  error_code ec;
+  response nodes;
+};
+
+class harness {
+ public:
+  explicit harness(std::size_t max_write_batch)
+      : mux_(max_write_batch), max_write_batch_(max_write_batch), parser_(limits) {}
+
+  // ---- what callers do ----------------------------------------------------------------------
+
+  void add(std::size_t replies, clock_type::time_point deadline) {
+    const id_type id = requests_.size() + 1;
+    redlock::resp::request req;  // as async_exec gets it: one ECHO of the id per expected reply
+    for (std::size_t i = 0; i < replies; ++i) req.push("ECHO", id);
+    request_model m;
+    m.replies = m.replies_left = req.commands();
+    m.deadline = deadline;
+    m.payload = req.payload();
+    requests_.push_back(m);
+    waiting_.push_back(id);
+    mux_.add(id, req.payload(), req.commands(), deadline, completion{id});
+  }
+
+  // The writer: everything the multiplexer hands over is written, in the model's order.
+  void write() {
+    std::string want;
+    while (!waiting_.empty() && (want.empty() || want.size() < max_write_batch_)) {
+      request_model& m = model(waiting_.front());
+      want += m.payload;
+      m.at = request_model::where::in_flight;
+      in_flight_.push_back(waiting_.front());
+      waiting_.pop_front();
+    }
+    check(mux_.prepare_write() == want);
+  }
+
+  void cancel(id_type id, bool allow_after_write) {
+    const error_code ec = boost::asio::error::operation_aborted;
+    bool want = false;
+    if (id >= 1 && id <= requests_.size()) {
+      request_model& m = model(id);
+      if (m.live && (m.at == request_model::where::waiting ||
+                     (allow_after_write && m.at == request_model::where::in_flight))) {
+        if (m.at == request_model::where::waiting) {
+          std::erase(waiting_, id);
+          m.at = request_model::where::gone;
+        }
+        finish(id, ec);
+        want = true;
+      }
+    }
+    check(mux_.cancel(id, allow_after_write, ec, completer()) == want);
+  }
+
+  void expire(clock_type::time_point at) {
+    const error_code ec = redlock::error::node_timeout;
+    auto next = clock_type::time_point::max();
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      request_model& m = model(*it);
+      if (m.deadline <= at) {
+        m.at = request_model::where::gone;
+        finish(*it, ec);
+        it = waiting_.erase(it);
+      } else {
+        next = std::min(next, m.deadline);
+        ++it;
+      }
+    }
+    for (const id_type id : in_flight_) {
+      request_model& m = model(id);
+      if (!m.live) continue;
+      if (m.deadline <= at) {
+        finish(id, ec);
+      } else {
+        next = std::min(next, m.deadline);
+      }
+    }
+    check(mux_.expire(at, ec, completer()) == next);
+  }
+
+  // The socket broke (or the stream failed): written requests fail with `written`, waiting ones
+  // with not_connected, and the next bytes belong to a new connection.
+  void reset_connection(error_code written, error_code waiting) {
+    for (const id_type id : in_flight_) {
+      if (model(id).live) finish(id, written);
+      model(id).at = request_model::where::gone;
+    }
+    for (const id_type id : waiting_) {
+      model(id).at = request_model::where::gone;
+      finish(id, waiting);
+    }
+    in_flight_.clear();
+    waiting_.clear();
+    mux_.fail_all(written, waiting, completer());
+    parser_.reset();
+    scratch_.clear();
+    rbuf_.clear();
+    rpos_ = 0;
+  }
+
+  // ---- what the node sends: src/connection.cpp's read_loop/dispatch_replies, sans I/O -------
+
+  void deliver(std::string_view bytes) {
+    rbuf_.append(bytes);
+    while (rpos_ < rbuf_.size()) {
+      error_code ec;
+      const std::size_t available = rbuf_.size() - rpos_;
+      const std::size_t used = parser_.consume(std::string_view{rbuf_}.substr(rpos_), scratch_, ec);
+      check(used <= available);
+      rpos_ += used;
+      if (ec) {
+        check(is_parser_error(ec));
+        reset_connection(ec, redlock::error::not_connected);
+        return;
+      }
+      if (!parser_.done()) {
+        check(rpos_ == rbuf_.size());  // "need more" takes every byte: nothing to keep
+        break;
+      }
+      parser_.reset();
+      if (is_push(scratch_)) {  // out of band: never matched to a request
+        scratch_.clear();
+        continue;
+      }
+      const reply_outcome want = route(scratch_);
+      const reply_outcome got = mux_.on_reply(scratch_, completer());
+      check(got == want);
+      if (got == reply_outcome::unsolicited) {  // a reply nobody asked for: the stream is not ours
+        reset_connection(redlock::error::protocol_error, redlock::error::not_connected);
+        return;
+      }
+      check(scratch_.empty());  // consumed: the next reply must not be glued to this one
+    }
+    rbuf_.clear();
+    rpos_ = 0;
+  }
+
+  // ---- checks -------------------------------------------------------------------------------
+
+  // After each step: what completed is exactly what the model expected, and the queues agree.
+  void settle() {
+    const auto by_id = [](const finished& a, const finished& b) { return a.id < b.id; };
+    std::sort(expected_.begin(), expected_.end(), by_id);
+    std::sort(actual_.begin(), actual_.end(), by_id);
+    check(expected_.size() == actual_.size());
+    for (std::size_t i = 0; i < expected_.size(); ++i) {
+      check(expected_[i].id == actual_[i].id);
+      check(expected_[i].ec == actual_[i].ec);
+      check(expected_[i].nodes == actual_[i].nodes);
+    }
+    expected_.clear();
+    actual_.clear();
+    check(mux_.waiting() == waiting_.size());
+    check(mux_.in_flight() == in_flight_.size());
+    check(mux_.has_waiting() == !waiting_.empty());
+    check(mux_.empty() == (waiting_.empty() && in_flight_.empty()));
+  }
+
+  // The connection closes: nothing may be left, and everything completed exactly once.
+  void close() {
+    nested_.reset();
+    reset_connection(boost::asio::error::operation_aborted, boost::asio::error::operation_aborted);
+    settle();
+    check(mux_.empty());
+    for (const request_model& m : requests_) check(m.completions == 1 && !m.live);
+  }
+
+  // The next completion (from whatever finishes it) runs `op` from inside the callback, as a
+  // completion handler that re-enters the connection would.
+  void arm_nested(std::uint8_t op) { nested_ = op; }
+  void nested_op(std::uint8_t op) {
+    if (op & 1) {
+      add(1 + (op >> 1) % 3, deadline_after(op >> 3));
+    } else {
+      cancel(pick(op >> 2), (op & 2) != 0);
+    }
+  }
+
+  // A request id chosen by `x` among those added so far (0 when none: unknown to the queue).
+  id_type pick(std::uint8_t x) const { return requests_.empty() ? 0 : 1 + x % requests_.size(); }
+
+  // Deadlines from 1 to 30 ticks ahead, or none (time_point::max(), as for a huge timeout).
+  clock_type::time_point deadline_after(std::uint8_t x) const {
+    const int ticks = 1 + x % 31;
+    return ticks == 31 ? clock_type::time_point::max() : now_ + std::chrono::milliseconds{ticks};
+  }
+
+  void advance(std::uint8_t x) { now_ += std::chrono::milliseconds{x % 16}; }
+  clock_type::time_point now() const { return now_; }
+
+ private:
+  request_model& model(id_type id) { return requests_[id - 1]; }
+
+  // The model's side of one reply: which request it belongs to, and what that means.
+  reply_outcome route(const response& reply) {
+    if (in_flight_.empty()) return reply_outcome::unsolicited;
+    const id_type id = in_flight_.front();
+    request_model& m = model(id);
+    check(m.replies_left > 0);
+    if (--m.replies_left == 0) {
+      in_flight_.pop_front();
+      m.at = request_model::where::gone;
+    }
+    if (!m.live) return reply_outcome::dropped;
+    // async_exec promises server_error when a reply is an error reply; a leading attribute only
+    // describes the value, so the value decides (seed attribute_error checks exactly this).
+    const node* v = value_of(reply);
+    if (v != nullptr && redlock::resp::is_error(v->data_type)) m.error_reply = true;
+    m.got.insert(m.got.end(), reply.begin(), reply.end());
+    if (m.replies_left != 0) return reply_outcome::partial;
+    finish(id, m.error_reply ? error_code{redlock::error::server_error} : error_code{}, std::move(m.got));
+    return reply_outcome::completed;
+  }
+
+  void finish(id_type id, error_code ec, response nodes = {}) {
+    request_model& m = model(id);
+    check(m.live);
+    m.live = false;
+    m.got.clear();
+    expected_.push_back({id, ec, std::move(nodes)});
+  }
+
+  // What the multiplexer is given to finish requests with.
+  struct completer_fn {
+    harness* self;
+    void operator()(completion&& c, error_code ec, response&& r) const { self->on_complete(c, ec, std::move(r)); }
+  };
+  completer_fn completer() { return completer_fn{this}; }
+
+  void on_complete(const completion& c, error_code ec, response&& r) {
+    check(c.id >= 1 && c.id <= requests_.size());
+    request_model& m = model(c.id);
+    check(++m.completions == 1);  // exactly once: never twice, whatever path finishes it
+    // Only a request that got all of its replies completes with a reply; no more, no fewer.
+    if (!ec || ec == redlock::error::server_error) {
+      check(replies_in(r) == m.replies);
+    } else {
+      check(r.empty());
+    }
+    actual_.push_back({c.id, ec, std::move(r)});
+    if (nested_) {
+      const std::uint8_t op = *nested_;
+      nested_.reset();  // one level deep: the nested op's own completions do not nest again
+      nested_op(op);
+    }
+  }
+
+  redlock::detail::multiplexer<completion> mux_;
+  std::size_t max_write_batch_ = 0;
+  parser parser_;
+  response scratch_;
+  std::string rbuf_;
+  std::size_t rpos_ = 0;
+  clock_type::time_point now_ = clock_type::time_point{} + std::chrono::seconds{1};
+
+  std::vector<request_model> requests_;  // by id - 1
+  std::deque<id_type> waiting_;
+  std::deque<id_type> in_flight_;  // in write order, abandoned ones included
+  std::vector<finished> expected_;
+  std::vector<finished> actual_;
+  std::optional<std::uint8_t> nested_;
+};
+
+// One script op; `in` supplies argument bytes, `stream` the node's bytes.
+void run_op(harness& h, std::uint8_t op, reader& in, reader& stream) {
+  switch (op) {
+    case 'a': {  // a caller adds a request
+      const std::uint8_t x = in.byte();
+      h.add(1 + x % 3, h.deadline_after(x / 3));
+      break;
+    }
+    case 'w': h.write(); break;  // the writer takes what waits
+    case 'c': {                  // a caller cancels: bit 7 says partial/terminal (may abandon)
+      const std::uint8_t x = in.byte();
+      h.cancel(h.pick(x & 0x7f), (x & 0x80) != 0);
+      break;
+    }
+    case 't': {  // time passes; the deadline timer fires
+      h.advance(in.byte());
+      h.expire(h.now());
+      break;
+    }
+    case 'r':  // the socket breaks
+      h.reset_connection(redlock::error::connection_lost, redlock::error::not_connected);
+      break;
+    case 'e': h.arm_nested(in.byte()); break;  // the next completion re-enters the queue
+    case 'd': {                                 // one read of 1..255 bytes, or all that is left
+      const std::uint8_t x = in.byte();
+      h.deliver(stream.take(x == 0 ? stream.data.size() : x));
+      break;
+    }
+    default: h.deliver(stream.take(1 + op % 16)); break;  // any other byte: a short read
+  }
+  h.settle();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  reader in{std::string_view{reinterpret_cast<const char*>(data), size}};
+
+  const std::uint8_t head = in.byte();
+  const std::size_t batch = 1 + 16 * std::size_t{static_cast<std::uint8_t>(head >> 3)};
+  harness h{batch};
+  const std::size_t initial = 1 + (head & 7);
+  for (std::size_t i = 0; i < initial; ++i) {
+    const std::uint8_t x = in.byte();
+    h.add(1 + x % 3, h.deadline_after(x / 3));
+  }
+  h.write();
+  h.settle();
+
+  const std::size_t script_length = in.byte();
+  reader script{in.take(script_length)};
+  reader stream{in.data.substr(std::min(in.pos, in.data.size()))};
+  while (!script.at_end()) run_op(h, script.byte(), script, stream);
+  h.deliver(stream.take(stream.data.size()));
+  h.settle();
+  h.close();
+  return 0;
+}
