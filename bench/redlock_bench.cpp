@@ -1,0 +1,433 @@
+// The lock benchmark: scenarios a-e of docs/benchmarks.md against five local masters (two of them
+// reachable through fault proxies for the slow-minority scenario), next to the round-trip floor
+// and the masters' ceiling measured in the same run. Peers are run by bench/run.sh against the
+// same masters (this program prints their ports and waits when asked to).
+//
+// Usage: redlock_bench [--json FILE] [--cycles N] [--seconds S] [--contention-runs R]
+//                      [--only a,b,c,d,e,floor,ceiling] [--hold-for-peers CMD]
+// --hold-for-peers CMD: after our scenarios, runs the shell command CMD with the environment
+// variables REDLOCK_BENCH_MASTERS and REDLOCK_BENCH_SLOW_MASTERS (host:port lists) set, so other
+// programs measure against the very same masters in the same run.
+
+#include <redlock/client.hpp>
+#include <redlock/detail/scripts.hpp>
+#include <redlock_test/fault_proxy.hpp>
+#include <redlock_test/redis_cluster.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_util.hpp"
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+namespace {
+
+using redlock::bench::cpu_seconds;
+using redlock::bench::stats;
+using redlock::bench::summarize;
+
+double us_since(clock_type::time_point s) {
+  return std::chrono::duration<double, std::micro>(clock_type::now() - s).count();
+}
+
+std::string json_stats(const stats& s) {
+  return fmt::format("{{\"p50\": {:.1f}, \"p90\": {:.1f}, \"p99\": {:.1f}, \"p99_9\": {:.1f}, \"max\": {:.1f}}}", s.p50,
+                     s.p90, s.p99, s.p999, s.max);
+}
+
+template <class F>
+void run(asio::io_context& ioc, F f) {
+  bool done = false;
+  asio::co_spawn(ioc, f(), [&](std::exception_ptr e) {
+    done = true;
+    if (e) std::rethrow_exception(e);
+  });
+  while (!done) ioc.run_one();
+}
+
+struct setup {
+  redlock::test::redis_cluster cluster{5};
+  std::vector<std::unique_ptr<redlock::test::fault_proxy>> proxies;  // in front of masters 1 and 2
+  setup() {
+    for (std::size_t i = 0; i < 2; ++i) {
+      proxies.push_back(std::make_unique<redlock::test::fault_proxy>(cluster[i].host(), cluster[i].port()));
+    }
+  }
+  redlock::client_config config(bool slow_minority) {
+    redlock::client_config cfg;
+    for (std::size_t i = 0; i < cluster.size(); ++i) {
+      redlock::connection_config m;
+      m.host = "127.0.0.1";
+      m.port = (slow_minority && i < proxies.size()) ? proxies[i]->port() : cluster[i].port();
+      cfg.masters.push_back(m);
+    }
+    return cfg;
+  }
+  std::string list(bool slow_minority) {
+    std::string s;
+    for (const auto& m : config(slow_minority).masters) s += fmt::format("{}{}:{}", s.empty() ? "" : ",", m.host, m.port);
+    return s;
+  }
+};
+
+void wait_up(asio::io_context& ioc, redlock::client& c, std::size_t want) {
+  const auto until = clock_type::now() + 5s;
+  while (clock_type::now() < until) {
+    std::size_t up = 0;
+    for (const auto& s : c.masters()) up += s.state == redlock::connection_state::up;
+    if (up >= want) return;
+    ioc.run_one_for(10ms);
+  }
+}
+
+// (a), (d), (e): sequential lock+unlock.
+struct sequential_result {
+  stats lock_unlock, lock_only;
+  double cycles_per_s = 0, cpu_us_per_cycle = 0;
+  long failures = 0;
+};
+
+sequential_result sequential(asio::io_context& ioc, redlock::client& c, int cycles, const std::string& prefix) {
+  sequential_result r;
+  std::vector<double> lu, lo;
+  const double cpu0 = cpu_seconds();
+  const auto t0 = clock_type::now();
+  run(ioc, [&]() -> asio::awaitable<void> {
+    for (int i = 0; i < cycles + 500; ++i) {
+      const auto s = clock_type::now();
+      auto [ec, l] = co_await c.async_lock(prefix, 10s, use_tuple);
+      const double locked = us_since(s);
+      if (ec) {
+        ++r.failures;
+        continue;
+      }
+      co_await l.async_unlock(use_tuple);
+      if (i >= 500) {
+        lu.push_back(us_since(s));
+        lo.push_back(locked);
+      }
+    }
+  });
+  const double wall = std::chrono::duration<double>(clock_type::now() - t0).count();
+  r.cycles_per_s = (cycles + 500) / wall;
+  r.cpu_us_per_cycle = (cpu_seconds() - cpu0) / (cycles + 500) * 1e6;
+  r.lock_unlock = summarize(lu);
+  r.lock_only = summarize(lo);
+  return r;
+}
+
+// Floor: one PING to one master, and one PING to all five at once until a majority answered.
+std::pair<stats, stats> floor_rtt(asio::io_context& ioc, const redlock::client_config& cfg, int cycles) {
+  std::vector<std::unique_ptr<redlock::connection>> conns;
+  for (const auto& m : cfg.masters) {
+    conns.push_back(std::make_unique<redlock::connection>(ioc.get_executor(), m));
+    conns.back()->async_run(asio::detached);
+  }
+  for (auto& c : conns) {
+    while (c->status().state != redlock::connection_state::up) ioc.run_one_for(10ms);
+  }
+  std::vector<double> one, quorum;
+  run(ioc, [&]() -> asio::awaitable<void> {
+    for (int i = 0; i < cycles + 500; ++i) {
+      redlock::resp::request r;
+      r.push("PING");
+      const auto s = clock_type::now();
+      co_await conns[0]->async_exec(std::move(r), 1s, use_tuple);
+      if (i >= 500) one.push_back(us_since(s));
+    }
+    for (int i = 0; i < cycles + 500; ++i) {
+      int answered = 0;
+      double at_majority = 0;
+      const auto s = clock_type::now();
+      asio::steady_timer done{co_await asio::this_coro::executor, clock_type::time_point::max()};
+      for (auto& c : conns) {
+        redlock::resp::request r;
+        r.push("PING");
+        c->async_exec(std::move(r), 1s, [&](boost::system::error_code, redlock::resp::response) {
+          if (++answered == 3) at_majority = us_since(s);
+          if (answered == 5) done.cancel();
+        });
+      }
+      co_await done.async_wait(use_tuple);
+      if (i >= 500) quorum.push_back(at_majority);
+    }
+  });
+  for (auto& c : conns) c->close();
+  ioc.run_for(20ms);
+  return {summarize(one), summarize(quorum)};
+}
+
+// (b): C coroutines, each locking its own resource back to back.
+struct throughput_result {
+  int concurrency = 0;
+  double cycles_per_s = 0, cpu_us_per_cycle = 0;
+  stats latency;
+  long failures = 0;
+};
+
+throughput_result throughput(asio::io_context& ioc, redlock::client& c, int concurrency, double seconds) {
+  throughput_result r;
+  r.concurrency = concurrency;
+  std::vector<std::vector<double>> lat(static_cast<std::size_t>(concurrency));
+  long cycles = 0;
+  int running = concurrency;
+  const auto until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
+  const double cpu0 = cpu_seconds();
+  const auto t0 = clock_type::now();
+  for (int k = 0; k < concurrency; ++k) {
+    asio::co_spawn(
+        ioc,
+        [&, k]() -> asio::awaitable<void> {
+          const auto name = fmt::format("tp:{}:{}", concurrency, k);
+          while (clock_type::now() < until) {
+            const auto s = clock_type::now();
+            auto [ec, l] = co_await c.async_lock(name, 10s, use_tuple);
+            if (ec) {
+              ++r.failures;
+              continue;
+            }
+            co_await l.async_unlock(use_tuple);
+            lat[static_cast<std::size_t>(k)].push_back(us_since(s));
+            ++cycles;
+          }
+          --running;
+        },
+        asio::detached);
+  }
+  while (running > 0) ioc.run_one();
+  const double wall = std::chrono::duration<double>(clock_type::now() - t0).count();
+  r.cycles_per_s = static_cast<double>(cycles) / wall;
+  r.cpu_us_per_cycle = cycles ? (cpu_seconds() - cpu0) / static_cast<double>(cycles) * 1e6 : 0;
+  std::vector<double> all;
+  for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
+  r.latency = summarize(std::move(all));
+  return r;
+}
+
+// (c): 16 contenders on one resource with retries; hand-overs per second and fairness.
+struct contention_result {
+  double handovers_per_s = 0, fairness = 0;
+  std::vector<long> shares;
+  long failures = 0;
+};
+
+contention_result contention(asio::io_context& ioc, redlock::client& c, double seconds, int run_no) {
+  constexpr int contenders = 16;
+  contention_result r;
+  r.shares.assign(contenders, 0);
+  int running = contenders;
+  const auto name = fmt::format("contended:{}", run_no);
+  const auto until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
+  const auto t0 = clock_type::now();
+  for (int k = 0; k < contenders; ++k) {
+    asio::co_spawn(
+        ioc,
+        [&, k]() -> asio::awaitable<void> {
+          while (clock_type::now() < until) {
+            auto [ec, l] = co_await c.async_lock(name, 10s, use_tuple);
+            if (ec) {
+              ++r.failures;
+              continue;
+            }
+            ++r.shares[static_cast<std::size_t>(k)];
+            co_await l.async_unlock(use_tuple);
+          }
+          --running;
+        },
+        asio::detached);
+  }
+  while (running > 0) ioc.run_one();
+  const double wall = std::chrono::duration<double>(clock_type::now() - t0).count();
+  long total = 0, least = r.shares.front();
+  for (long s : r.shares) {
+    total += s;
+    least = std::min(least, s);
+  }
+  r.handovers_per_s = static_cast<double>(total) / wall;
+  r.fairness = total ? static_cast<double>(least) / (static_cast<double>(total) / contenders) : 0;
+  return r;
+}
+
+// Ceiling: redis-benchmark pipelined against all five masters at once; lock cycles/s the masters
+// could serve = aggregate ops/s / (2 x N) (a SET and a release per master per cycle).
+double redis_benchmark_all(setup& s, const std::vector<std::string>& command) {
+  std::vector<FILE*> pipes;
+  for (std::size_t i = 0; i < s.cluster.size(); ++i) {
+    std::string cmd = fmt::format("redis-benchmark -h 127.0.0.1 -p {} -n 300000 -P 16 -c 4 -r 100000 --csv", s.cluster[i].port());
+    for (const auto& a : command) cmd += " " + a;
+    cmd += " 2>/dev/null";
+    pipes.push_back(popen(cmd.c_str(), "r"));
+  }
+  double total = 0;
+  for (FILE* p : pipes) {
+    if (!p) continue;
+    std::array<char, 512> line{};
+    while (fgets(line.data(), static_cast<int>(line.size()), p)) {
+      std::string l{line.data()};
+      if (l.rfind("\"test\"", 0) == 0 || l.size() < 5) continue;
+      const auto a = l.find(",\"") + 2;
+      total += std::stod(l.substr(a, l.find('"', a) - a));
+    }
+    pclose(p);
+  }
+  return total;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path = "redlock_bench.json", peers_cmd;
+  int cycles = 5000, contention_runs = 10;
+  double seconds = 3;
+  std::set<std::string> only;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--json") json_path = v;
+    if (a == "--cycles") cycles = std::stoi(v);
+    if (a == "--seconds") seconds = std::stod(v);
+    if (a == "--contention-runs") contention_runs = std::stoi(v);
+    if (a == "--hold-for-peers") peers_cmd = v;
+    if (a == "--only") {
+      std::stringstream ss{v};
+      std::string item;
+      while (std::getline(ss, item, ',')) only.insert(item);
+    }
+  }
+  auto want = [&](const char* s) { return only.empty() || only.count(s); };
+
+  setup s;
+  asio::io_context ioc{1};
+  std::vector<std::string> json;
+  fmt::print("redlock-asio benchmark: 5 local masters, one client thread\n\n");
+
+  if (want("floor")) {
+    auto [one, quorum] = floor_rtt(ioc, s.config(false), cycles);
+    fmt::print("floor     PING one master p50 {:.1f} us p99 {:.1f} us; PING all 5 to a majority p50 {:.1f} us p99 {:.1f} us\n",
+               one.p50, one.p99, quorum.p50, quorum.p99);
+    json.push_back(fmt::format("\"floor\": {{\"ping_one_us\": {}, \"ping_quorum_us\": {}}}", json_stats(one), json_stats(quorum)));
+  }
+  if (want("ceiling")) {
+    const double set_ops = redis_benchmark_all(s, {"SET", "key:__rand_int__", "token", "NX", "PX", "10000"});
+    for (std::size_t i = 0; i < 5; ++i) s.cluster[i].command({"SCRIPT", "LOAD", redlock::detail::release_script.body});
+    const double rel_ops = redis_benchmark_all(
+        s, {"EVALSHA", std::string{redlock::detail::release_script.sha1}, "1", "key:__rand_int__", "token"});
+    // One lock cycle costs each master one SET and one release.
+    const double ceiling = 1.0 / (5.0 / set_ops + 5.0 / rel_ops);
+    fmt::print("ceiling   redis-benchmark -P 16 on all 5: SET NX PX {:.0f}/s, EVALSHA release {:.0f}/s -> {:.0f} lock cycles/s\n",
+               set_ops, rel_ops, ceiling);
+    json.push_back(fmt::format("\"ceiling\": {{\"set_ops\": {:.0f}, \"release_ops\": {:.0f}, \"lock_cycles_per_s\": {:.0f}}}",
+                               set_ops, rel_ops, ceiling));
+  }
+  {
+    redlock::client c{ioc.get_executor(), s.config(false)};
+    wait_up(ioc, c, 5);
+    if (want("a")) {
+      auto r = sequential(ioc, c, cycles, "bench:a");
+      fmt::print("(a)       lock+unlock p50 {:.1f} p90 {:.1f} p99 {:.1f} p99.9 {:.1f} max {:.1f} us; {:.0f} cycles/s; CPU {:.1f} us/cycle\n",
+                 r.lock_unlock.p50, r.lock_unlock.p90, r.lock_unlock.p99, r.lock_unlock.p999, r.lock_unlock.max,
+                 r.cycles_per_s, r.cpu_us_per_cycle);
+      json.push_back(fmt::format("\"a\": {{\"lock_unlock_us\": {}, \"lock_us\": {}, \"cycles_per_s\": {:.0f}, \"cpu_us_per_cycle\": {:.2f}, \"failures\": {}}}",
+                                 json_stats(r.lock_unlock), json_stats(r.lock_only), r.cycles_per_s, r.cpu_us_per_cycle, r.failures));
+    }
+    if (want("b")) {
+      std::vector<std::string> rows;
+      for (int conc : {1, 16, 64, 256, 1024}) {
+        auto r = throughput(ioc, c, conc, seconds);
+        fmt::print("(b) C={:<5} {:>8.0f} cycles/s  p50 {:>8.1f} us  p99 {:>8.1f} us  CPU {:.1f} us/cycle  failures {}\n", conc,
+                   r.cycles_per_s, r.latency.p50, r.latency.p99, r.cpu_us_per_cycle, r.failures);
+        rows.push_back(fmt::format("{{\"concurrency\": {}, \"cycles_per_s\": {:.0f}, \"latency_us\": {}, \"cpu_us_per_cycle\": {:.2f}, \"failures\": {}}}",
+                                   conc, r.cycles_per_s, json_stats(r.latency), r.cpu_us_per_cycle, r.failures));
+      }
+      std::string arr;
+      for (const auto& row : rows) arr += (arr.empty() ? "" : ", ") + row;
+      json.push_back("\"b\": [" + arr + "]");
+    }
+    c.close();
+    ioc.run_for(50ms);
+  }
+  if (want("c")) {
+    auto cfg = s.config(false);
+    cfg.retry.base_delay = 0ms;
+    cfg.retry.jitter = 2ms;
+    cfg.retry.max_wait = 10s;
+    redlock::client c{ioc.get_executor(), cfg};
+    wait_up(ioc, c, 5);
+    std::vector<std::string> rows;
+    for (int run_no = 0; run_no < contention_runs; ++run_no) {
+      auto r = contention(ioc, c, std::min(seconds, 2.0), run_no);
+      fmt::print("(c) run {:<2} {:>8.0f} hand-overs/s  fairness {:.2f}  failures {}\n", run_no, r.handovers_per_s, r.fairness,
+                 r.failures);
+      std::string shares;
+      for (long v : r.shares) shares += fmt::format("{}{}", shares.empty() ? "" : ", ", v);
+      rows.push_back(fmt::format("{{\"handovers_per_s\": {:.0f}, \"fairness\": {:.3f}, \"failures\": {}, \"shares\": [{}]}}",
+                                 r.handovers_per_s, r.fairness, r.failures, shares));
+    }
+    std::string arr;
+    for (const auto& row : rows) arr += (arr.empty() ? "" : ", ") + row;
+    json.push_back("\"c\": {\"retry\": {\"base_ms\": 0, \"jitter_ms\": 2}, \"runs\": [" + arr + "]}");
+    c.close();
+    ioc.run_for(50ms);
+  }
+  if (want("d")) {
+    for (auto& p : s.proxies) p->set_latency(25ms);  // +50 ms round trip on 2 of 5
+    redlock::client c{ioc.get_executor(), s.config(true)};
+    wait_up(ioc, c, 5);
+    auto r = sequential(ioc, c, std::min(cycles, 2000), "bench:d");
+    fmt::print("(d)       2 of 5 +50 ms: lock+unlock p50 {:.1f} p99 {:.1f} us\n", r.lock_unlock.p50, r.lock_unlock.p99);
+    json.push_back(fmt::format("\"d\": {{\"lock_unlock_us\": {}, \"failures\": {}}}", json_stats(r.lock_unlock), r.failures));
+    c.close();
+    ioc.run_for(50ms);
+  }
+  if (want("e")) {
+    redlock::client c{ioc.get_executor(), s.config(false)};
+    wait_up(ioc, c, 5);
+    s.cluster[4].kill();
+    wait_up(ioc, c, 4);
+    ioc.run_for(100ms);
+    auto r = sequential(ioc, c, cycles, "bench:e");
+    fmt::print("(e)       1 of 5 down: lock+unlock p50 {:.1f} p99 {:.1f} us\n", r.lock_unlock.p50, r.lock_unlock.p99);
+    json.push_back(fmt::format("\"e\": {{\"lock_unlock_us\": {}, \"failures\": {}}}", json_stats(r.lock_unlock), r.failures));
+    c.close();
+    ioc.run_for(50ms);
+    s.cluster[4].restart();
+  }
+  if (!peers_cmd.empty()) {
+    for (auto& p : s.proxies) p->set_latency(25ms);
+    setenv("REDLOCK_BENCH_MASTERS", s.list(false).c_str(), 1);
+    setenv("REDLOCK_BENCH_SLOW_MASTERS", s.list(true).c_str(), 1);
+    fmt::print("\nrunning the peers against the same masters: {}\n", peers_cmd);
+    std::fflush(stdout);
+    const int rc = std::system(peers_cmd.c_str());
+    if (rc != 0) fmt::print("peers command exited with {}\n", rc);
+  }
+
+  std::ofstream out{json_path};
+  out << "{\n";
+  for (std::size_t i = 0; i < json.size(); ++i) out << "  " << json[i] << (i + 1 < json.size() ? ",\n" : "\n");
+  out << "}\n";
+  fmt::print("\nwrote {}\n", json_path);
+  return 0;
+}

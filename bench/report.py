@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Benchmark report: ratios of ours to the peers, the floor and the ceiling, from one run's JSON.
+
+  report.py RESULTS_DIR                  print the comparison, write RESULTS_DIR/summary.md and plots
+  report.py cycle-cost BINARY RESULTS_DIR   instructions (callgrind) and allocations per lock+unlock
+"""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+LIBS = ("node-redlock", "redlock-universal")
+
+
+def load(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def cycle_cost(binary: str, out: Path) -> int:
+    """Runs the cost program under callgrind at two lengths; the difference is per-cycle cost."""
+    runs = {}
+    for n in (100, 600):
+        res = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/callgrind.{n}.out", binary, str(n)],
+            capture_output=True, text=True, check=True)
+        instr = int(re.search(r"Collected : (\d+)", res.stderr).group(1))
+        allocs = int(re.search(r"allocations=(\d+)", res.stdout).group(1))
+        runs[n] = (instr, allocs)
+    per_cycle = {
+        "instructions_per_cycle": (runs[600][0] - runs[100][0]) / 500,
+        "allocations_per_cycle": (runs[600][1] - runs[100][1]) / 500,
+    }
+    (out / "cycle_cost.json").write_text(json.dumps(per_cycle, indent=2) + "\n")
+    print(f"lock+unlock cycle: {per_cycle['instructions_per_cycle']:.0f} instructions, "
+          f"{per_cycle['allocations_per_cycle']:.1f} heap allocations (callgrind, 5 masters)")
+    return 0
+
+
+def fmt_ratio(a, b):
+    return f"{a / b:.2f}" if a and b else "n/a"
+
+
+def report(out: Path) -> int:
+    ours = load(out / "redlock_bench.json") or {}
+    peers = {lib: {} for lib in LIBS}
+    for lib in LIBS:
+        peers[lib]["a"] = load(out / "peers" / f"{lib}_a.json")
+        peers[lib]["d"] = load(out / "peers" / f"{lib}_d.json")
+        peers[lib]["b"] = {}
+        for c in (1, 16, 64, 256, 1024):
+            for ap in ("0", "1"):
+                peers[lib]["b"][(c, ap)] = load(out / "peers" / f"{lib}_b_{c}_{ap}.json")
+        peers[lib]["c"] = [load(out / "peers" / f"{lib}_c_{r}.json") for r in range(3)]
+    ka = load(out / "keep_alive_bench.json") or {}
+    conn = load(out / "connection_bench.json") or {}
+    cost = load(out / "cycle_cost.json") or {}
+
+    lines = []
+    w = lines.append
+    floor_q = ours.get("floor", {}).get("ping_quorum_us", {}).get("p50")
+    ceiling = ours.get("ceiling", {}).get("lock_cycles_per_s")
+    a = ours.get("a", {}).get("lock_unlock_us", {})
+    w("## (a) uncontended lock+unlock, sequential (µs)\n")
+    w("| library | p50 | p90 | p99 | p99.9 | max | ours ÷ it (p50) |")
+    w("| --- | --- | --- | --- | --- | --- | --- |")
+    if a:
+        w(f"| redlock-asio | {a['p50']:.0f} | {a['p90']:.0f} | {a['p99']:.0f} | {a['p99_9']:.0f} | {a['max']:.0f} | 1.00 |")
+    for lib in LIBS:
+        p = (peers[lib]["a"] or {}).get("lock_unlock_us")
+        if p:
+            w(f"| {lib} | {p['p50']:.0f} | {p['p90']:.0f} | {p['p99']:.0f} | {p['p99_9']:.0f} | {p['max']:.0f} | "
+              f"{fmt_ratio(a.get('p50'), p['p50'])} |")
+    if floor_q and a:
+        w(f"\nFloor (one quorum round trip = PING to all 5 until 3 answered) p50 {floor_q:.0f} µs; "
+          f"lock+unlock is about two: ours ÷ (2 × floor) = {a['p50'] / (2 * floor_q):.2f}.")
+
+    w("\n## (b) throughput, C coroutines / async loops on distinct resources (lock cycles/s)\n")
+    w("| C | redlock-asio | CPU µs/cycle | " + " | ".join(f"{lib} (autopipeline off / on)" for lib in LIBS) +
+      " | ours ÷ best peer | ours ÷ ceiling |")
+    w("| --- | --- | --- | " + " | ".join("---" for _ in LIBS) + " | --- | --- |")
+    plot_tp = []
+    for row in ours.get("b", []):
+        c = row["concurrency"]
+        best = 0
+        cells = []
+        for lib in LIBS:
+            vals = []
+            for ap in ("0", "1"):
+                r = peers[lib]["b"].get((c, ap)) or {}
+                v = r.get("cycles_per_s")
+                vals.append(f"{v:.0f}" if v else "n/a")
+                best = max(best, v or 0)
+            cells.append(" / ".join(vals))
+        w(f"| {c} | {row['cycles_per_s']:.0f} | {row['cpu_us_per_cycle']:.1f} | " + " | ".join(cells) +
+          f" | {fmt_ratio(row['cycles_per_s'], best)} | {fmt_ratio(row['cycles_per_s'], ceiling)} |")
+        plot_tp.append((c, row["cycles_per_s"],
+                        *[(peers[lib]["b"].get((c, ap)) or {}).get("cycles_per_s", 0) or 0 for lib in LIBS for ap in ("0", "1")]))
+    if ceiling:
+        w(f"\nCeiling: redis-benchmark pipelined on all 5 masters ⇒ {ceiling:.0f} lock cycles/s.")
+
+    w("\n## (c) 16 contenders on one resource\n")
+    w("| library | run | hand-overs/s | fairness (min ÷ mean share) | failures |")
+    w("| --- | --- | --- | --- | --- |")
+    for i, r in enumerate(ours.get("c", {}).get("runs", [])):
+        w(f"| redlock-asio | {i} | {r['handovers_per_s']:.0f} | {r['fairness']:.2f} | {r['failures']} |")
+    for lib in LIBS:
+        for i, r in enumerate(peers[lib]["c"]):
+            if r and "handovers_per_s" in r:
+                w(f"| {lib} | {i} | {r['handovers_per_s']:.0f} | {r['fairness']:.2f} | {r['failures']} |")
+
+    w("\n## (d) 2 of 5 masters +50 ms, and (e) 1 of 5 down: lock+unlock (µs)\n")
+    w("| library | (d) p50 | (d) p99 | (d) p50 ÷ no-fault p50 | (e) p50 | (e) p99 |")
+    w("| --- | --- | --- | --- | --- | --- |")
+    d = ours.get("d", {}).get("lock_unlock_us", {})
+    e = ours.get("e", {}).get("lock_unlock_us", {})
+    if d:
+        w(f"| redlock-asio | {d['p50']:.0f} | {d['p99']:.0f} | {fmt_ratio(d['p50'], a.get('p50'))} | "
+          f"{e.get('p50', 0):.0f} | {e.get('p99', 0):.0f} |")
+    for lib in LIBS:
+        pd = (peers[lib]["d"] or {}).get("lock_unlock_us")
+        pa = (peers[lib]["a"] or {}).get("lock_unlock_us")
+        if pd:
+            w(f"| {lib} | {pd['p50']:.0f} | {pd['p99']:.0f} | {fmt_ratio(pd['p50'], (pa or {}).get('p50'))} | | |")
+
+    if ka:
+        w("\n## (f) auto-extension cost\n")
+        w(f"{ka['locks']} locks, ttl {ka['ttl_ms']} ms, held {ka['seconds']:.0f} s: {ka['kib_per_lock']:.2f} KiB heap per lock, "
+          f"{ka['cpu_us_per_lock_second']:.2f} µs CPU per lock per second, {ka['cpu_us_per_extension']:.1f} µs CPU per "
+          f"extension, {ka['extend_commands_per_s']:.0f} extend commands/s to the masters; lost: {ka['lost']}.")
+    if cost:
+        w("\n## Noise-free cost of one lock+unlock (callgrind)\n")
+        w(f"{cost['instructions_per_cycle']:.0f} instructions and {cost['allocations_per_cycle']:.1f} heap allocations "
+          "per cycle in the client (5 masters, sequential).")
+    if conn:
+        w("\n## One connection\n")
+        c64 = next((r for r in conn.get("set", []) if r["concurrency"] == 64), None)
+        if c64:
+            w(f"SET through one connection with 64 coroutines: {c64['requests_per_s']:.0f}/s; redis-benchmark -P 16 -c 1: "
+              f"{conn['redis_benchmark_set_P16_c1']:.0f}/s; ratio {conn['ratio_c64_vs_redis_benchmark']:.2f}.")
+
+    text = "\n".join(lines) + "\n"
+    print(text)
+    (out / "summary.md").write_text(text)
+
+    if shutil.which("gnuplot") and plot_tp:
+        data = out / "throughput.dat"
+        data.write_text("".join(" ".join(str(x) for x in row) + "\n" for row in plot_tp))
+        lat = out / "latency.dat"
+        rows = []
+        for q, key in ((1, "p50"), (2, "p90"), (3, "p99"), (4, "p99_9")):
+            rows.append([q, a.get(key, 0)] + [((peers[lib]["a"] or {}).get("lock_unlock_us") or {}).get(key, 0) for lib in LIBS])
+        lat.write_text("".join(" ".join(str(x) for x in r) + "\n" for r in rows))
+        script = f"""
+set terminal pngcairo size 900,520
+set output '{out}/throughput.png'
+set title 'Lock cycles/s vs concurrency, 5 local masters'
+set logscale x 2
+set xlabel 'concurrent lockers (distinct resources)'
+set ylabel 'lock+unlock cycles/s'
+set key left top
+plot '{data}' u 1:2 w lp lw 2 t 'redlock-asio', \\
+     '' u 1:3 w lp t 'node-redlock', '' u 1:4 w lp t 'node-redlock autopipeline', \\
+     '' u 1:5 w lp t 'redlock-universal', '' u 1:6 w lp t 'redlock-universal autopipeline'
+set output '{out}/latency.png'
+set title 'Uncontended lock+unlock latency percentiles (sequential)'
+unset logscale x
+set logscale y
+set xlabel 'percentile'
+set ylabel 'microseconds'
+set xtics ('p50' 1, 'p90' 2, 'p99' 3, 'p99.9' 4)
+plot '{lat}' u 1:2 w lp lw 2 t 'redlock-asio', '' u 1:3 w lp t 'node-redlock', '' u 1:4 w lp t 'redlock-universal'
+"""
+        subprocess.run(["gnuplot"], input=script, text=True, check=False)
+        print(f"plots: {out}/throughput.png, {out}/latency.png")
+    return 0
+
+
+def main() -> int:
+    if len(sys.argv) >= 4 and sys.argv[1] == "cycle-cost":
+        return cycle_cost(sys.argv[2], Path(sys.argv[3]))
+    return report(Path(sys.argv[1]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

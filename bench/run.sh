@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs every benchmark in one go on this machine: builds the release preset, installs the peers
+# (npm ci), runs ours and the peers against the same five masters, the auto-extension cost, the
+# instruction counts, and regenerates the plots. Results land in bench/results/.
+# Usage: bench/run.sh [--quick]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+scripts/install-deps.sh
+command -v gnuplot >/dev/null || { sudo_=""; [ "$(id -u)" -ne 0 ] && sudo_=sudo; $sudo_ apt-get install -y -qq gnuplot-nox valgrind >/dev/null; }
+launcher=()
+if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+cmake --preset release "${launcher[@]}" >/dev/null
+cmake --build --preset release --target redlock_bench keep_alive_bench connection_bench cycle_cost_bench
+mkdir -p bench/results
+out=bench/results
+
+peers=""
+if command -v node >/dev/null && [ -f bench/peers/package-lock.json ]; then
+  (cd bench/peers && npm ci --silent --no-audit --no-fund)
+  peers="python3 bench/peers/run_peers.py ${out}$([ "$quick" = 1 ] && echo ' --quick')"
+fi
+
+if [ "$quick" = 1 ]; then
+  args=(--cycles 2000 --seconds 2 --contention-runs 3)
+  ka=(--locks 2000 --seconds 10)
+else
+  args=(--cycles 5000 --seconds 3 --contention-runs 10)
+  ka=(--locks 10000 --seconds 30)
+fi
+build/release/bench/redlock_bench "${args[@]}" --json "${out}/redlock_bench.json" ${peers:+--hold-for-peers "$peers"}
+build/release/bench/keep_alive_bench "${ka[@]}" --json "${out}/keep_alive_bench.json"
+build/release/bench/connection_bench --json "${out}/connection_bench.json"
+python3 bench/report.py cycle-cost build/release/bench/cycle_cost_bench "${out}"
+python3 bench/report.py "${out}"
