@@ -70,9 +70,12 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 
-// What one master's reply means: "OK" (SET) or the integer 1 (scripts) is granted; nil (SET) or
-// 0 (scripts: the key is not ours) is taken; everything else is a failure of that master.
-node_result classify(error_code ec, const resp::response& r) {
+// Which command a reply answers: each has its own "yes" and "no".
+enum class reply_kind { set_nx, script };
+
+// What one master's reply means: "OK" to SET or the integer 1 from a script is granted; nil to
+// SET or 0 from a script (the key is not ours) is taken; anything else is a failure of that master.
+node_result classify(error_code ec, const resp::response& r, reply_kind kind) {
   node_result out;
   if (ec == error::server_error) {
     out.status = node_status::server_error;
@@ -98,10 +101,11 @@ node_result classify(error_code ec, const resp::response& r) {
     return out;
   }
   const auto& n = *v;
-  if ((n.data_type == resp::type::simple_string && n.value == "OK") ||
-      (n.data_type == resp::type::integer && n.value == "1")) {
+  const bool set = kind == reply_kind::set_nx;
+  if (set ? (n.data_type == resp::type::simple_string && n.value == "OK")
+          : (n.data_type == resp::type::integer && n.value == "1")) {
     out.status = node_status::granted;
-  } else if (n.data_type == resp::type::null || (n.data_type == resp::type::integer && n.value == "0")) {
+  } else if (set ? n.data_type == resp::type::null : (n.data_type == resp::type::integer && n.value == "0")) {
     out.status = node_status::taken;
   } else {
     out.status = node_status::failed;
@@ -475,7 +479,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
         req.push("SET", st.key, st.token, "NX", "PX", ttl.count());
         conns_[i]->async_exec(std::move(req), cfg_.request_timeout,
                               asio::bind_executor(c->strand, [c, round, i](error_code ec, resp::response r) {
-                                auto res = classify(ec, r);
+                                auto res = classify(ec, r, reply_kind::set_nx);
                                 const bool yes = res.status == node_status::granted;
                                 c->answer(round, i, std::move(res), yes);
                               }));
@@ -561,7 +565,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
       // No cancellation slot on these: a release runs to completion even if its caller is gone.
       run_script(i, release_script, st->key, st->token, std::nullopt, cfg_.release_timeout,
                  asio::bind_executor(c->strand, [c, round, i](error_code ec, resp::response r) {
-                   auto res = classify(ec, r);
+                   auto res = classify(ec, r, reply_kind::script);
                    // Any clean answer counts: the key is gone from that master either way.
                    const bool answered = res.status == node_status::granted || res.status == node_status::taken;
                    c->answer(round, i, std::move(res), answered);
@@ -629,7 +633,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
     for (std::size_t i = 0; i < size(); ++i) {
       run_script(i, extend_script, st->key, st->token, ttl.count(), timeout,
                  asio::bind_executor(c->strand, [c, round, i](error_code ec, resp::response r) {
-                   auto res = classify(ec, r);
+                   auto res = classify(ec, r, reply_kind::script);
                    const bool yes = res.status == node_status::granted;
                    c->answer(round, i, std::move(res), yes);
                  }));
