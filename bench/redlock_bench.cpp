@@ -58,6 +58,18 @@ std::string json_stats(const stats& s) {
                      s.p90, s.p99, s.p999, s.max);
 }
 
+// One step of the event loop. An io_context that ran out of work between scenarios is stopped
+// and would return at once forever: restart it first.
+void pump(asio::io_context& ioc) {
+  if (ioc.stopped()) ioc.restart();
+  ioc.run_one_for(50ms);
+}
+
+void pump_for(asio::io_context& ioc, clock_type::duration d) {
+  if (ioc.stopped()) ioc.restart();
+  ioc.run_for(d);
+}
+
 template <class F>
 void run(asio::io_context& ioc, F f) {
   bool done = false;
@@ -65,7 +77,7 @@ void run(asio::io_context& ioc, F f) {
     done = true;
     if (e) std::rethrow_exception(e);
   });
-  while (!done) ioc.run_one();
+  while (!done) pump(ioc);
 }
 
 struct setup {
@@ -99,7 +111,7 @@ void wait_up(asio::io_context& ioc, redlock::client& c, std::size_t want) {
     std::size_t up = 0;
     for (const auto& s : c.masters()) up += s.state == redlock::connection_state::up;
     if (up >= want) return;
-    ioc.run_one_for(10ms);
+    pump(ioc);
   }
 }
 
@@ -147,7 +159,7 @@ std::pair<stats, stats> floor_rtt(asio::io_context& ioc, const redlock::client_c
     conns.back()->async_run(asio::detached);
   }
   for (auto& c : conns) {
-    while (c->status().state != redlock::connection_state::up) ioc.run_one_for(10ms);
+    while (c->status().state != redlock::connection_state::up) pump(ioc);
   }
   std::vector<double> one, quorum;
   run(ioc, [&]() -> asio::awaitable<void> {
@@ -176,7 +188,7 @@ std::pair<stats, stats> floor_rtt(asio::io_context& ioc, const redlock::client_c
     }
   });
   for (auto& c : conns) c->close();
-  ioc.run_for(20ms);
+  pump(ioc);
   return {summarize(one), summarize(quorum)};
 }
 
@@ -217,7 +229,7 @@ throughput_result throughput(asio::io_context& ioc, redlock::client& c, int conc
         },
         asio::detached);
   }
-  while (running > 0) ioc.run_one();
+  while (running > 0) pump(ioc);
   const double wall = std::chrono::duration<double>(clock_type::now() - t0).count();
   r.cycles_per_s = static_cast<double>(cycles) / wall;
   r.cpu_us_per_cycle = cycles ? (cpu_seconds() - cpu0) / static_cast<double>(cycles) * 1e6 : 0;
@@ -259,7 +271,7 @@ contention_result contention(asio::io_context& ioc, redlock::client& c, double s
         },
         asio::detached);
   }
-  while (running > 0) ioc.run_one();
+  while (running > 0) pump(ioc);
   const double wall = std::chrono::duration<double>(clock_type::now() - t0).count();
   long total = 0, least = r.shares.front();
   for (long s : r.shares) {
@@ -366,7 +378,7 @@ int main(int argc, char** argv) {
       json.push_back("\"b\": [" + arr + "]");
     }
     c.close();
-    ioc.run_for(50ms);
+    pump_for(ioc, 50ms);
   }
   if (want("c")) {
     auto cfg = s.config(false);
@@ -389,7 +401,7 @@ int main(int argc, char** argv) {
     for (const auto& row : rows) arr += (arr.empty() ? "" : ", ") + row;
     json.push_back("\"c\": {\"retry\": {\"base_ms\": 0, \"jitter_ms\": 2}, \"runs\": [" + arr + "]}");
     c.close();
-    ioc.run_for(50ms);
+    pump_for(ioc, 50ms);
   }
   if (want("d")) {
     for (auto& p : s.proxies) p->set_latency(25ms);  // +50 ms round trip on 2 of 5
@@ -399,19 +411,19 @@ int main(int argc, char** argv) {
     fmt::print("(d)       2 of 5 +50 ms: lock+unlock p50 {:.1f} p99 {:.1f} us\n", r.lock_unlock.p50, r.lock_unlock.p99);
     json.push_back(fmt::format("\"d\": {{\"lock_unlock_us\": {}, \"failures\": {}}}", json_stats(r.lock_unlock), r.failures));
     c.close();
-    ioc.run_for(50ms);
+    pump_for(ioc, 50ms);
   }
   if (want("e")) {
     redlock::client c{ioc.get_executor(), s.config(false)};
     wait_up(ioc, c, 5);
     s.cluster[4].kill();
     wait_up(ioc, c, 4);
-    ioc.run_for(100ms);
+    pump_for(ioc, 100ms);
     auto r = sequential(ioc, c, cycles, "bench:e");
     fmt::print("(e)       1 of 5 down: lock+unlock p50 {:.1f} p99 {:.1f} us\n", r.lock_unlock.p50, r.lock_unlock.p99);
     json.push_back(fmt::format("\"e\": {{\"lock_unlock_us\": {}, \"failures\": {}}}", json_stats(r.lock_unlock), r.failures));
     c.close();
-    ioc.run_for(50ms);
+    pump_for(ioc, 50ms);
     s.cluster[4].restart();
   }
   if (!peers_cmd.empty()) {

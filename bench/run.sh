@@ -19,7 +19,8 @@ out=bench/results
 peers=""
 if command -v node >/dev/null && [ -f bench/peers/package-lock.json ]; then
   (cd bench/peers && npm ci --silent --no-audit --no-fund)
-  peers="python3 bench/peers/run_peers.py ${out}$([ "$quick" = 1 ] && echo ' --quick')"
+  peers="python3 bench/peers/run_peers.py ${out}"
+  if [ "$quick" = 1 ]; then peers+=" --quick"; fi
 fi
 
 if [ "$quick" = 1 ]; then
