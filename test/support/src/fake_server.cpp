@@ -1,5 +1,7 @@
 #include <redlock_test/fake_server.hpp>
 
+#include "run_on.hpp"
+
 #include <redlock/detail/scripts.hpp>
 #include <redlock/resp/node.hpp>
 #include <redlock/resp/parser.hpp>
@@ -448,21 +450,7 @@ fake_server::impl::~impl() {
 
 template <class F>
 void fake_server::impl::run_on_server_thread(F&& f) {
-  if (io_.get_executor().running_in_this_thread()) {
-    f();
-    return;
-  }
-  std::promise<void> done;
-  auto result = done.get_future();
-  asio::post(io_, [&] {
-    try {
-      f();
-      done.set_value();
-    } catch (...) {
-      done.set_exception(std::current_exception());
-    }
-  });
-  result.get();
+  run_on_io_thread(io_, std::forward<F>(f));
 }
 
 asio::awaitable<void> fake_server::impl::accept_loop() {

@@ -1,5 +1,7 @@
 #include <redlock_test/fault_proxy.hpp>
 
+#include "run_on.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -257,21 +259,7 @@ fault_proxy::impl::~impl() {
 
 template <class F>
 void fault_proxy::impl::run_on_proxy_thread(F&& f) {
-  if (io_.get_executor().running_in_this_thread()) {
-    f();
-    return;
-  }
-  std::promise<void> done;
-  auto result = done.get_future();
-  asio::post(io_, [&] {
-    try {
-      f();
-      done.set_value();
-    } catch (...) {
-      done.set_exception(std::current_exception());
-    }
-  });
-  result.get();
+  run_on_io_thread(io_, std::forward<F>(f));
 }
 
 void fault_proxy::impl::listen() {
