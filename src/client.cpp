@@ -315,6 +315,17 @@ struct watch_call final : call {
   }
 };
 
+// Completes an operation on a handle that has no client to post through: hop through the system
+// executor so as never to complete inline, holding outstanding work on the handler's executor
+// until the completion has been handed over (so its io_context cannot be torn down meanwhile).
+template <class Handler, class... Args>
+void complete_without_client(Handler h, Args... args) {
+  auto work = asio::prefer(asio::get_associated_executor(h), asio::execution::outstanding_work.tracked);
+  asio::post(asio::system_executor(), [h = std::move(h), work = std::move(work), args...]() mutable {
+    complete_handler(std::move(h), work, std::move(args)...);
+  });
+}
+
 class client_impl : public std::enable_shared_from_this<client_impl> {
  public:
   client_impl(asio::any_io_executor ex, client_config cfg) : ex_(std::move(ex)), cfg_(std::move(cfg)) {
@@ -830,10 +841,7 @@ void lock::start_wait_lost(lost_handler h) {
   auto w = state_ ? state_->owner->watcher_of(state_) : nullptr;
   if (!w) {
     const bool was_lost = state_ && state_->lost;
-    asio::post(asio::system_executor(), [h = std::move(h), was_lost]() mutable {
-      detail::complete_handler(std::move(h), asio::system_executor(),
-                               make_error_code(was_lost ? error::lock_lost : error::not_locked));
-    });
+    detail::complete_without_client(std::move(h), make_error_code(was_lost ? error::lock_lost : error::not_locked));
     return;
   }
   asio::post(w->strand, [w, h = std::move(h)]() mutable { w->add_waiter(std::move(h)); });
@@ -849,9 +857,7 @@ void lock::start_unlock(unlock_handler h) {
   if (!state_) {
     // No client to post through: hop through the system executor so as never to complete inline,
     // then run on the handler's own executor.
-    asio::post(asio::system_executor(), [h = std::move(h)]() mutable {
-      detail::complete_handler(std::move(h), asio::system_executor(), make_error_code(error::not_locked), std::size_t{0});
-    });
+    detail::complete_without_client(std::move(h), make_error_code(error::not_locked), std::size_t{0});
     return;
   }
   state_->owner->start_unlock(state_, std::move(h));
@@ -859,9 +865,7 @@ void lock::start_unlock(unlock_handler h) {
 
 void lock::start_extend(extend_handler h, std::chrono::milliseconds ttl) {
   if (!state_) {
-    asio::post(asio::system_executor(), [h = std::move(h)]() mutable {
-      detail::complete_handler(std::move(h), asio::system_executor(), make_error_code(error::not_locked));
-    });
+    detail::complete_without_client(std::move(h), make_error_code(error::not_locked));
     return;
   }
   state_->owner->start_extend(state_, std::move(h), ttl);
