@@ -159,10 +159,12 @@ struct call : std::enable_shared_from_this<call> {
   core::quorum votes{0};
   std::vector<node_result> nodes;
   bool decided = false;
+  clock_type::time_point round_start{};
   clock_type::time_point decided_at{};
 
   void begin_round(std::size_t n) {
     ++round;
+    round_start = clock_type::now();
     votes = core::quorum{n};
     nodes.assign(n, node_result{});
     decided = false;
@@ -172,6 +174,7 @@ struct call : std::enable_shared_from_this<call> {
   // round (a straggler of a failed attempt) only matter to that round's release, already queued.
   void answer(std::uint64_t r, std::size_t i, node_result res, bool yes) {
     if (r != round) return;
+    res.latency = std::chrono::duration_cast<std::chrono::microseconds>(clock_type::now() - round_start);
     nodes[i] = std::move(res);
     if (yes) {
       votes.yes();

@@ -38,6 +38,8 @@ struct node_result {
   boost::system::error_code error;
   /// The master's own text for `server_error` (untrusted; for logs).
   std::string server_text;
+  /// From sending the request to this answer (zero while `pending`).
+  std::chrono::microseconds latency{0};
 };
 
 namespace detail {
