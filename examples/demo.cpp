@@ -31,22 +31,6 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 namespace {
 
-std::vector<redlock::connection_config> parse_nodes(std::string_view list) {
-  std::vector<redlock::connection_config> out;
-  while (!list.empty()) {
-    const auto comma = list.find(',');
-    const auto item = list.substr(0, comma);
-    const auto colon = item.rfind(':');
-    if (colon == std::string_view::npos) throw std::invalid_argument(fmt::format("expected host:port, got '{}'", item));
-    redlock::connection_config m;
-    m.host = std::string{item.substr(0, colon)};
-    m.port = static_cast<std::uint16_t>(std::stoul(std::string{item.substr(colon + 1)}));
-    out.push_back(m);
-    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
-  }
-  return out;
-}
-
 asio::awaitable<void> sleep_for(clock_type::duration d) {
   asio::steady_timer t{co_await asio::this_coro::executor, d};
   co_await t.async_wait(use_tuple);
@@ -113,7 +97,8 @@ int main(int argc, char** argv) {
       }
       fmt::print("started {} local redis-server masters\n", cfg.masters.size());
     } else {
-      cfg.masters = parse_nodes(list);
+      std::string what;
+      if (redlock::parse_masters(list, cfg.masters, &what)) throw std::invalid_argument(what);
     }
     for (auto& m : cfg.masters) {
       fmt::print("  master {}:{}\n", m.host, m.port);

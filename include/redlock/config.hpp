@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace redlock {
@@ -63,5 +64,15 @@ struct keep_alive_options {
 /// Checks `cfg` (masters present, distinct and valid; timeouts positive; drift and retry sane).
 /// Returns `error::invalid_config`, with `what` naming the problem, or success.
 boost::system::error_code validate(const client_config& cfg, std::string* what = nullptr);
+
+/// @brief Parses a list of masters such as `"10.0.0.1:7001,10.0.0.2:7001,[::1]:7003,unix:/run/r.sock"`.
+///
+/// Entries are separated by commas (blanks around them are ignored); each is `host:port`, `host`
+/// (port 6379), `[ipv6]:port`, `[ipv6]` or `unix:/path/of/socket`. Appends one `connection_config`
+/// per entry to `out`, each otherwise default (credentials are not part of the list: set
+/// `username`/`password` afterwards, e.g. from the environment). Returns `error::invalid_config`
+/// with `what` naming the bad entry, leaving `out` unchanged, or success.
+boost::system::error_code parse_masters(std::string_view list, std::vector<connection_config>& out,
+                                        std::string* what = nullptr);
 
 }  // namespace redlock

@@ -1,0 +1,88 @@
+// Parsing of master lists (no I/O). Validation of a client configuration lives with the client.
+
+#include <redlock/config.hpp>
+
+#include <charconv>
+#include <utility>
+
+namespace redlock {
+
+using boost::system::error_code;
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  constexpr std::string_view blanks = " \t\r\n";
+  const auto b = s.find_first_not_of(blanks);
+  if (b == std::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(blanks) - b + 1);
+}
+
+bool parse_port(std::string_view s, std::uint16_t& port) {
+  unsigned value = 0;
+  const auto* end = s.data() + s.size();
+  const auto [p, ec] = std::from_chars(s.data(), end, value);
+  if (ec != std::errc{} || p != end || value == 0 || value > 65535) return false;
+  port = static_cast<std::uint16_t>(value);
+  return true;
+}
+
+// One entry; returns a description of the problem, or an empty string.
+std::string parse_entry(std::string_view e, connection_config& m) {
+  constexpr std::string_view unix_prefix = "unix:";
+  if (e.starts_with(unix_prefix)) {
+    e.remove_prefix(unix_prefix.size());
+    if (e.empty()) return "empty unix socket path";
+    m.unix_socket = std::string{e};
+    return {};
+  }
+  std::string_view host = e;
+  std::string_view port;
+  if (e.starts_with('[')) {  // [ipv6] or [ipv6]:port
+    const auto close = e.find(']');
+    if (close == std::string_view::npos) return "missing ']'";
+    host = e.substr(1, close - 1);
+    const auto rest = e.substr(close + 1);
+    if (!rest.empty()) {
+      if (!rest.starts_with(':')) return "expected ':port' after ']'";
+      port = rest.substr(1);
+      if (port.empty()) return "empty port";
+    }
+  } else if (const auto colon = e.rfind(':'); colon != std::string_view::npos) {
+    if (e.find(':') != colon) return "IPv6 addresses need brackets: [addr]:port";
+    host = e.substr(0, colon);
+    port = e.substr(colon + 1);
+    if (port.empty()) return "empty port";
+  }
+  if (host.empty()) return "empty host";
+  m.host = std::string{host};
+  m.port = 6379;
+  if (!port.empty() && !parse_port(port, m.port)) return "port is not a number in 1..65535";
+  return {};
+}
+
+}  // namespace
+
+error_code parse_masters(std::string_view list, std::vector<connection_config>& out, std::string* what) {
+  std::vector<connection_config> parsed;
+  std::size_t index = 0;
+  for (;;) {
+    const auto comma = list.find(',');
+    const auto entry = trim(list.substr(0, comma));
+    ++index;
+    connection_config m;
+    std::string problem = entry.empty() ? std::string{"empty entry"} : parse_entry(entry, m);
+    if (!problem.empty()) {
+      if (what) *what = "master " + std::to_string(index) + " ('" + std::string{entry} + "'): " + problem;
+      return make_error_code(error::invalid_config);
+    }
+    parsed.push_back(std::move(m));
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  out.insert(out.end(), std::make_move_iterator(parsed.begin()), std::make_move_iterator(parsed.end()));
+  if (what) what->clear();
+  return {};
+}
+
+}  // namespace redlock
