@@ -1,0 +1,3 @@
+#pragma once
+/// @file
+/// Observability hooks (placeholder, issue 7).

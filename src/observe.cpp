@@ -1,0 +1,2 @@
+// Observability hooks (placeholder, issue 7).
+#include <redlock/observe.hpp>
