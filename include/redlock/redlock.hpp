@@ -10,4 +10,5 @@
 #include <redlock/resp/node.hpp>
 #include <redlock/resp/parser.hpp>
 #include <redlock/resp/request.hpp>
+#include <redlock/version.hpp>
 #include <redlock/with_lock.hpp>

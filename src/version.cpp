@@ -1,0 +1,7 @@
+#include <redlock/version.hpp>
+
+namespace redlock {
+
+const char* library_version() noexcept { return version_string; }
+
+}  // namespace redlock

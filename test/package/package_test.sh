@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Builds a tiny separate project (test/package/consumer) against redlock-asio the ways users do:
+# the installed CMake package, the installed pkg-config file, add_subdirectory and FetchContent.
+# Each consumer runs once and must report the outage of its unreachable master.
+# Usage: package_test.sh SOURCE_DIR BUILD_DIR WORK_DIR
+set -euo pipefail
+src=$(realpath "$1")
+build=$(realpath "$2")
+work=$3
+rm -rf "$work"
+mkdir -p "$work"
+work=$(realpath "$work")
+consumer=$src/test/package/consumer
+gen=()
+command -v ninja >/dev/null && gen=(-G Ninja)
+# CMake reads this variable from the environment for new build trees.
+command -v ccache >/dev/null && export CMAKE_CXX_COMPILER_LAUNCHER=ccache
+
+step() { echo "=== package test: $*"; }
+
+step "cmake --install into a private prefix"
+cmake --install "$build" --prefix "$work/prefix" >/dev/null
+test -f "$work/prefix/include/redlock/redlock.hpp"
+test -f "$work/prefix/include/redlock/version.hpp"
+
+step "find_package(redlock CONFIG REQUIRED) against the installed package"
+cmake -S "$consumer" -B "$work/find_package" "${gen[@]}" -DREDLOCK_CONSUME=find_package \
+  -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake --build "$work/find_package"
+"$work/find_package/consumer"
+
+step "pkg-config --cflags --libs redlock"
+pc_dir=$(dirname "$(find "$work/prefix" -name redlock.pc | head -n1)")
+flags=$(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs redlock)
+# shellcheck disable=SC2086  # the flags are words
+c++ -std=c++20 "$consumer/main.cpp" -o "$work/pkg-config-consumer" $flags
+"$work/pkg-config-consumer"
+
+step "add_subdirectory"
+cmake -S "$consumer" -B "$work/subdirectory" "${gen[@]}" -DREDLOCK_CONSUME=subdirectory \
+  -DREDLOCK_SOURCE_DIR="$src" >/dev/null
+cmake --build "$work/subdirectory"
+"$work/subdirectory/consumer"
+
+step "FetchContent from a source archive"
+# Only what a release archive would hold; the consumer must not need the tests or the tools.
+tar -C "$src" -czf "$work/redlock.tar.gz" CMakeLists.txt cmake include src
+cmake -S "$consumer" -B "$work/fetchcontent" "${gen[@]}" -DREDLOCK_CONSUME=fetchcontent \
+  -DREDLOCK_URL="$work/redlock.tar.gz" >/dev/null
+cmake --build "$work/fetchcontent"
+"$work/fetchcontent/consumer"
+
+size=$(cat "$consumer/CMakeLists.txt" "$consumer/main.cpp" | wc -l)
+step "all four ways work; the consumer project is ${size} lines (CMakeLists.txt + main.cpp)"
