@@ -3,10 +3,11 @@
 // delayed-restart rule asks); the others carry on, and no two workers ever hold the lock at once.
 //
 // Usage: demo [host:port,host:port,...]     (or REDLOCK_NODES=...). With no masters given, it
-// starts five local redis-server processes of its own and stops them at the end.
+// starts five local redis-server processes of its own and stops them at the end (the local-nodes
+// library of the `redlock` tool, which `redlock nodes up` uses too).
 
+#include "local_nodes.hpp"
 #include <redlock/client.hpp>
-#include <redlock_test/redis_cluster.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -85,7 +86,7 @@ asio::awaitable<void> worker(int id, redlock::client_config cfg, shared& s) {
 int main(int argc, char** argv) {
   try {
     std::string list = argc > 1 ? argv[1] : (std::getenv("REDLOCK_NODES") ? std::getenv("REDLOCK_NODES") : "");
-    std::optional<redlock::test::redis_cluster> local;
+    std::optional<redlock::local::node_set> local;
     redlock::client_config cfg;
     if (list.empty()) {
       local.emplace(5);

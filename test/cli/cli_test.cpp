@@ -1,0 +1,746 @@
+// The `redlock` tool as a real binary against real masters: exit statuses, mutual exclusion,
+// contention, unavailable masters, lock loss, signal forwarding, `status`, `nodes`, credentials
+// and command-line errors. Every run has a deadline: a bug fails a test instead of hanging it.
+
+#include "local_nodes.hpp"
+#include <redlock_test/redis_cluster.hpp>
+
+#include <gtest/gtest.h>
+
+#include <fmt/core.h>
+
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <signal.h>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+using redlock::test::redis_cluster;
+
+constexpr const char* tool = REDLOCK_CLI_PATH;
+using env_map = std::map<std::string, std::string>;
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+bool contains(std::string_view haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string_view::npos;
+}
+
+std::string masters_of(redis_cluster& c) {
+  std::string out;
+  for (std::size_t i = 0; i < c.size(); ++i) out += fmt::format("{}127.0.0.1:{}", i ? "," : "", c[i].port());
+  return out;
+}
+
+/// True when `key` exists on no master that is running.
+bool key_gone_everywhere(redis_cluster& c, const std::string& key) {
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    if (c[i].running() && c[i].command({"EXISTS", key}) != ":0\r\n") return false;
+  }
+  return true;
+}
+
+/// How a tool run ended.
+struct outcome {
+  int status = -1;  ///< exit status, or 128 + signal when it was killed
+  std::string out;
+  std::string err;
+  std::string describe() const { return fmt::format("status {}\n--- stdout:\n{}--- stderr:\n{}", status, out, err); }
+};
+
+/// One running `redlock` process: own process group, default signal dispositions, a controlled
+/// environment, stdout and stderr captured to files, stdin from /dev/null.
+class tool_process {
+ public:
+  tool_process(const std::vector<std::string>& args, const env_map& env, const fs::path& dir,
+               const char* program = tool) {
+    static int serial = 0;
+    const int n = ++serial;
+    out_ = dir / fmt::format("out-{}.txt", n);
+    err_ = dir / fmt::format("err-{}.txt", n);
+    std::vector<std::string> argv_s{program};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<std::string> env_s;
+    for (const auto& [k, v] : env) env_s.push_back(k + "=" + v);
+    std::vector<char*> argv, envp;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (auto& e : env_s) envp.push_back(e.data());
+    envp.push_back(nullptr);
+
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &all);  // whatever the test runner ignores
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+    const int rc = posix_spawn(&pid_, program, &fa, &attr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    if (rc != 0) throw std::runtime_error(fmt::format("cannot start {}: {}", program, std::strerror(rc)));
+  }
+  tool_process(const tool_process&) = delete;
+  tool_process& operator=(const tool_process&) = delete;
+  ~tool_process() {
+    if (pid_ > 0) {
+      ::kill(-pid_, SIGKILL);
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  pid_t pid() const noexcept { return pid_; }
+  /// True once the process has exited (it is not reaped: `wait` still reports how).
+  bool exited() const {
+    siginfo_t info{};
+    return pid_ <= 0 ||
+           (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid_);
+  }
+  void signal(int sig) const { ::kill(pid_, sig); }
+
+  /// Waits for the exit; after `timeout` kills the process (its command dies with it) and fails.
+  outcome wait(std::chrono::milliseconds timeout = 60s) {
+    outcome o;
+    const auto deadline = clock_type::now() + timeout;
+    int st = 0;
+    for (;;) {
+      const pid_t r = ::waitpid(pid_, &st, WNOHANG);
+      if (r == pid_) break;
+      if (clock_type::now() >= deadline) {
+        ::kill(-pid_, SIGKILL);
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &st, 0);
+        pid_ = -1;
+        o.out = read_file(out_);
+        o.err = read_file(err_);
+        ADD_FAILURE() << "redlock did not exit within " << timeout.count() << " ms; killed it\n" << o.describe();
+        return o;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    pid_ = -1;
+    o.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    o.out = read_file(out_);
+    o.err = read_file(err_);
+    return o;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  fs::path out_;
+  fs::path err_;
+};
+
+/// Polls for a file (written by a command under the lock) until it exists, the time is up, or
+/// (when given) the process that should make it write it has exited.
+bool wait_for_file(const fs::path& p, const tool_process* writer = nullptr, std::chrono::milliseconds timeout = 60s) {
+  const auto deadline = clock_type::now() + timeout;
+  while (clock_type::now() < deadline) {
+    std::error_code ec;
+    if (fs::exists(p, ec)) return true;
+    if (writer != nullptr && writer->exited()) return fs::exists(p, ec);
+    std::this_thread::sleep_for(10ms);
+  }
+  return false;
+}
+
+class cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / fmt::format("redlock-cli-test-{}-{}", ::getpid(), ++runs_);
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "state");
+    fs::permissions(dir_ / "state", fs::perms::owner_all, fs::perm_options::replace);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  /// The environment every run gets: PATH, HOME, an isolated (empty) state directory, D (a
+  /// scratch directory for the commands), the redis-server to use, and `extra`.
+  env_map env(const env_map& extra = {}) const {
+    env_map e;
+    for (const char* name : {"PATH", "HOME", "REDLOCK_REDIS_SERVER"}) {
+      if (const char* v = std::getenv(name)) e[name] = v;
+    }
+    if (!e.count("PATH")) e["PATH"] = "/usr/local/bin:/usr/bin:/bin";
+    e["REDLOCK_STATE_DIR"] = (dir_ / "state").string();
+    e["D"] = dir_.string();
+    for (const auto& [k, v] : extra) e[k] = v;
+    return e;
+  }
+
+  std::unique_ptr<tool_process> start(const std::vector<std::string>& args, const env_map& extra = {}) {
+    return std::make_unique<tool_process>(args, env(extra), dir_);
+  }
+  outcome run(const std::vector<std::string>& args, const env_map& extra = {},
+              std::chrono::milliseconds timeout = 60s) {
+    return tool_process(args, env(extra), dir_).wait(timeout);
+  }
+
+  outcome run_program(const char* program, const std::vector<std::string>& args) {
+    return tool_process(args, env(), dir_, program).wait();
+  }
+
+  const fs::path& dir() const { return dir_; }
+
+ private:
+  static inline int runs_ = 0;
+  fs::path dir_;
+};
+
+// ---- run: exit statuses ------------------------------------------------------------------------
+
+TEST_F(cli, run_passes_the_exit_status_through) {
+  redis_cluster c{3};
+  const auto nodes = masters_of(c);
+  const std::vector<std::string> base{"run", "--nodes", nodes, "--resource", "cli:status", "--wait", "10s", "--"};
+  const auto with = [&](std::vector<std::string> cmd) {
+    auto a = base;
+    a.insert(a.end(), cmd.begin(), cmd.end());
+    return a;
+  };
+  auto r = run(with({"true"}));
+  EXPECT_EQ(r.status, 0) << r.describe();
+  r = run(with({"sh", "-c", "exit 3"}));
+  EXPECT_EQ(r.status, 3) << r.describe();
+  r = run(with({"sh", "-c", "kill -TERM $$"}));
+  EXPECT_EQ(r.status, 128 + SIGTERM) << r.describe();
+  r = run(with({"sh", "-c", "kill -KILL $$"}));
+  EXPECT_EQ(r.status, 128 + SIGKILL) << r.describe();
+  // The command sees the lock in its environment.
+  r = run(with({"sh", "-c",
+                "test \"$REDLOCK_RESOURCE\" = cli:status && test \"$REDLOCK_KEY\" = cli:status && "
+                "test \"$REDLOCK_TTL_MS\" = 30000 && test \"$REDLOCK_VALIDITY_MS\" -gt 0"}));
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(key_gone_everywhere(c, "cli:status"));
+
+  // Not found (PATH search, before locking) and not executable / missing path (after: reported
+  // through the exec pipe, the lock released).
+  r = run(with({"no-such-command-for-redlock"}));
+  EXPECT_EQ(r.status, 127) << r.describe();
+  EXPECT_TRUE(contains(r.err, "no-such-command-for-redlock: command not found")) << r.describe();
+  r = run(with({(dir() / "missing" / "cmd").string()}));
+  EXPECT_EQ(r.status, 127) << r.describe();
+  EXPECT_TRUE(contains(r.err, "No such file or directory")) << r.describe();
+  const auto plain = dir() / "not-executable";
+  std::ofstream(plain) << "echo hi\n";
+  fs::permissions(plain, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
+  r = run(with({plain.string()}));
+  EXPECT_EQ(r.status, 126) << r.describe();
+  EXPECT_TRUE(contains(r.err, "Permission denied")) << r.describe();
+  EXPECT_TRUE(key_gone_everywhere(c, "cli:status"));
+}
+
+// ---- run: mutual exclusion -----------------------------------------------------------------------
+
+TEST_F(cli, concurrent_runs_exclude_each_other) {
+  redis_cluster c{5};
+  const auto nodes = masters_of(c);
+  // mkdir is atomic: it fails when another critical section is inside.
+  const std::string section =
+      "mkdir \"$D/in\" 2>/dev/null || echo overlap >> \"$D/bad\"; echo ran >> \"$D/ran\"; sleep 0.05; "
+      "rmdir \"$D/in\"";
+  constexpr int processes = 6;
+  std::vector<std::unique_ptr<tool_process>> ps;
+  for (int i = 0; i < processes; ++i) {
+    ps.push_back(start({"run", "--nodes", nodes, "--resource", "cli:excl", "--ttl", "10s", "--wait", "20s", "--", "sh",
+                        "-c", section}));
+  }
+  for (auto& p : ps) {
+    const auto r = p->wait(90s);
+    EXPECT_EQ(r.status, 0) << r.describe();
+  }
+  EXPECT_FALSE(fs::exists(dir() / "bad")) << read_file(dir() / "bad");
+  const auto ran = read_file(dir() / "ran");
+  EXPECT_EQ(std::count(ran.begin(), ran.end(), '\n'), processes) << ran;
+  EXPECT_TRUE(key_gone_everywhere(c, "cli:excl"));
+}
+
+// ---- run: the lock cannot be had -----------------------------------------------------------------
+
+TEST_F(cli, contention_exits_75_naming_the_holder_situation) {
+  redis_cluster c{3};
+  const auto nodes = masters_of(c);
+  auto holder = start({"run", "--nodes", nodes, "--resource", "cli:busy", "--ttl", "10s", "--wait", "20s", "--", "sh",
+                       "-c", "touch \"$D/held\"; exec sleep 60"});
+  ASSERT_TRUE(wait_for_file(dir() / "held", holder.get())) << holder->wait(5s).describe();
+
+  auto r = run({"run", "--nodes", nodes, "--resource", "cli:busy", "--", "true"});
+  EXPECT_EQ(r.status, 75) << r.describe();
+  EXPECT_TRUE(contains(r.err, "'cli:busy' is held by someone else")) << r.describe();
+  EXPECT_TRUE(contains(r.err, "--wait")) << r.describe();
+  r = run({"run", "--nodes", nodes, "--resource", "cli:busy", "--wait", "500ms", "--", "true"});
+  EXPECT_EQ(r.status, 75) << r.describe();
+  EXPECT_TRUE(contains(r.err, "gave up after waiting 500ms")) << r.describe();
+
+  holder->signal(SIGTERM);
+  const auto h = holder->wait();
+  EXPECT_EQ(h.status, 128 + SIGTERM) << h.describe();  // sleep died of the forwarded SIGTERM
+  EXPECT_TRUE(key_gone_everywhere(c, "cli:busy"));
+  r = run({"run", "--nodes", nodes, "--resource", "cli:busy", "--", "true"});
+  EXPECT_EQ(r.status, 0) << r.describe();
+}
+
+TEST_F(cli, masters_down_exit_75_with_a_different_message) {
+  redis_cluster c{3};
+  const auto nodes = masters_of(c);
+  for (std::size_t i = 0; i < c.size(); ++i) c[i].kill();
+  auto r = run({"run", "--nodes", nodes, "--resource", "cli:down", "--", "true"});
+  EXPECT_EQ(r.status, 75) << r.describe();
+  EXPECT_TRUE(contains(r.err, "cannot lock 'cli:down': masters unavailable: 0 of 3 answered, 2 needed"))
+      << r.describe();
+  EXPECT_FALSE(contains(r.err, "held by someone else")) << r.describe();
+  EXPECT_FALSE(fs::exists(dir() / "ran"));
+  r = run({"status", "--nodes", nodes, "cli:down"});
+  EXPECT_EQ(r.status, 69) << r.describe();
+  EXPECT_TRUE(contains(r.out, "unknown: only 0 of 3 masters answered")) << r.describe();
+}
+
+// ---- run: losing the lock -----------------------------------------------------------------------
+
+TEST_F(cli, lost_lock_stops_the_command_and_exits_76) {
+  redis_cluster c{5};
+  const auto nodes = masters_of(c);
+  // Grace far above the time the loss takes: the command exits on SIGTERM, no SIGKILL needed.
+  auto p = start({"run", "--nodes", nodes, "--resource", "cli:lost", "--ttl", "1s", "--wait", "20s", "--grace", "60s",
+                  "--", "sh", "-c",
+                  "trap 'echo TERM > \"$D/term\"; exit 0' TERM; touch \"$D/started\"; while :; do sleep 0.1; done"});
+  ASSERT_TRUE(wait_for_file(dir() / "started", p.get())) << p->wait(5s).describe();
+  for (std::size_t i : {0u, 1u, 2u}) c[i].pause();  // no majority answers the extension any more
+  const auto paused_at = clock_type::now();
+  const auto r = p->wait(50s);  // would take 60 s (the grace) if SIGTERM were not delivered
+  const auto took = clock_type::now() - paused_at;
+  for (std::size_t i : {0u, 1u, 2u}) c[i].resume();
+  EXPECT_EQ(r.status, 76) << r.describe();
+  EXPECT_EQ(read_file(dir() / "term"), "TERM\n");
+  EXPECT_TRUE(contains(r.err, "lost the lock on 'cli:lost'")) << r.describe();
+  EXPECT_FALSE(contains(r.err, "SIGKILL")) << r.describe();
+  EXPECT_LT(took, 50s);
+}
+
+TEST_F(cli, command_ignoring_sigterm_is_killed_after_the_grace) {
+  redis_cluster c{3};
+  const auto nodes = masters_of(c);
+  auto p = start({"run", "--nodes", nodes, "--resource", "cli:stubborn", "--ttl", "3s", "--wait", "20s", "--grace",
+                  "1s", "--json", "--", "sh", "-c", "trap '' TERM; touch \"$D/started\"; while :; do sleep 0.1; done"});
+  ASSERT_TRUE(wait_for_file(dir() / "started", p.get())) << p->wait(5s).describe();
+  // Someone deletes the keys: the next extension finds the lock is not ours.
+  for (std::size_t i = 0; i < c.size(); ++i) c[i].command({"DEL", "cli:stubborn"});
+  const auto r = p->wait();
+  EXPECT_EQ(r.status, 76) << r.describe();
+  EXPECT_TRUE(contains(r.err, R"("event":"lost")")) << r.describe();
+  EXPECT_TRUE(contains(r.err, R"("reason":"not_owner")")) << r.describe();
+  EXPECT_TRUE(contains(r.err, R"("event":"killed")")) << r.describe();
+  EXPECT_TRUE(contains(r.err, R"("signal":"SIGKILL")")) << r.describe();
+  EXPECT_TRUE(contains(r.err, R"({"event":"done")")) << r.describe();
+  EXPECT_TRUE(contains(r.err, R"("exit_status":76})")) << r.describe();
+}
+
+TEST_F(cli, max_hold_ends_the_lock_and_stops_the_command) {
+  redis_cluster c{3};
+  const auto r = run({"run", "--nodes", masters_of(c), "--resource", "cli:maxhold", "--ttl", "1s", "--max-hold", "1s",
+                      "--", "sleep", "60"});
+  EXPECT_EQ(r.status, 76) << r.describe();
+  EXPECT_TRUE(contains(r.err, "lost the lock on 'cli:maxhold' (--max-hold 1s reached)")) << r.describe();
+}
+
+// ---- run: signals --------------------------------------------------------------------------------
+
+TEST_F(cli, signals_to_the_tool_reach_the_command_and_the_lock_is_released) {
+  redis_cluster c{3};
+  const auto nodes = masters_of(c);
+  int round = 0;
+  for (const int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    for (const bool foreground : {false, true}) {
+      if (foreground && sig != SIGTERM) continue;  // --foreground forwards SIGTERM only (the terminal sends the rest)
+      SCOPED_TRACE(fmt::format("signal {}{}", sig, foreground ? ", --foreground" : ""));
+      const auto started = dir() / fmt::format("started-{}", ++round);
+      const auto got = dir() / fmt::format("got-{}", round);
+      std::vector<std::string> a{"run", "--nodes", nodes, "--resource", "cli:signal", "--ttl", "10s", "--wait", "20s"};
+      if (foreground) a.push_back("--foreground");
+      a.insert(a.end(), {"--", "sh", "-c",
+                         fmt::format("trap 'echo got > \"{}\"; exit 7' TERM INT HUP; touch \"{}\"; "
+                                     "while :; do sleep 0.1; done",
+                                     got.string(), started.string())});
+      auto p = start(a);
+      ASSERT_TRUE(wait_for_file(started, p.get())) << p->wait(5s).describe();
+      p->signal(sig);
+      const auto r = p->wait();
+      EXPECT_EQ(r.status, 7) << r.describe();
+      EXPECT_EQ(read_file(got), "got\n");
+      EXPECT_TRUE(key_gone_everywhere(c, "cli:signal"));
+    }
+  }
+  // A command that does not handle the signal dies of it: 128 + N.
+  auto p = start({"run", "--nodes", nodes, "--resource", "cli:signal", "--wait", "20s", "--", "sh", "-c",
+                  "touch \"$D/plain\"; exec sleep 60"});
+  ASSERT_TRUE(wait_for_file(dir() / "plain", p.get())) << p->wait(5s).describe();
+  p->signal(SIGINT);
+  const auto r = p->wait();
+  EXPECT_EQ(r.status, 128 + SIGINT) << r.describe();
+  EXPECT_TRUE(key_gone_everywhere(c, "cli:signal"));
+}
+
+TEST_F(cli, a_signal_while_waiting_for_the_lock_ends_the_wait) {
+  redis_cluster c{3};
+  const auto nodes = masters_of(c);
+  auto holder = start({"run", "--nodes", nodes, "--resource", "cli:queue", "--wait", "20s", "--", "sh", "-c",
+                       "touch \"$D/held\"; exec sleep 60"});
+  ASSERT_TRUE(wait_for_file(dir() / "held", holder.get())) << holder->wait(5s).describe();
+  auto waiter = start({"run", "--nodes", nodes, "--resource", "cli:queue", "--wait", "60s", "--", "touch",
+                       (dir() / "waiter-ran").string()});
+  std::this_thread::sleep_for(300ms);  // let it start waiting (an earlier signal ends it as well)
+  waiter->signal(SIGTERM);
+  const auto r = waiter->wait(30s);
+  EXPECT_EQ(r.status, 128 + SIGTERM) << r.describe();
+  EXPECT_FALSE(fs::exists(dir() / "waiter-ran"));
+  holder->signal(SIGTERM);
+  holder->wait();
+}
+
+// ---- status ------------------------------------------------------------------------------------
+
+TEST_F(cli, status_of_a_held_and_a_free_resource) {
+  redis_cluster c{3};
+  const auto nodes = masters_of(c);
+  auto holder = start({"run", "--nodes", nodes, "--resource", "cli:st", "--ttl", "20s", "--wait", "20s", "--", "sh",
+                       "-c", "touch \"$D/held\"; exec sleep 60"});
+  ASSERT_TRUE(wait_for_file(dir() / "held", holder.get())) << holder->wait(5s).describe();
+  const auto get = c[0].command({"GET", "cli:st"});  // "$40\r\n<token>\r\n"
+  ASSERT_TRUE(get.starts_with("$40\r\n")) << get;
+  const auto token = get.substr(5, 40);
+  const auto short_token = token.substr(0, 8);
+
+  auto r = run({"status", "--nodes", nodes, "cli:st"});
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, fmt::format("'cli:st' is held by {} on 3 of 3 masters (majority 2)", short_token)))
+      << r.describe();
+  EXPECT_FALSE(contains(r.out, token)) << r.describe();  // never the whole token without --verbose
+  r = run({"status", "--nodes", nodes, "--verbose", "cli:st"});
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, token)) << r.describe();
+  r = run({"status", "--nodes", nodes, "--json", "cli:st"});
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(r.out.starts_with(R"({"resource":"cli:st","key":"cli:st","state":"held",)")) << r.describe();
+  EXPECT_TRUE(
+      contains(r.out, fmt::format(R"("holder":"{}","holders":3,"answered":3,"total":3,"majority":2)", short_token)))
+      << r.describe();
+  EXPECT_TRUE(contains(r.out, R"("reachable":true,"exists":true)")) << r.describe();
+  EXPECT_FALSE(contains(r.out, token)) << r.describe();
+
+  // One master loses the key: still held by a majority. Then a split: only one keeps it.
+  c[0].command({"DEL", "cli:st"});
+  r = run({"status", "--nodes", nodes, "cli:st"});
+  EXPECT_EQ(r.status, 0) << r.describe();
+  c[1].command({"DEL", "cli:st"});
+  r = run({"status", "--nodes", nodes, "--json", "cli:st"});
+  EXPECT_EQ(r.status, 2) << r.describe();
+  EXPECT_TRUE(contains(r.out, R"("state":"split")")) << r.describe();
+
+  holder->signal(SIGTERM);
+  holder->wait();
+  r = run({"status", "--nodes", nodes, "cli:st"});
+  EXPECT_EQ(r.status, 1) << r.describe();
+  EXPECT_TRUE(contains(r.out, "'cli:st' is free")) << r.describe();
+  r = run({"status", "--nodes", nodes, "--json", "--prefix", "app:", "cli:st"});
+  EXPECT_EQ(r.status, 1) << r.describe();
+  EXPECT_TRUE(contains(r.out, R"("key":"app:cli:st","state":"free","holder":null)")) << r.describe();
+
+  // A key of another type: that master's error is reported, the verdict from the others.
+  c[0].command({"HSET", "cli:st", "a", "b"});
+  r = run({"status", "--nodes", nodes, "--json", "cli:st"});
+  EXPECT_EQ(r.status, 1) << r.describe();  // the two others answered: no key
+  EXPECT_TRUE(contains(
+      r.out, R"("reachable":true,"exists":null,"holder":null,"pttl_ms":null,"error":"server error: WRONGTYPE)"))
+      << r.describe();
+  c[0].command({"DEL", "cli:st"});
+
+  // A master down: reported, the verdict from the others.
+  c[2].kill();
+  r = run({"status", "--nodes", nodes, "--json", "cli:st"});
+  EXPECT_EQ(r.status, 1) << r.describe();
+  EXPECT_TRUE(contains(r.out, R"("reachable":false)")) << r.describe();
+}
+
+// ---- nodes ---------------------------------------------------------------------------------------
+
+std::vector<pid_t> pids_in(const std::string& json) {
+  std::vector<pid_t> pids;
+  const std::regex pid_re{R"("pid":(\d+))"};
+  for (std::sregex_iterator it(json.begin(), json.end(), pid_re), end; it != end; ++it) {
+    pids.push_back(std::stoi((*it)[1]));
+  }
+  return pids;
+}
+
+bool process_gone(pid_t pid) {
+  const auto stat = read_file(fmt::format("/proc/{}/stat", pid));
+  if (stat.empty()) return true;
+  const auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z';  // a zombie is gone too
+}
+
+TEST_F(cli, local_nodes_up_status_run_down) {
+  auto r = run({"nodes"});
+  EXPECT_EQ(r.status, 1) << r.describe();
+  EXPECT_TRUE(contains(r.out, "no local nodes recorded")) << r.describe();
+  // Without masters configured anywhere and nothing recorded: a configuration error.
+  r = run({"status", "x"});
+  EXPECT_EQ(r.status, 78) << r.describe();
+  EXPECT_TRUE(contains(r.err, "no masters configured")) << r.describe();
+
+  r = run({"nodes", "up", "3"});
+  ASSERT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, "export REDLOCK_NODES=127.0.0.1:")) << r.describe();
+  r = run({"nodes", "--json"});
+  ASSERT_EQ(r.status, 0) << r.describe();
+  const auto pids = pids_in(r.out);
+  ASSERT_EQ(pids.size(), 3u) << r.describe();
+  struct cleanup {  // whatever happens below, the servers do not outlive the test
+    std::vector<pid_t> pids;
+    ~cleanup() {
+      for (pid_t p : pids) {
+        if (!process_gone(p)) ::kill(p, SIGKILL);
+      }
+    }
+  } guard{pids};
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '{') - 1, 3) << r.describe();
+  EXPECT_FALSE(contains(r.out, R"("running":false)")) << r.describe();
+
+  r = run({"nodes", "up", "2"});
+  EXPECT_EQ(r.status, 73) << r.describe();
+  EXPECT_TRUE(contains(r.err, "already running")) << r.describe();
+
+  // run and status use the recorded nodes when nothing else is configured.
+  r = run({"status", "cli:local"});
+  EXPECT_EQ(r.status, 1) << r.describe();
+  r = run({"run", "--verbose", "--resource", "cli:local", "--", "sh", "-c", "echo inside"});
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_EQ(r.out, "inside\n");
+  EXPECT_TRUE(contains(r.err, "3 masters from the local nodes of 'redlock nodes up'")) << r.describe();
+  EXPECT_TRUE(contains(r.err, "granted")) << r.describe();
+
+  // They outlive the command that started them, and go with `nodes down`.
+  for (pid_t p : pids) EXPECT_FALSE(process_gone(p)) << p;
+  r = run({"nodes", "down"});
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, "stopped 3 local nodes")) << r.describe();
+  for (pid_t p : pids) EXPECT_TRUE(process_gone(p)) << p;
+  EXPECT_FALSE(fs::exists(dir() / "state" / "nodes"));
+  r = run({"nodes"});
+  EXPECT_EQ(r.status, 1) << r.describe();
+  r = run({"nodes", "down"});
+  EXPECT_EQ(r.status, 0) << r.describe();
+}
+
+TEST(cli_local_nodes, owned_set_kill_and_restart_on_the_same_port) {
+  redlock::local::node_set set{2};
+  ASSERT_EQ(set.size(), 2u);
+  EXPECT_EQ(set.masters(), fmt::format("127.0.0.1:{},127.0.0.1:{}", set[0].port(), set[1].port()));
+  const auto port = set[1].port();
+  const auto pid = set[1].pid();
+  EXPECT_TRUE(set[1].running());
+  set[1].kill();
+  EXPECT_FALSE(set[1].running());
+  set[1].restart();
+  EXPECT_TRUE(set[1].running());
+  EXPECT_EQ(set[1].port(), port);
+  EXPECT_NE(set[1].pid(), pid);
+}
+
+// ---- credentials ---------------------------------------------------------------------------------
+
+TEST_F(cli, passwords_and_acl_users_work_and_never_show) {
+  const std::string password = "pw-Sekr1t-4242";
+  const std::string user_password = "acl-Sekr1t-9797";
+  const std::string wrong = "wrong-Sekr1t-1111";
+  redlock::test::redis_options opts;
+  opts.password = password;
+  opts.user = redlock::test::acl_user{"locker", user_password};
+  redis_cluster c{3, opts};
+  const auto nodes = masters_of(c);
+  const auto no_secret = [&](const outcome& r) {
+    for (const auto& s : {password, user_password, wrong}) {
+      EXPECT_FALSE(contains(r.out, s)) << r.describe();
+      EXPECT_FALSE(contains(r.err, s)) << r.describe();
+    }
+  };
+
+  const env_map as_default{{"REDLOCK_PASSWORD", password}};
+  auto r = run({"run", "--nodes", nodes, "--verbose", "--resource", "cli:auth", "--", "true"}, as_default);
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(contains(r.err, "with the password from REDLOCK_PASSWORD")) << r.describe();
+  no_secret(r);
+  r = run({"run", "--nodes", nodes, "--json", "--resource", "cli:auth", "--", "true"}, as_default);
+  EXPECT_EQ(r.status, 0) << r.describe();
+  no_secret(r);
+  r = run({"status", "--nodes", nodes, "--verbose", "--json", "cli:auth"}, as_default);
+  EXPECT_EQ(r.status, 1) << r.describe();
+  no_secret(r);
+
+  const env_map as_user{{"REDLOCK_USERNAME", "locker"}, {"REDLOCK_PASSWORD", user_password}};
+  r = run({"run", "--nodes", nodes, "--verbose", "--resource", "cli:auth", "--", "true"}, as_user);
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(contains(r.err, "as user 'locker'")) << r.describe();
+  no_secret(r);
+
+  // Through a configuration file and a password file.
+  const auto pw_file = dir() / "pw";
+  std::ofstream(pw_file) << user_password << '\n';
+  const auto conf = dir() / "redlock.conf";
+  std::ofstream(conf) << "nodes = " << nodes << "\nusername = locker\npassword_file = " << pw_file.string() << "\n";
+  r = run({"run", "--config", conf.string(), "--verbose", "--resource", "cli:auth", "--", "true"});
+  EXPECT_EQ(r.status, 0) << r.describe();
+  no_secret(r);
+
+  // Rejected credentials: a clear message, and still no secret.
+  const env_map bad{{"REDLOCK_USERNAME", "locker"}, {"REDLOCK_PASSWORD", wrong}};
+  r = run({"run", "--nodes", nodes, "--verbose", "--resource", "cli:auth", "--", "true"}, bad);
+  EXPECT_EQ(r.status, 75) << r.describe();
+  EXPECT_TRUE(contains(r.err, "masters unavailable")) << r.describe();
+  EXPECT_TRUE(contains(r.err, "rejected the credentials")) << r.describe();
+  no_secret(r);
+  r = run({"run", "--nodes", nodes, "--json", "--resource", "cli:auth", "--", "true"}, bad);
+  EXPECT_EQ(r.status, 75) << r.describe();
+  no_secret(r);
+  r = run({"status", "--nodes", nodes, "--verbose", "cli:auth"}, bad);
+  EXPECT_EQ(r.status, 69) << r.describe();
+  EXPECT_TRUE(contains(r.out, "rejected the credentials")) << r.describe();
+  no_secret(r);
+  r = run({"status", "--nodes", nodes, "--json", "cli:auth"}, bad);
+  EXPECT_EQ(r.status, 69) << r.describe();
+  no_secret(r);
+
+  // A password in the configuration file is refused without repeating it.
+  std::ofstream(conf) << "nodes = " << nodes << "\npassword = " << password << "\n";
+  r = run({"status", "--config", conf.string(), "cli:auth"});
+  EXPECT_EQ(r.status, 78) << r.describe();
+  EXPECT_TRUE(contains(r.err, "passwords are not accepted")) << r.describe();
+  no_secret(r);
+}
+
+// ---- configuration sources ----------------------------------------------------------------------
+
+TEST_F(cli, masters_from_environment_and_config_file_with_flag_first) {
+  redis_cluster c{3};
+  const auto nodes = masters_of(c);
+  auto r = run({"run", "-v", "-r", "cli:src", "--", "true"}, {{"REDLOCK_NODES", nodes}});
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(contains(r.err, "3 masters from REDLOCK_NODES")) << r.describe();
+
+  const auto conf = dir() / "c.conf";
+  std::ofstream(conf) << "# test\nnodes = " << nodes << "\nkey_prefix = conf:\n";
+  r = run({"run", "-v", "-r", "cli:src", "--", "sh", "-c", "test \"$REDLOCK_KEY\" = conf:cli:src"},
+          {{"REDLOCK_CONFIG", conf.string()}});
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(contains(r.err, "from the configuration file " + conf.string())) << r.describe();
+
+  // The flag beats a useless environment.
+  r = run({"status", "-v", "--nodes", nodes, "cli:src"}, {{"REDLOCK_NODES", "127.0.0.1:1"}});
+  EXPECT_EQ(r.status, 1) << r.describe();
+  EXPECT_TRUE(contains(r.err, "from --nodes")) << r.describe();
+}
+
+// ---- command-line and configuration errors -------------------------------------------------------
+
+TEST_F(cli, usage_and_configuration_errors) {
+  const auto usage = [&](const std::vector<std::string>& a, std::string_view message) {
+    const auto r = run(a);
+    EXPECT_EQ(r.status, 64) << r.describe();
+    EXPECT_TRUE(contains(r.err, message)) << r.describe();
+  };
+  const auto config = [&](const std::vector<std::string>& a, std::string_view message) {
+    const auto r = run(a);
+    EXPECT_EQ(r.status, 78) << r.describe();
+    EXPECT_TRUE(contains(r.err, message)) << r.describe();
+  };
+  usage({}, "usage: redlock COMMAND");
+  usage({"frobnicate"}, "unknown command 'frobnicate'");
+  usage({"--nodes", "x", "status", "r"}, "options go after the command");
+  usage({"run", "--", "true"}, "missing --resource");
+  usage({"run", "-r", "x"}, "missing the command");
+  usage({"run", "-r", "x", "--ttl", "5x", "--", "true"}, "'5x' is not a duration: unknown unit 'x'");
+  usage({"run", "-r", "x", "--wait", "-1s", "--", "true"}, "'-1s' is not a duration");
+  usage({"run", "-r", "x", "--nodes", "127.0.0.1:1", "--ttl", "100ms", "--", "true"}, "--ttl 100ms is too short");
+  usage({"run", "-r", "x", "--nodes", "127.0.0.1:1", "--json-fd", "97", "--", "true"}, "--json-fd 97");
+  usage({"status"}, "missing the resource name");
+  usage({"nodes", "up", "0"}, "not a number of masters");
+  config({"run", "-r", "x", "--nodes", "127.0.0.1:notaport", "--", "true"},
+         "bad list of masters from --nodes: master 1 ('127.0.0.1:notaport'): port is not a number");
+  config({"status", "--nodes", "[::1", "x"}, "missing ']'");
+  config({"run", "-r", "x", "--", "true"}, "no masters configured");
+  config({"status", "--config", (dir() / "nope.conf").string(), "x"}, "cannot read the configuration file");
+
+  auto r = run({"--help"});
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, "usage: redlock COMMAND")) << r.describe();
+  for (const char* command : {"run", "status", "nodes"}) {
+    r = run({command, "--help"});
+    EXPECT_EQ(r.status, 0) << r.describe();
+    EXPECT_TRUE(contains(r.out, fmt::format("usage: redlock {}", command))) << r.describe();
+  }
+  r = run({"help", "run"});
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, "Exit status")) << r.describe();
+  r = run({"--version"});
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(r.out.starts_with("redlock ")) << r.describe();
+}
+
+TEST_F(cli, json_events_on_a_chosen_descriptor_and_descriptors_passed_on) {
+  redis_cluster c{3};
+  const auto nodes = masters_of(c);
+  // A shell opens descriptors 3 (for the events) and 4 (for the command) and execs the tool, as a
+  // script would. The command gets the caller's descriptor 4 (as with flock), not the tool's own.
+  const auto events = dir() / "events.jsonl";
+  const auto r = run_program(
+      "/bin/sh", {"-c", fmt::format("exec 3>\"{}\" 4>/dev/null; exec \"{}\" run --nodes {} --resource cli:fd "
+                                    "--json-fd 3 -- sh -c 'test -e /proc/self/fd/3 && echo fd3-leaked; "
+                                    "test -e /proc/self/fd/4 && echo fd4-kept; true'",
+                                    events.string(), tool, nodes)});
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_EQ(r.out, "fd4-kept\n") << r.describe();
+  EXPECT_EQ(r.err, "") << r.describe();
+  const auto lines = read_file(events);
+  EXPECT_TRUE(lines.starts_with(R"({"event":"acquired")")) << lines;
+  EXPECT_TRUE(contains(lines, R"({"event":"started")")) << lines;
+  EXPECT_TRUE(contains(lines, R"({"event":"exited")")) << lines;
+  EXPECT_TRUE(contains(lines, R"({"event":"released")")) << lines;
+  EXPECT_TRUE(contains(lines, R"("exit_status":0})")) << lines;
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 5) << lines;
+}
+
+}  // namespace

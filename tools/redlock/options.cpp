@@ -1,0 +1,556 @@
+#include "options.hpp"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <utility>
+
+namespace redlock::cli {
+
+using std::chrono::milliseconds;
+
+namespace {
+
+constexpr std::int64_t max_duration_ms = 366LL * 24 * 3600 * 1000;
+
+std::string_view trim(std::string_view s) {
+  constexpr std::string_view blanks = " \t\r\n";
+  const auto b = s.find_first_not_of(blanks);
+  if (b == std::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(blanks) - b + 1);
+}
+
+std::optional<milliseconds> bad(std::string* why, std::string text) {
+  if (why) *why = std::move(text);
+  return std::nullopt;
+}
+
+// ---- command lines ------------------------------------------------------------------------------
+
+/// Walks the arguments of one command: options (`--name value`, `--name=value`, `-x value`),
+/// positional arguments, and `--`.
+class arg_walker {
+ public:
+  arg_walker(std::span<const std::string> args, std::string_view command) : args_(args), command_(command) {}
+
+  bool done() const noexcept { return i_ >= args_.size(); }
+  std::string_view current() const { return args_[i_]; }
+  std::size_t index() const noexcept { return i_; }
+  void advance() noexcept { ++i_; }
+
+  /// True when the current argument is an option (not `-`, not `--`, starts with `-`).
+  bool at_option() const {
+    const auto a = current();
+    return a.size() > 1 && a[0] == '-' && a != "--";
+  }
+
+  /// Splits the current option into its name and an inline `=value`.
+  void take_option() {
+    const auto a = current();
+    inline_value_.reset();
+    const auto eq = a.find('=');
+    if (a.starts_with("--") && eq != std::string_view::npos) {
+      name_ = std::string{a.substr(0, eq)};
+      inline_value_ = std::string{a.substr(eq + 1)};
+    } else {
+      name_ = std::string{a};
+    }
+    ++i_;
+  }
+  const std::string& name() const noexcept { return name_; }
+
+  std::string value() {
+    if (inline_value_) return *std::exchange(inline_value_, std::nullopt);
+    if (done()) throw usage_error(fmt::format("option {} needs a value", name_));
+    return args_[i_++];
+  }
+  void flag() const {
+    if (inline_value_) throw usage_error(fmt::format("option {} takes no value", name_));
+  }
+  milliseconds duration() {
+    const auto text = value();
+    std::string why;
+    const auto d = parse_duration(text, &why);
+    if (!d) throw usage_error(fmt::format("option {}: '{}' is not a duration: {}", name_, text, why));
+    return *d;
+  }
+  [[noreturn]] void unknown() const {
+    throw usage_error(
+        fmt::format("unknown option '{}' for 'redlock {}' (see 'redlock {} --help')", name_, command_, command_));
+  }
+
+ private:
+  std::span<const std::string> args_;
+  std::string_view command_;
+  std::size_t i_ = 0;
+  std::string name_;
+  std::optional<std::string> inline_value_;
+};
+
+/// Handles an option shared by `run` and `status`; false when `w.name()` is not one.
+bool common_option(arg_walker& w, common_options& o) {
+  const auto& n = w.name();
+  if (n == "--nodes" || n == "-n") {
+    o.nodes = w.value();
+  } else if (n == "--config" || n == "-c") {
+    o.config_file = w.value();
+    if (o.config_file->empty()) throw usage_error("option --config: empty file name");
+  } else if (n == "--prefix") {
+    o.prefix = w.value();
+  } else if (n == "--request-timeout") {
+    o.request_timeout = w.duration();
+    if (o.request_timeout->count() <= 0) throw usage_error("option --request-timeout must be positive");
+  } else if (n == "--json") {
+    w.flag();
+    o.json = true;
+  } else if (n == "--verbose" || n == "-v") {
+    w.flag();
+    o.verbose = true;
+  } else if (n == "--help" || n == "-h") {
+    w.flag();
+    o.help = true;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+void check_resource(const std::string& r) {
+  if (r.empty()) throw usage_error("the resource name is empty");
+}
+
+}  // namespace
+
+// ---- durations ----------------------------------------------------------------------------------
+
+std::optional<milliseconds> parse_duration(std::string_view text, std::string* why) {
+  if (text.empty()) return bad(why, "empty");
+  std::size_t i = 0;
+  std::int64_t whole = 0;
+  std::size_t whole_digits = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+    if (whole > max_duration_ms) return bad(why, "too long (at most 366 days)");
+    whole = whole * 10 + (text[i] - '0');
+    ++i;
+    ++whole_digits;
+  }
+  std::int64_t fraction = 0;
+  std::int64_t scale = 1;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    std::size_t digits = 0;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+      if (digits == 9) return bad(why, "too many decimals");
+      fraction = fraction * 10 + (text[i] - '0');
+      scale *= 10;
+      ++i;
+      ++digits;
+    }
+    if (digits == 0) return bad(why, "expected digits after '.'");
+  }
+  if (whole_digits == 0) {
+    return bad(why, "expected a number followed by ms, s, m or h (for example 500ms, 30s, 2m)");
+  }
+  const auto unit = text.substr(i);
+  std::int64_t factor = 0;
+  if (unit.empty() || unit == "s") {
+    factor = 1000;
+  } else if (unit == "ms") {
+    factor = 1;
+  } else if (unit == "m") {
+    factor = 60 * 1000;
+  } else if (unit == "h") {
+    factor = 3600 * 1000;
+  } else {
+    return bad(why, fmt::format("unknown unit '{}' (use ms, s, m or h)", unit));
+  }
+  if (whole > max_duration_ms / factor) return bad(why, "too long (at most 366 days)");
+  if ((fraction * factor) % scale != 0) return bad(why, "not a whole number of milliseconds");
+  const std::int64_t total = whole * factor + fraction * factor / scale;
+  if (total > max_duration_ms) return bad(why, "too long (at most 366 days)");
+  return milliseconds{total};
+}
+
+std::string format_duration(milliseconds d) {
+  const auto ms = d.count();
+  if (ms == 0) return "0s";
+  if (ms % 3'600'000 == 0) return fmt::format("{}h", ms / 3'600'000);
+  if (ms % 60'000 == 0) return fmt::format("{}m", ms / 60'000);
+  if (ms % 1000 == 0) return fmt::format("{}s", ms / 1000);
+  if (ms < 1000) return fmt::format("{}ms", ms);
+  std::string frac = fmt::format("{:03}", ms % 1000);
+  while (frac.back() == '0') frac.pop_back();
+  return fmt::format("{}.{}s", ms / 1000, frac);
+}
+
+// ---- command lines ------------------------------------------------------------------------------
+
+run_options parse_run(std::span<const std::string> args) {
+  run_options o;
+  arg_walker w{args, "run"};
+  bool dashdash = false;
+  while (!w.done()) {
+    if (w.current() == "--") {
+      w.advance();
+      dashdash = true;
+      break;
+    }
+    if (!w.at_option()) break;  // the command starts here
+    w.take_option();
+    if (common_option(w, o.common)) continue;
+    const auto& n = w.name();
+    if (n == "--resource" || n == "-r") {
+      o.resource = w.value();
+      check_resource(o.resource);
+    } else if (n == "--ttl" || n == "-t") {
+      o.ttl = w.duration();
+      if (o.ttl.count() <= 0) throw usage_error("option --ttl must be positive");
+    } else if (n == "--wait" || n == "-w") {
+      o.wait = w.duration();
+    } else if (n == "--max-hold") {
+      o.max_hold = w.duration();
+    } else if (n == "--grace") {
+      o.grace = w.duration();
+    } else if (n == "--foreground") {
+      w.flag();
+      o.foreground = true;
+    } else if (n == "--json-fd") {
+      const auto text = w.value();
+      int fd = -1;
+      const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), fd);
+      if (ec != std::errc{} || p != text.data() + text.size() || fd < 1) {
+        throw usage_error(fmt::format("option --json-fd: '{}' is not a file descriptor number", text));
+      }
+      o.json_fd = fd;
+      o.common.json = true;
+    } else {
+      w.unknown();
+    }
+  }
+  for (; !w.done(); w.advance()) o.command.emplace_back(w.current());
+  if (o.common.help) return o;
+  if (o.resource.empty()) throw usage_error("missing --resource NAME");
+  if (o.command.empty()) {
+    throw usage_error(dashdash ? "missing the command after '--'"
+                               : "missing the command to run (redlock run --resource NAME [options] -- CMD [ARGS...])");
+  }
+  return o;
+}
+
+status_options parse_status(std::span<const std::string> args) {
+  status_options o;
+  arg_walker w{args, "status"};
+  std::vector<std::string> positional;
+  bool only_positional = false;
+  while (!w.done()) {
+    if (!only_positional && w.current() == "--") {
+      w.advance();
+      only_positional = true;
+      continue;
+    }
+    if (only_positional || !w.at_option()) {
+      positional.emplace_back(w.current());
+      w.advance();
+      continue;
+    }
+    w.take_option();
+    if (common_option(w, o.common)) continue;
+    if (w.name() == "--resource" || w.name() == "-r") {
+      positional.push_back(w.value());
+    } else {
+      w.unknown();
+    }
+  }
+  if (o.common.help) return o;
+  if (positional.empty()) throw usage_error("missing the resource name (redlock status [options] NAME)");
+  if (positional.size() > 1) {
+    throw usage_error(fmt::format("one resource at a time: unexpected argument '{}'", positional[1]));
+  }
+  o.resource = positional.front();
+  check_resource(o.resource);
+  return o;
+}
+
+nodes_options parse_nodes(std::span<const std::string> args) {
+  nodes_options o;
+  arg_walker w{args, "nodes"};
+  std::vector<std::string> positional;
+  while (!w.done()) {
+    if (!w.at_option()) {
+      positional.emplace_back(w.current());
+      w.advance();
+      continue;
+    }
+    w.take_option();
+    const auto& n = w.name();
+    if (n == "--json") {
+      w.flag();
+      o.json = true;
+    } else if (n == "--verbose" || n == "-v") {
+      w.flag();
+      o.verbose = true;
+    } else if (n == "--help" || n == "-h") {
+      w.flag();
+      o.help = true;
+    } else {
+      w.unknown();
+    }
+  }
+  if (o.help) return o;
+  if (positional.empty() || positional[0] == "list") {
+    o.what = nodes_options::action::list;
+    if (positional.size() > 1)
+      throw usage_error(fmt::format("'nodes list' takes no argument, got '{}'", positional[1]));
+  } else if (positional[0] == "up") {
+    o.what = nodes_options::action::up;
+    if (positional.size() != 2) throw usage_error("'nodes up' needs the number of masters, e.g. 'redlock nodes up 3'");
+    const auto& t = positional[1];
+    std::size_t n = 0;
+    const auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), n);
+    if (ec != std::errc{} || p != t.data() + t.size() || n < 1 || n > max_local_nodes) {
+      throw usage_error(fmt::format("'nodes up': '{}' is not a number of masters in 1..{}", t, max_local_nodes));
+    }
+    o.count = n;
+  } else if (positional[0] == "down") {
+    o.what = nodes_options::action::down;
+    if (positional.size() > 1)
+      throw usage_error(fmt::format("'nodes down' takes no argument, got '{}'", positional[1]));
+  } else {
+    throw usage_error(fmt::format("unknown 'nodes' action '{}' (use up N, down or list)", positional[0]));
+  }
+  return o;
+}
+
+// ---- configuration file -------------------------------------------------------------------------
+
+file_settings parse_config_text(std::string_view text, std::string_view origin) {
+  file_settings s;
+  std::size_t line_no = 0;
+  std::vector<std::string> seen;
+  while (!text.empty()) {
+    const auto nl = text.find('\n');
+    const auto raw = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    ++line_no;
+    const auto line = trim(raw);
+    if (line.empty() || line.front() == '#') continue;
+    const auto where = fmt::format("{}:{}", origin, line_no);
+    const auto eq = line.find('=');
+    if (eq == std::string_view::npos) throw config_error(fmt::format("{}: expected 'key = value'", where));
+    const std::string key{trim(line.substr(0, eq))};
+    auto value = trim(line.substr(eq + 1));
+    if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'') && value.back() == value.front()) {
+      value = value.substr(1, value.size() - 2);
+    }
+    if (key.empty()) throw config_error(fmt::format("{}: missing key before '='", where));
+    if (key == "password") {
+      // Said without repeating the line: it holds the password.
+      throw config_error(
+          fmt::format("{}: passwords are not accepted in the configuration file; use 'password_file = PATH' or the "
+                      "environment variable REDLOCK_PASSWORD",
+                      where));
+    }
+    for (const auto& k : seen) {
+      if (k == key) throw config_error(fmt::format("{}: '{}' is set twice", where, key));
+    }
+    seen.push_back(key);
+    const auto text_value = [&]() {
+      if (value.empty()) throw config_error(fmt::format("{}: empty value for '{}'", where, key));
+      return std::string{value};
+    };
+    const auto duration_value = [&]() {
+      std::string why;
+      const auto d = parse_duration(value, &why);
+      if (!d) throw config_error(fmt::format("{}: {}: '{}' is not a duration: {}", where, key, value, why));
+      if (d->count() <= 0) throw config_error(fmt::format("{}: {} must be positive", where, key));
+      return *d;
+    };
+    if (key == "nodes") {
+      s.nodes = text_value();
+    } else if (key == "username") {
+      s.username = text_value();
+    } else if (key == "password_file") {
+      s.password_file = text_value();
+    } else if (key == "key_prefix") {
+      s.key_prefix = std::string{value};  // may be empty on purpose
+    } else if (key == "request_timeout") {
+      s.request_timeout = duration_value();
+    } else if (key == "release_timeout") {
+      s.release_timeout = duration_value();
+    } else if (key == "connect_timeout") {
+      s.connect_timeout = duration_value();
+    } else if (key == "database") {
+      int db = -1;
+      const auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), db);
+      if (ec != std::errc{} || p != value.data() + value.size() || db < 0) {
+        throw config_error(fmt::format("{}: database: '{}' is not a database number", where, value));
+      }
+      s.database = db;
+    } else {
+      throw config_error(
+          fmt::format("{}: unknown key '{}' (known: nodes, username, password_file, key_prefix, request_timeout, "
+                      "release_timeout, connect_timeout, database)",
+                      where, key));
+    }
+  }
+  return s;
+}
+
+// ---- the environment and files ------------------------------------------------------------------
+
+env_lookup process_environment() {
+  return [](std::string_view name) -> std::optional<std::string> {
+    const char* v = std::getenv(std::string{name}.c_str());
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    return std::string{v};
+  };
+}
+
+file_reader disk_reader() {
+  return [](const std::string& path, std::string& why) -> std::optional<std::string> {
+    std::ifstream in{path, std::ios::binary};
+    if (!in) {
+      why = std::strerror(errno);
+      return std::nullopt;
+    }
+    std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    if (in.bad()) {
+      why = "read error";
+      return std::nullopt;
+    }
+    return text;
+  };
+}
+
+// ---- resolution ---------------------------------------------------------------------------------
+
+std::string master_address(const connection_config& m) {
+  if (!m.unix_socket.empty()) return "unix:" + m.unix_socket;
+  if (m.host.find(':') != std::string::npos) return fmt::format("[{}]:{}", m.host, m.port);
+  return fmt::format("{}:{}", m.host, m.port);
+}
+
+resolved_config resolve(const common_options& opts, const env_lookup& env, const file_reader& read,
+                        const local_lookup& local) {
+  resolved_config r;
+
+  // The configuration file, when one is named.
+  file_settings file;
+  std::optional<std::string> config_path = opts.config_file;
+  std::string config_origin = "--config";
+  if (!config_path) {
+    config_path = env("REDLOCK_CONFIG");
+    config_origin = "REDLOCK_CONFIG";
+  }
+  if (config_path) {
+    std::string why;
+    const auto text = read(*config_path, why);
+    if (!text)
+      throw config_error(
+          fmt::format("cannot read the configuration file '{}' (from {}): {}", *config_path, config_origin, why));
+    file = parse_config_text(*text, *config_path);
+    r.config_path = *config_path;
+    r.notes.push_back(fmt::format("configuration file {} (from {})", *config_path, config_origin));
+  }
+
+  // The masters: flag > environment > file > local nodes.
+  std::string list;
+  if (opts.nodes) {
+    list = *opts.nodes;
+    r.origin = masters_origin::flag;
+    r.origin_text = "--nodes";
+  } else if (auto e = env("REDLOCK_NODES")) {
+    list = *e;
+    r.origin = masters_origin::environment;
+    r.origin_text = "REDLOCK_NODES";
+  } else if (file.nodes) {
+    list = *file.nodes;
+    r.origin = masters_origin::file;
+    r.origin_text = fmt::format("the configuration file {}", r.config_path);
+  } else if (auto l = local ? local() : std::nullopt) {
+    list = *l;
+    r.origin = masters_origin::local;
+    r.origin_text = "the local nodes of 'redlock nodes up'";
+  } else {
+    throw config_error(
+        "no masters configured: pass --nodes host:port,..., set REDLOCK_NODES, name them in a configuration file "
+        "(--config FILE or REDLOCK_CONFIG), or start local ones with 'redlock nodes up 3'");
+  }
+  std::string what;
+  if (parse_masters(list, r.client.masters, &what)) {
+    throw config_error(fmt::format("bad list of masters from {}: {}", r.origin_text, what));
+  }
+  r.masters_text = list;
+  r.notes.push_back(fmt::format("{} master{} from {}: {} (majority {})", r.client.masters.size(),
+                                r.client.masters.size() == 1 ? "" : "s", r.origin_text, list,
+                                majority_of(r.client.masters.size())));
+
+  // Key prefix and timeouts.
+  if (opts.prefix) {
+    r.client.key_prefix = *opts.prefix;
+  } else if (auto e = env("REDLOCK_PREFIX")) {
+    r.client.key_prefix = *e;
+  } else if (file.key_prefix) {
+    r.client.key_prefix = *file.key_prefix;
+  }
+  if (!r.client.key_prefix.empty()) r.notes.push_back(fmt::format("key prefix '{}'", r.client.key_prefix));
+  if (opts.request_timeout) {
+    r.client.request_timeout = *opts.request_timeout;
+  } else if (file.request_timeout) {
+    r.client.request_timeout = *file.request_timeout;
+  }
+  if (file.release_timeout) r.client.release_timeout = *file.release_timeout;
+
+  // Credentials: environment > file. The password itself never enters a message.
+  std::string password;
+  if (auto e = env("REDLOCK_PASSWORD")) {
+    password = *e;
+    r.password_origin = "REDLOCK_PASSWORD";
+  } else if (file.password_file) {
+    std::string why;
+    auto text = read(*file.password_file, why);
+    if (!text) throw config_error(fmt::format("cannot read the password file '{}': {}", *file.password_file, why));
+    // One line: a trailing newline (as editors write it) is not part of the password.
+    if (!text->empty() && text->back() == '\n') text->pop_back();
+    if (!text->empty() && text->back() == '\r') text->pop_back();
+    if (text->empty()) throw config_error(fmt::format("the password file '{}' is empty", *file.password_file));
+    if (text->find('\n') != std::string::npos) {
+      throw config_error(fmt::format("the password file '{}' holds more than one line", *file.password_file));
+    }
+    password = std::move(*text);
+    r.password_origin = fmt::format("password_file {}", *file.password_file);
+  }
+  if (auto e = env("REDLOCK_USERNAME")) {
+    r.username = *e;
+  } else if (file.username) {
+    r.username = *file.username;
+  }
+  if (!r.username.empty() && password.empty()) {
+    throw config_error(
+        fmt::format("an ACL user ('{}') is set but no password: set REDLOCK_PASSWORD or password_file", r.username));
+  }
+  if (!password.empty()) {
+    r.notes.push_back(fmt::format("authenticating as {} with the password from {}",
+                                  r.username.empty() ? std::string{"the default user"} : "user '" + r.username + "'",
+                                  r.password_origin));
+  }
+  for (auto& m : r.client.masters) {
+    m.username = r.username;
+    m.password = password;
+    if (file.connect_timeout) m.connect_timeout = *file.connect_timeout;
+    if (file.database) m.database = *file.database;
+  }
+  r.notes.push_back(fmt::format("request timeout {}", format_duration(r.client.request_timeout)));
+
+  if (validate(r.client, &what)) throw config_error(fmt::format("invalid configuration: {}", what));
+  return r;
+}
+
+}  // namespace redlock::cli

@@ -1,0 +1,768 @@
+// `redlock run`: acquire the lock, run the command with the lock kept alive, forward signals to
+// it, stop it if the lock is lost, release the lock when it exits, and exit with its status.
+
+#include "commands.hpp"
+#include "output.hpp"
+#include <redlock/client.hpp>
+#include <redlock/core/validity.hpp>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <fmt/format.h>
+
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <signal.h>
+#include <string>
+#include <utility>
+#include <vector>
+
+extern char** environ;
+
+namespace redlock::cli {
+
+namespace {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using clock_type = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// ---- before fork: the command, its environment, the descriptors it inherits --------------------
+
+/// Finds `name` in PATH like a shell: the first executable regular file; a match that is not
+/// executable is returned when nothing better exists (exec then fails with EACCES: status 126).
+std::optional<std::string> find_in_path(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  if (name.empty()) return std::nullopt;
+  const char* env = std::getenv("PATH");
+  std::string_view path = env != nullptr ? env : "/usr/local/bin:/usr/bin:/bin";
+  std::optional<std::string> not_executable;
+  for (;;) {
+    const auto colon = path.find(':');
+    const auto dir = path.substr(0, colon);
+    const auto candidate = ((dir.empty() ? std::filesystem::path(".") : std::filesystem::path(dir)) / name).string();
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+      if (!not_executable) not_executable = candidate;
+    }
+    if (colon == std::string_view::npos) break;
+    path.remove_prefix(colon + 1);
+  }
+  return not_executable;
+}
+
+/// The descriptors above 2 open when the tool started: the caller's, passed on to the command
+/// (as flock(1) does). Everything the tool opens itself is kept from the command.
+std::vector<int> inherited_descriptors() {
+  std::vector<int> fds;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) {
+    int fd = -1;
+    const auto name = it->path().filename().string();
+    const auto [p, e] = std::from_chars(name.data(), name.data() + name.size(), fd);
+    if (e == std::errc{} && fd > 2) fds.push_back(fd);
+  }
+  // The listing's own descriptor was among them; it is closed now.
+  std::erase_if(fds, [](int fd) { return ::fcntl(fd, F_GETFD) == -1; });
+  std::sort(fds.begin(), fds.end());
+  return fds;
+}
+
+/// The signals the tool handles, with their dispositions when it started (restored in the child).
+struct saved_signal {
+  int sig;
+  struct sigaction original;
+};
+
+std::string signal_name(int sig) {
+  if (const char* abbrev = ::sigabbrev_np(sig)) return std::string{"SIG"} + abbrev;
+  return fmt::format("signal {}", sig);
+}
+
+/// Everything the child needs after fork(), prepared before it: in a process with threads (Asio's
+/// resolver) only async-signal-safe calls are allowed in the child.
+struct child_setup {
+  const char* path = nullptr;
+  char* const* argv = nullptr;
+  char* const* envp = nullptr;
+  bool own_group = true;
+  pid_t parent = -1;
+  int report_fd = -1;
+  sigset_t mask{};
+  const saved_signal* signals = nullptr;
+  std::size_t signal_count = 0;
+  const int* keep_fds = nullptr;  // sorted
+  std::size_t keep_count = 0;
+};
+
+[[noreturn]] void child_main(const child_setup& s) {
+  if (s.own_group) ::setpgid(0, 0);
+  // If the tool dies (even by SIGKILL), the command must not run on without the lock.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != s.parent) ::_exit(exit_software);
+  for (std::size_t i = 0; i < s.signal_count; ++i) ::sigaction(s.signals[i].sig, &s.signals[i].original, nullptr);
+  ::sigprocmask(SIG_SETMASK, &s.mask, nullptr);
+  // Close-on-exec for every descriptor above 2 except the inherited ones.
+  unsigned from = 3;
+  for (std::size_t i = 0; i <= s.keep_count; ++i) {
+    const unsigned to = i < s.keep_count ? static_cast<unsigned>(s.keep_fds[i]) : ~0U;
+    if (to > from) {
+      if (::close_range(from, to - 1, CLOSE_RANGE_CLOEXEC) != 0) {
+        for (unsigned fd = from; fd < to && fd < 65536; ++fd) ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
+      }
+    }
+    if (i < s.keep_count) from = static_cast<unsigned>(s.keep_fds[i]) + 1;
+  }
+  ::execve(s.path, s.argv, s.envp);
+  const int err = errno;
+  [[maybe_unused]] const auto n = ::write(s.report_fd, &err, sizeof err);
+  ::_exit(err == ENOENT ? exit_not_found : exit_cannot_execute);
+}
+
+// ---- the run --------------------------------------------------------------------------------------
+
+const char* status_name(node_status s) {
+  switch (s) {
+    case node_status::pending:
+      return "pending";
+    case node_status::granted:
+      return "granted";
+    case node_status::taken:
+      return "taken";
+    case node_status::server_error:
+      return "server_error";
+    case node_status::timeout:
+      return "timeout";
+    case node_status::unreachable:
+      return "unreachable";
+    case node_status::failed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+class runner {
+ public:
+  runner(const run_options& o, const resolved_config& cfg)
+      : o_(o),
+        cfg_(cfg),
+        key_(key_of(cfg, o.resource)),
+        json_fd_(o.json_fd >= 0 ? o.json_fd : STDERR_FILENO),
+        inherited_(inherited_descriptors()),
+        term_signals_(ioc_),
+        child_signal_(ioc_, SIGCHLD),
+        grace_timer_(ioc_),
+        poll_timer_(ioc_),
+        linger_timer_(ioc_),
+        connect_timer_(ioc_) {
+    std::erase(inherited_, json_fd_);  // the JSON stream is the tool's, not the command's
+    if (o.json_fd >= 0) ::fcntl(json_fd_, F_SETFD, FD_CLOEXEC);
+  }
+
+  int run() {
+    setup_signals();
+    locks_.emplace(ioc_.get_executor(), cfg_.client);
+    for (const auto& n : cfg_.notes) verbose(n);
+    started_ = clock_type::now();
+    auto connect_timeout = milliseconds{0};
+    for (const auto& m : cfg_.client.masters) connect_timeout = std::max(connect_timeout, m.connect_timeout);
+    connect_deadline_ = started_ + connect_timeout;
+    await_connections();
+    ioc_.run();
+    return exit_;
+  }
+
+ private:
+  enum class phase { acquiring, running, releasing, done };
+
+  // ---- output ----
+
+  bool json() const noexcept { return o_.common.json; }
+  void say(std::string_view text) const {
+    if (!json()) complain(text);
+  }
+  void verbose(std::string_view text) const {
+    if (o_.common.verbose && !json()) complain(text);
+  }
+  double elapsed_ms() const { return std::chrono::duration<double, std::milli>(clock_type::now() - started_).count(); }
+  /// Starts an event object with its name and time; the caller adds fields and calls `emit`.
+  json_writer event(std::string_view name) const {
+    json_writer j;
+    j.begin_object().field("event", name).field("elapsed_ms", elapsed_ms()).field("resource", o_.resource);
+    return j;
+  }
+  void emit(json_writer& j) const {
+    if (!json()) return;
+    j.end_object();
+    std::string line = j.str() + "\n";
+    std::string_view rest = line;
+    while (!rest.empty()) {
+      const auto n = ::write(json_fd_, rest.data(), rest.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;  // nowhere to write: the run goes on
+      rest.remove_prefix(static_cast<std::size_t>(n));
+    }
+  }
+
+  /// Why master `i` did not answer cleanly, for humans.
+  std::string node_reason(const node_result& r, std::size_t i, const std::vector<connection_status>& conns) const {
+    if (r.status == node_status::server_error && !r.server_text.empty()) return printable(r.server_text);
+    if (r.status == node_status::unreachable && i < conns.size() && conns[i].last_error) {
+      return conns[i].last_error.message();
+    }
+    return r.error ? r.error.message() : std::string{};
+  }
+
+  void add_masters(json_writer& j, const std::vector<node_result>& nodes) const {
+    const auto conns = locks_->masters();
+    j.key("masters").begin_array();
+    for (std::size_t i = 0; i < nodes.size() && i < cfg_.client.masters.size(); ++i) {
+      const auto& r = nodes[i];
+      j.begin_object()
+          .field("address", master_address(cfg_.client.masters[i]))
+          .field("status", status_name(r.status))
+          .field("latency_ms", to_ms(r.latency));
+      if (auto why = node_reason(r, i, conns); !why.empty() && r.status != node_status::granted) {
+        j.field("error", why);
+      }
+      j.end_object();
+    }
+    j.end_array();
+  }
+
+  void verbose_masters(const std::vector<node_result>& nodes) const {
+    if (!o_.common.verbose || json()) return;
+    const auto conns = locks_->masters();
+    for (std::size_t i = 0; i < nodes.size() && i < cfg_.client.masters.size(); ++i) {
+      const auto& r = nodes[i];
+      std::string line = fmt::format("  {:<24} ", master_address(cfg_.client.masters[i]));
+      if (r.status == node_status::pending) {
+        line += "pending (the majority decided before it answered)";
+      } else {
+        line += fmt::format("{:<12} {:8.3f} ms", status_name(r.status), to_ms(r.latency));
+      }
+      if (r.status != node_status::granted && r.status != node_status::taken && r.status != node_status::pending) {
+        line += "  " + node_reason(r, i, conns);
+      }
+      complain(line);
+    }
+  }
+
+  // ---- signals ----
+
+  void setup_signals() {
+    // Ignored at start (nohup, a shell's background job): stay ignored, for the tool and the
+    // command alike. Otherwise caught: forwarded to the command, or they end a wait for the lock.
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+      struct sigaction old {};
+      ::sigaction(sig, nullptr, &old);
+      saved_.push_back({sig, old});
+      if (old.sa_handler != SIG_IGN) term_signals_.add(sig);
+    }
+    // The tool ignores these, the command gets them back as they were: a broken stderr must not
+    // kill the tool (the command would run on unguarded), and in its own process group the
+    // command is not the terminal's, so job-control stops would stop the tool alone, and with it
+    // the keep-alive.
+    std::vector<int> ignored{SIGPIPE};
+    if (!o_.foreground) ignored.insert(ignored.end(), {SIGTSTP, SIGTTIN, SIGTTOU});
+    for (int sig : ignored) {
+      struct sigaction ign {};
+      ign.sa_handler = SIG_IGN;
+      sigemptyset(&ign.sa_mask);
+      struct sigaction old {};
+      ::sigaction(sig, &ign, &old);
+      saved_.push_back({sig, old});
+    }
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    saved_.push_back({SIGCHLD, dfl});
+    wait_signal();
+  }
+
+  void wait_signal() {
+    term_signals_.async_wait([this](error_code ec, int sig) {
+      if (ec || phase_ == phase::done) return;
+      on_signal(sig);
+      wait_signal();
+    });
+  }
+
+  void on_signal(int sig) {
+    switch (phase_) {
+      case phase::acquiring:
+        if (interrupted_by_ == 0) interrupted_by_ = sig;
+        cancel_acquire_.emit(asio::cancellation_type::terminal);
+        connect_timer_.cancel();
+        break;
+      case phase::running: {
+        // With --foreground the command shares the terminal: SIGINT, SIGQUIT and SIGHUP from it
+        // reach the command directly, so only SIGTERM (never sent by a terminal) is passed on.
+        const bool forward = !o_.foreground || sig == SIGTERM;
+        if (forward) send(sig);
+        verbose(fmt::format("{} {}", signal_name(sig),
+                            forward ? "forwarded to the command" : "received (the command gets it from the terminal)"));
+        auto j = event("signal");
+        j.field("signal", signal_name(sig)).field("forwarded", forward);
+        emit(j);
+        break;
+      }
+      case phase::releasing:
+      case phase::done:
+        break;  // the release is bounded; let it finish
+    }
+  }
+
+  /// Sends `sig` to the command: to its process group (its children too) unless --foreground.
+  void send(int sig) const {
+    if (child_ <= 0 || child_done_) return;
+    if (!o_.foreground) {
+      if (::kill(-child_, sig) == 0) return;
+    }
+    ::kill(child_, sig);
+  }
+
+  // ---- acquisition ----
+
+  /// Waits until every master's connection is up or has failed once (at most the connect
+  /// timeout): a single attempt is only fair on settled connections, else the connect and the
+  /// handshake eat the request deadline and a slow start reads as "masters unavailable".
+  void await_connections() {
+    if (interrupted_by_ != 0) {
+      interrupted();
+      return;
+    }
+    const auto conns = locks_->masters();
+    const bool settled = std::all_of(conns.begin(), conns.end(), [](const connection_status& c) {
+      return c.state == connection_state::up || c.state == connection_state::down ||
+             c.state == connection_state::closed || c.last_error;
+    });
+    if (settled || clock_type::now() >= connect_deadline_) {
+      start_acquire();
+      return;
+    }
+    connect_timer_.expires_after(milliseconds{2});
+    connect_timer_.async_wait([this](error_code) { await_connections(); });
+  }
+
+  void start_acquire() {
+    auto handler = asio::bind_cancellation_slot(cancel_acquire_.slot(),
+                                                [this](error_code ec, redlock::lock l) { acquired(ec, std::move(l)); });
+    if (o_.wait.count() > 0) {
+      locks_->async_lock(o_.resource, o_.ttl, std::move(handler));
+    } else {
+      locks_->async_try_lock(o_.resource, o_.ttl, std::move(handler));
+    }
+  }
+
+  void interrupted() {
+    say(fmt::format("interrupted by {} while waiting for '{}'", signal_name(interrupted_by_), o_.resource));
+    auto j = event("not_acquired");
+    j.field("key", key_).field("reason", "interrupted").field("signal", signal_name(interrupted_by_));
+    emit(j);
+    release_and_finish(128 + interrupted_by_);
+  }
+
+  void acquired(error_code ec, redlock::lock l) {
+    lock_ = std::move(l);
+    if (interrupted_by_ != 0) {
+      interrupted();
+      return;
+    }
+    if (ec) {
+      acquire_failed(ec);
+      return;
+    }
+    const auto validity = std::chrono::duration_cast<milliseconds>(lock_.validity_deadline() - clock_type::now());
+    verbose(fmt::format("acquired '{}' (key '{}') after {} attempt{}, validity {}", o_.resource, printable(key_),
+                        lock_.attempts(), lock_.attempts() == 1 ? "" : "s", format_duration(validity)));
+    verbose_masters(lock_.nodes());
+    {
+      auto j = event("acquired");
+      j.field("key", key_)
+          .field("ttl_ms", static_cast<std::int64_t>(o_.ttl.count()))
+          .field("validity_ms", static_cast<std::int64_t>(validity.count()))
+          .field("attempts", lock_.attempts());
+      add_masters(j, lock_.nodes());
+      emit(j);
+    }
+    keep_alive_options ka;
+    ka.max_hold = o_.max_hold;  // 0 unless --max-hold: the command decides how long it runs
+    lock_.keep_alive(ka);
+    lock_.async_wait_lost([this](error_code e) { on_lost(e); });
+    start_command(validity);
+  }
+
+  void acquire_failed(error_code ec) {
+    const auto nodes = lock_.nodes();
+    const auto n = cfg_.client.masters.size();
+    const auto count = [&](auto pred) {
+      return static_cast<std::size_t>(std::count_if(nodes.begin(), nodes.end(), pred));
+    };
+    std::string reason;
+    std::string message;
+    int status = exit_tempfail;
+    if (ec == error::not_acquired) {
+      reason = "held";
+      const auto taken = count([](const node_result& r) { return r.status == node_status::taken; });
+      message = fmt::format("'{}' is held by someone else (taken on {} of {} masters); {}", o_.resource, taken, n,
+                            o_.wait.count() > 0 ? fmt::format("gave up after waiting {} ({} attempts)",
+                                                              format_duration(o_.wait), lock_.attempts())
+                                                : std::string{"use --wait DURATION to wait for it"});
+    } else if (ec == error::quorum_unavailable) {
+      reason = "unavailable";
+      const auto answered = count(
+          [](const node_result& r) { return r.status == node_status::granted || r.status == node_status::taken; });
+      // Group the others by what went wrong: "3 unreachable (Connection refused)".
+      const auto conns = locks_->masters();
+      std::map<std::string, std::size_t> why;
+      for (std::size_t i = 0; i < nodes.size(); ++i) {
+        const auto& r = nodes[i];
+        if (r.status == node_status::granted || r.status == node_status::taken) continue;
+        const auto text = node_reason(r, i, conns);
+        why[fmt::format("{}{}", status_name(r.status), text.empty() ? "" : ": " + text)]++;
+      }
+      std::string details;
+      for (const auto& [text, k] : why) details += fmt::format("{}{} {}", details.empty() ? "" : "; ", k, text);
+      message = fmt::format("cannot lock '{}': masters unavailable: {} of {} answered, {} needed ({})", o_.resource,
+                            answered, n, majority_of(n), details);
+    } else if (ec == error::validity_expired) {
+      reason = "too_slow";
+      message = fmt::format("cannot lock '{}': the masters answered too slowly for a ttl of {} (no validity left)",
+                            o_.resource, format_duration(o_.ttl));
+    } else if (ec == error::invalid_argument) {
+      reason = "invalid_argument";
+      status = exit_usage;
+      message = fmt::format("cannot lock '{}': {} (resource name or ttl)", o_.resource, ec.message());
+    } else if (ec == error::invalid_config) {
+      reason = "invalid_config";
+      status = exit_config;
+      message = fmt::format("cannot lock '{}': {}", o_.resource, ec.message());
+    } else {
+      reason = "error";
+      status = exit_software;
+      message = fmt::format("cannot lock '{}': {}", o_.resource, ec.message());
+    }
+    say(message);
+    verbose_masters(nodes);
+    auto j = event("not_acquired");
+    j.field("key", key_).field("reason", reason).field("message", message).field("attempts", lock_.attempts());
+    add_masters(j, nodes);
+    emit(j);
+    finish(status);
+  }
+
+  // ---- the command ----
+
+  void start_command(milliseconds validity) {
+    const auto path = find_in_path(o_.command.front());
+    if (!path) {
+      command_failed(exit_not_found, fmt::format("{}: command not found", printable(o_.command.front())));
+      return;
+    }
+    std::vector<std::string> args = o_.command;
+    std::vector<std::string> env;
+    const std::map<std::string, std::string> ours{
+        {"REDLOCK_RESOURCE", o_.resource},
+        {"REDLOCK_KEY", key_},
+        {"REDLOCK_TTL_MS", std::to_string(o_.ttl.count())},
+        {"REDLOCK_VALIDITY_MS", std::to_string(validity.count())},
+    };
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+      const std::string_view kv = *e;
+      const auto name = kv.substr(0, kv.find('='));
+      if (ours.find(std::string{name}) == ours.end()) env.emplace_back(kv);
+    }
+    for (const auto& [k, v] : ours) env.push_back(k + "=" + v);
+    std::vector<char*> argv, envp;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+
+    int report[2];
+    if (::pipe2(report, O_CLOEXEC) != 0) {
+      command_failed(exit_oserr, fmt::format("pipe: {}", std::strerror(errno)));
+      return;
+    }
+    child_setup s;
+    s.path = path->c_str();
+    s.argv = argv.data();
+    s.envp = envp.data();
+    s.own_group = !o_.foreground;
+    s.parent = ::getpid();
+    s.report_fd = report[1];
+    s.signals = saved_.data();
+    s.signal_count = saved_.size();
+    s.keep_fds = inherited_.data();
+    s.keep_count = inherited_.size();
+
+    // Signals stay blocked across fork() until the child has reset their handlers: a signal in
+    // between would run the tool's handler in the child.
+    sigset_t all;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_SETMASK, &all, &s.mask);
+    const pid_t pid = ::fork();
+    if (pid == 0) child_main(s);
+    const int fork_errno = errno;
+    if (pid > 0 && !o_.foreground) ::setpgid(pid, pid);  // also here: no race with our first kill()
+    ::pthread_sigmask(SIG_SETMASK, &s.mask, nullptr);
+    ::close(report[1]);
+    if (pid < 0) {
+      ::close(report[0]);
+      command_failed(exit_oserr, fmt::format("fork: {}", std::strerror(fork_errno)));
+      return;
+    }
+    child_ = pid;
+    int exec_errno = 0;
+    ssize_t got = 0;
+    do {
+      got = ::read(report[0], &exec_errno, sizeof exec_errno);
+    } while (got < 0 && errno == EINTR);
+    ::close(report[0]);
+    if (got == static_cast<ssize_t>(sizeof exec_errno)) {
+      int st = 0;
+      while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+      }
+      child_done_ = true;
+      command_failed(exec_errno == ENOENT ? exit_not_found : exit_cannot_execute,
+                     fmt::format("cannot execute {}: {}", printable(*path), std::strerror(exec_errno)));
+      return;
+    }
+    phase_ = phase::running;
+    verbose(fmt::format("started the command (pid {}{})", pid, o_.foreground ? ", in the foreground" : ""));
+    auto j = event("started");
+    j.field("pid", static_cast<std::int64_t>(pid)).field("command", o_.command.front());
+    emit(j);
+    wait_child();
+    if (o_.common.verbose || json()) poll_extensions();
+  }
+
+  void command_failed(int status, std::string message) {
+    say(message);
+    auto j = event("exec_failed");
+    j.field("message", message);
+    emit(j);
+    release_and_finish(status);
+  }
+
+  void wait_child() {
+    if (reap()) return;
+    child_signal_.async_wait([this](error_code ec, int) {
+      if (ec || phase_ != phase::running) return;
+      wait_child();
+    });
+  }
+
+  /// True once the command has exited (and the release has begun).
+  bool reap() {
+    int st = 0;
+    pid_t r = 0;
+    do {
+      r = ::waitpid(child_, &st, WNOHANG);
+    } while (r < 0 && errno == EINTR);
+    if (r == 0) return false;
+    child_done_ = true;
+    grace_timer_.cancel();
+    poll_timer_.cancel();
+    int status = exit_software;
+    auto j = event("exited");
+    if (r < 0) {
+      say(fmt::format("lost track of the command: waitpid: {}", std::strerror(errno)));
+      j.null_field("status").null_field("signal");
+    } else if (WIFEXITED(st)) {
+      status = WEXITSTATUS(st);
+      verbose(fmt::format("the command exited with status {}", status));
+      j.field("status", status).null_field("signal");
+    } else if (WIFSIGNALED(st)) {
+      status = 128 + WTERMSIG(st);
+      verbose(fmt::format("the command was killed by {}", signal_name(WTERMSIG(st))));
+      j.null_field("status").field("signal", signal_name(WTERMSIG(st)));
+    }
+    emit(j);
+    release_and_finish(lost_ ? exit_lost : status);
+    return true;
+  }
+
+  void poll_extensions() {
+    const auto every = std::clamp<milliseconds>(o_.ttl / 10, milliseconds{50}, milliseconds{1000});
+    poll_timer_.expires_after(every);
+    poll_timer_.async_wait([this](error_code ec) {
+      if (ec || phase_ != phase::running) return;
+      if (const auto n = lock_.extensions(); n != extensions_seen_ && !lock_.lost()) {
+        extensions_seen_ = n;
+        const auto validity = std::chrono::duration_cast<milliseconds>(lock_.validity_deadline() - clock_type::now());
+        verbose(fmt::format("extended '{}' (extension {}), validity {}", o_.resource, n, format_duration(validity)));
+        const auto nodes = lock_.nodes();
+        verbose_masters(nodes);
+        auto j = event("extended");
+        j.field("extensions", n).field("validity_ms", static_cast<std::int64_t>(validity.count()));
+        add_masters(j, nodes);
+        emit(j);
+      }
+      poll_extensions();
+    });
+  }
+
+  // ---- loss ----
+
+  void on_lost(error_code ec) {
+    if (ec != error::lock_lost || phase_ != phase::running) return;
+    lost_ = true;
+    const auto reason = lock_.loss_reason();
+    const auto why = reason == error::extension_limit
+                         ? fmt::format("--max-hold {} reached", format_duration(o_.max_hold))
+                         : reason.message();
+    const auto message = fmt::format("lost the lock on '{}' ({}): stopping the command with SIGTERM", o_.resource, why);
+    say(message);
+    verbose_masters(lock_.nodes());
+    auto j = event("lost");
+    j.field("reason", reason == error::not_owner            ? "not_owner"
+                      : reason == error::quorum_unavailable ? "quorum_unavailable"
+                      : reason == error::extension_limit    ? "extension_limit"
+                      : reason == error::validity_expired   ? "validity_expired"
+                                                            : "other")
+        .field("message", message);
+    add_masters(j, lock_.nodes());
+    emit(j);
+    send(SIGTERM);
+    send(SIGCONT);  // a stopped command could not act on SIGTERM
+    grace_timer_.expires_after(o_.grace);
+    grace_timer_.async_wait([this](error_code e) {
+      if (e || child_done_) return;
+      say(fmt::format("the command did not exit within {} of SIGTERM: sending SIGKILL", format_duration(o_.grace)));
+      auto k = event("killed");
+      k.field("signal", "SIGKILL");
+      emit(k);
+      send(SIGKILL);
+    });
+  }
+
+  // ---- the end ----
+
+  void release_and_finish(int status) {
+    phase_ = phase::releasing;
+    if (!lock_.owns_lock()) {
+      finish(status);
+      return;
+    }
+    lock_.async_unlock([this, status](error_code ec, std::size_t held) {
+      const auto nodes = lock_.nodes();
+      if (ec) {
+        say(fmt::format("releasing '{}' failed ({}): its keys expire with the ttl ({})", o_.resource, ec.message(),
+                        format_duration(o_.ttl)));
+      } else {
+        verbose(fmt::format("released '{}' ({} of {} masters still held it)", o_.resource, held, nodes.size()));
+      }
+      verbose_masters(nodes);
+      auto j = event("released");
+      j.field("held", held);
+      if (ec) {
+        j.field("error", ec.message());
+      } else {
+        j.null_field("error");
+      }
+      add_masters(j, nodes);
+      emit(j);
+      // The release completes at a majority; the others' requests are on their way. Closing the
+      // connections at once could cut one off before it is written, so linger a moment for them.
+      const bool stragglers = std::any_of(nodes.begin(), nodes.end(),
+                                          [](const node_result& r) { return r.status == node_status::pending; });
+      if (!stragglers) {
+        finish(status);
+        return;
+      }
+      linger_timer_.expires_after(std::min<milliseconds>(cfg_.client.release_timeout, milliseconds{100}));
+      linger_timer_.async_wait([this, status](error_code) { finish(status); });
+    });
+  }
+
+  void finish(int status) {
+    phase_ = phase::done;
+    exit_ = status;
+    auto j = event("done");
+    j.field("exit_status", status);
+    emit(j);
+    error_code ignored;
+    term_signals_.cancel(ignored);
+    child_signal_.cancel(ignored);
+    grace_timer_.cancel();
+    poll_timer_.cancel();
+    if (locks_) locks_->close();
+  }
+
+  const run_options& o_;
+  const resolved_config& cfg_;
+  std::string key_;
+  int json_fd_;
+  std::vector<int> inherited_;
+  std::vector<saved_signal> saved_;
+  asio::io_context ioc_{1};
+  asio::signal_set term_signals_;
+  asio::signal_set child_signal_;
+  asio::steady_timer grace_timer_;
+  asio::steady_timer poll_timer_;
+  asio::steady_timer linger_timer_;
+  asio::steady_timer connect_timer_;
+  asio::cancellation_signal cancel_acquire_;
+  std::optional<redlock::client> locks_;
+  redlock::lock lock_;
+  clock_type::time_point started_ = clock_type::now();
+  clock_type::time_point connect_deadline_{};
+  phase phase_ = phase::acquiring;
+  pid_t child_ = -1;
+  bool child_done_ = false;
+  bool lost_ = false;
+  int interrupted_by_ = 0;
+  std::size_t extensions_seen_ = 0;
+  int exit_ = exit_software;
+};
+
+}  // namespace
+
+int run_command(const run_options& o, const resolved_config& cfg) {
+  // A ttl the library would refuse is a usage error, said in the user's terms.
+  const auto needed =
+      cfg.client.request_timeout + std::chrono::ceil<milliseconds>(core::drift(o.ttl, cfg.client.drift));
+  if (o.ttl <= needed) {
+    throw usage_error(
+        fmt::format("--ttl {} is too short: it must exceed the request timeout ({}) plus the clock-drift "
+                    "allowance, i.e. be more than {}",
+                    format_duration(o.ttl), format_duration(cfg.client.request_timeout), format_duration(needed)));
+  }
+  if (o.ttl > cfg.client.max_ttl) {
+    throw usage_error(
+        fmt::format("--ttl {} is longer than {}: use a shorter ttl (the lock is kept alive while the "
+                    "command runs)",
+                    format_duration(o.ttl), format_duration(cfg.client.max_ttl)));
+  }
+  if (o.json_fd >= 0 && ::fcntl(o.json_fd, F_GETFD) == -1) {
+    throw usage_error(fmt::format("--json-fd {}: not an open file descriptor", o.json_fd));
+  }
+  client_config c = cfg.client;
+  c.retry.max_wait = o.wait;
+  c.retry.max_attempts = 0;
+  resolved_config adjusted = cfg;
+  adjusted.client = std::move(c);
+  runner r{o, adjusted};
+  return r.run();
+}
+
+}  // namespace redlock::cli
