@@ -15,10 +15,12 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/system_executor.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -67,6 +69,90 @@ namespace detail {
 
 using strand_type = asio::strand<asio::any_io_executor>;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+// ---- logging --------------------------------------------------------------------------------------
+
+// Formats one message (after the logger's prefix) and hands it over. Only ever called through
+// REDLOCK_LOG, which checks the level first, so that nothing (arguments included) is evaluated
+// for a level that is off. Never throws: logging must not disturb a lock operation.
+template <class... Args>
+void log_now(const logger& lg, log_level level, fmt::format_string<Args...> format, Args&&... args) noexcept {
+  try {
+    fmt::memory_buffer buf;
+    if (!lg.prefix().empty()) fmt::format_to(std::back_inserter(buf), "{}: ", lg.prefix());
+    fmt::format_to(std::back_inserter(buf), format, std::forward<Args>(args)...);
+    lg.write(level, std::string_view{buf.data(), buf.size()});
+  } catch (...) {
+    // Out of memory while formatting: drop the message.
+  }
+}
+
+#define REDLOCK_LOG(lg, level, ...)                                                \
+  do {                                                                             \
+    if ((lg).enabled(level)) ::redlock::detail::log_now((lg), (level), __VA_ARGS__); \
+  } while (false)
+
+// "lock "orders:42" [1f2e3d4c]": the resource (made printable, cut) and the first 8 hex digits of
+// the token, never the whole token (it would let anyone release the lock).
+std::string lock_name(std::string_view resource, std::string_view token) {
+  std::string out = fmt::format("lock \"{}\"", printable(resource, 128));
+  if (!token.empty()) fmt::format_to(std::back_inserter(out), " [{}]", short_token(token));
+  return out;
+}
+
+std::string_view to_string(node_status s) noexcept {
+  switch (s) {
+    case node_status::pending: return "pending";
+    case node_status::granted: return "granted";
+    case node_status::taken: return "taken";
+    case node_status::server_error: return "server error";
+    case node_status::timeout: return "timeout";
+    case node_status::unreachable: return "unreachable";
+    case node_status::failed: return "failed";
+  }
+  return "unknown";
+}
+
+// What each master answered: "1 granted 412 us, 2 taken 380 us, 3 server error "WRONGTYPE..."
+// 1.20 ms, 4 unreachable, 5 pending". Server texts are untrusted: made printable, and the lock's
+// token is redacted should a server echo it.
+std::string describe_nodes(const std::vector<node_result>& nodes, std::string_view token) {
+  std::string out;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const auto& n = nodes[i];
+    if (i) out += ", ";
+    fmt::format_to(std::back_inserter(out), "{} {}", i + 1, to_string(n.status));
+    if (n.status == node_status::server_error) {
+      fmt::format_to(std::back_inserter(out), " \"{}\"", printable(n.server_text, 160, {token}));
+    } else if (n.status == node_status::failed && n.error) {
+      fmt::format_to(std::back_inserter(out), " ({})", describe(n.error));
+    }
+    if (n.status != node_status::pending && n.status != node_status::unreachable) {
+      fmt::format_to(std::back_inserter(out), " {}", format_duration(n.latency));
+    }
+  }
+  return out;
+}
+
+std::size_t count_status(const std::vector<node_result>& nodes, node_status s) {
+  return static_cast<std::size_t>(
+      std::count_if(nodes.begin(), nodes.end(), [s](const node_result& n) { return n.status == s; }));
+}
+
+// The client's counters: written from the strands of many operations at once (fetch_add).
+struct client_counters {
+  using counter = std::atomic<std::uint64_t>;
+  counter lock_operations{0}, lock_attempts{0}, acquired{0}, not_acquired{0}, quorum_unavailable{0},
+      validity_expired{0}, aborted{0}, rejected{0};
+  counter extensions{0}, extension_failures{0}, lost{0}, releases{0}, release_failures{0}, background_releases{0};
+  live_histogram<false> acquire_latency;
+};
+
+inline void add(std::atomic<std::uint64_t>& c) noexcept { bump<false>(c); }
+
+class client_impl;
+// A held lock was lost (counted and logged by its client).
+void note_lost(client_impl& client, const struct lock_state& st, error_code reason);
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 
@@ -263,9 +349,12 @@ struct watch_call final : call {
     if (lost || cancelled) return;
     lost = true;
     if (auto st = state.lock()) {
-      std::lock_guard guard{st->mutex};
-      st->loss_reason = reason;
-      st->lost = true;
+      {
+        std::lock_guard guard{st->mutex};
+        st->loss_reason = reason;
+        st->lost = true;
+      }
+      note_lost(*st->owner, *st, reason);
     }
     expiry.cancel();
     event.cancel();  // wakes the keep-alive loop, which then ends
@@ -331,11 +420,28 @@ void complete_without_client(Handler h, Args... args) {
 
 class client_impl : public std::enable_shared_from_this<client_impl> {
  public:
-  client_impl(asio::any_io_executor ex, client_config cfg) : ex_(std::move(ex)), cfg_(std::move(cfg)) {
+  client_impl(asio::any_io_executor ex, client_config cfg)
+      : ex_(std::move(ex)), cfg_(std::move(cfg)), log_(cfg_.logging) {
     config_error_ = validate(cfg_, &config_problem_);
-    if (config_error_) return;
+    if (config_error_) {
+      REDLOCK_LOG(log_, log_level::error, "invalid configuration: {}", config_problem_);
+      return;
+    }
     conns_.reserve(cfg_.masters.size());
-    for (const auto& m : cfg_.masters) conns_.push_back(std::make_unique<connection>(ex_, m));
+    names_.reserve(cfg_.masters.size());
+    for (std::size_t i = 0; i < cfg_.masters.size(); ++i) {
+      auto m = cfg_.masters[i];
+      names_.push_back(fmt::format("master {} ({})", i + 1, address_of(m)));
+      // A master without a sink of its own logs through the client's, named in every message.
+      if (!m.logging.sink) {
+        m.logging = cfg_.logging;
+        m.logging.prefix = cfg_.logging.prefix.empty() ? names_.back() : cfg_.logging.prefix + ": " + names_.back();
+      } else if (m.logging.prefix.empty()) {
+        m.logging.prefix = names_.back();
+      }
+      conns_.push_back(std::make_unique<connection>(ex_, std::move(m)));
+    }
+    REDLOCK_LOG(log_, log_level::info, "client started: {} masters, quorum {}", size(), size() / 2 + 1);
   }
 
   void start() {
@@ -347,7 +453,36 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   error_code config_error_;
   std::string config_problem_;
   std::vector<std::unique_ptr<connection>> conns_;
+  std::vector<std::string> names_;  // "master N (address)", for log messages
   std::atomic<bool> closed_{false};
+  logger log_;
+  client_counters counters_;
+
+  client_stats stats() const {
+    const auto& c = counters_;
+    client_stats s;
+    s.masters.reserve(conns_.size());
+    for (const auto& conn : conns_) s.masters.push_back(conn->stats());
+    // Outcomes before operations: operations are counted first.
+    s.locks_acquired = read(c.acquired);
+    s.locks_not_acquired = read(c.not_acquired);
+    s.locks_quorum_unavailable = read(c.quorum_unavailable);
+    s.locks_validity_expired = read(c.validity_expired);
+    s.locks_aborted = read(c.aborted);
+    s.locks_rejected = read(c.rejected);
+    s.lock_attempts = read(c.lock_attempts);
+    s.lock_operations = read(c.lock_operations);
+    s.extensions = read(c.extensions);
+    s.extension_failures = read(c.extension_failures);
+    s.locks_lost = read(c.lost);
+    s.releases = read(c.releases);
+    s.release_failures = read(c.release_failures);
+    s.background_releases = read(c.background_releases);
+    s.acquire_latency = c.acquire_latency.snapshot();
+    s.log_messages = log_.messages();
+    s.log_sink_errors = log_.sink_errors();
+    return s;
+  }
 
   std::size_t size() const noexcept { return conns_.size(); }
 
@@ -364,6 +499,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
 
   void close() {
     if (closed_.exchange(true)) return;
+    REDLOCK_LOG(log_, log_level::info, "client closed");
     std::vector<std::weak_ptr<call>> calls;
     {
       std::lock_guard guard{calls_mutex_};
@@ -392,10 +528,14 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
     connection* conn = conns_[i].get();
     conn->async_exec(std::move(req), timeout,
                      asio::bind_executor(asio::get_associated_executor(h),
-                                         [conn, s, key, token, ttl_ms, timeout, h = std::move(h)](
+                                         [this, i, conn, s, key, token, ttl_ms, timeout, h = std::move(h)](
                                              error_code ec, resp::response r) mutable {
                                            const auto* v = resp::reply_value(r);
                                            if (ec == error::server_error && v && starts_with(v->value, "NOSCRIPT")) {
+                                             REDLOCK_LOG(log_, log_level::debug,
+                                                         "{}: script not in the server's cache (NOSCRIPT): "
+                                                         "sending it with EVAL",
+                                                         names_[i]);
                                              resp::request eval;
                                              if (ttl_ms) {
                                                eval.push("EVAL", s.body, 1, key, token, *ttl_ms);
@@ -426,15 +566,36 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
     std::optional<lock_handler> handler;
     asio::any_io_executor fallback;
     std::shared_ptr<lock_state> state;
+    clock_type::time_point started = clock_type::now();
     void on_cancel() override { finish(asio::error::operation_aborted); }
     void finish(error_code ec) {
       if (!handler) return;
       lock_handler h = std::move(*handler);
       handler.reset();
       if (!ec) state->held = true;
+      state->owner->count_lock_outcome(ec, started);
       complete_handler(std::move(h), fallback, ec, lock::make(state));
     }
   };
+
+  // Every lock operation ends here, once, with its outcome.
+  void count_lock_outcome(error_code ec, clock_type::time_point started) {
+    auto& c = counters_;
+    if (!ec) {
+      add(c.acquired);
+      c.acquire_latency.record(clock_type::now() - started);
+    } else if (ec == error::not_acquired) {
+      add(c.not_acquired);
+    } else if (ec == error::quorum_unavailable) {
+      add(c.quorum_unavailable);
+    } else if (ec == error::validity_expired) {
+      add(c.validity_expired);
+    } else if (ec == error::invalid_argument || ec == error::invalid_config) {
+      add(c.rejected);
+    } else {
+      add(c.aborted);
+    }
+  }
 
   error_code check_lock_args(const std::string& resource, std::chrono::milliseconds ttl) const {
     if (config_error_) return config_error_;
@@ -448,6 +609,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   }
 
   void start_lock(lock_handler h, std::string resource, std::chrono::milliseconds ttl, bool retry) {
+    add(counters_.lock_operations);
     auto c = std::make_shared<lock_call>(ex_);
     c->fallback = ex_;
     c->state = std::make_shared<lock_state>();
@@ -465,6 +627,8 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
     const auto state = c->state;  // the user's handle may drop its copy at any time
     auto& st = *state;
     if (auto ec = check_lock_args(st.resource, ttl)) {
+      REDLOCK_LOG(log_, log_level::debug, "{}: rejected ({} ms): {}", lock_name(st.resource, {}), ttl.count(),
+                  describe(ec));
       c->finish(ec);
       co_return;
     }
@@ -475,6 +639,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
     error_code tec;
     st.token = make_token(tec);
     if (tec) {
+      REDLOCK_LOG(log_, log_level::error, "{}: cannot draw a token: {}", lock_name(st.resource, {}), describe(tec));
       c->finish(tec);
       co_return;
     }
@@ -485,6 +650,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
     thread_local std::minstd_rand rng{std::random_device{}()};
     for (;;) {
       ++st.attempts;
+      add(counters_.lock_attempts);
       c->begin_round(size());
       const auto round = c->round;
       const auto start = clock_type::now();
@@ -508,6 +674,9 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
         const auto v = core::validity<clock_type>(ttl, start, c->decided_at, cfg_.drift);
         if (v > clock_type::duration::zero()) {
           st.set_deadline(core::validity_deadline<clock_type>(ttl, start, cfg_.drift));
+          REDLOCK_LOG(log_, log_level::debug, "{}: acquired for {} ms in {} (attempt {}), validity {}; masters: {}",
+                      lock_name(st.resource, st.token), ttl.count(), format_duration(clock_type::now() - first_start),
+                      st.attempts, format_duration(v), describe_nodes(c->nodes, st.token));
           c->finish({});
           co_return;
         }
@@ -522,17 +691,28 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
       // SET still in flight (timed out, or not answered yet) cannot leave a key behind.
       release_everywhere(st.key, st.token);
       if (ec == asio::error::operation_aborted) {
+        REDLOCK_LOG(log_, log_level::debug, "{}: cancelled during attempt {}", lock_name(st.resource, st.token),
+                    st.attempts);
         c->finish(ec);
         co_return;
       }
       const auto delay = core::retry_delay(cfg_.retry, std::uniform_real_distribution<double>{0.0, 1.0}(rng));
       const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - first_start);
       if (!retry || !core::may_retry(cfg_.retry, st.attempts, elapsed, delay)) {
+        // Contention is business as usual; masters failing or answering too slowly are not.
+        REDLOCK_LOG(log_, ec == error::not_acquired ? log_level::debug : log_level::warning,
+                    "{}: not acquired after {} attempt(s) in {}: {}; masters: {}", lock_name(st.resource, st.token),
+                    st.attempts, format_duration(clock_type::now() - first_start), describe(ec),
+                    describe_nodes(c->nodes, st.token));
         c->finish(ec);
         co_return;
       }
+      REDLOCK_LOG(log_, log_level::debug, "{}: attempt {} failed: {}; masters: {}; retrying in {}",
+                  lock_name(st.resource, st.token), st.attempts, describe(ec), describe_nodes(c->nodes, st.token),
+                  format_duration(delay));
       co_await c->sleep(delay);
       if (c->cancelled || closed_) {
+        REDLOCK_LOG(log_, log_level::debug, "{}: cancelled while waiting to retry", lock_name(st.resource, st.token));
         c->finish(asio::error::operation_aborted);
         co_return;
       }
@@ -587,9 +767,21 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
     }
     co_await c->wait_decision();
     st->set_nodes(c->nodes);
-    const auto held = static_cast<std::size_t>(std::count_if(
-        c->nodes.begin(), c->nodes.end(), [](const node_result& n) { return n.status == node_status::granted; }));
-    c->finish(c->votes.state() == core::quorum_state::reached ? error_code{} : error::quorum_unavailable, held);
+    const auto held = count_status(c->nodes, node_status::granted);
+    const bool reached = c->votes.state() == core::quorum_state::reached;
+    if (c->decided) {  // not when the caller cancelled first: the release goes on unobserved
+      add(reached ? counters_.releases : counters_.release_failures);
+      if (reached) {
+        REDLOCK_LOG(log_, log_level::debug, "{}: released in {} ({} master(s) still held it); masters: {}",
+                    lock_name(st->resource, st->token), format_duration(c->decided_at - c->round_start), held,
+                    describe_nodes(c->nodes, st->token));
+      } else {
+        REDLOCK_LOG(log_, log_level::warning,
+                    "{}: release answered by too few masters (the rest expire with the ttl); masters: {}",
+                    lock_name(st->resource, st->token), describe_nodes(c->nodes, st->token));
+      }
+    }
+    c->finish(reached ? error_code{} : error::quorum_unavailable, held);
   }
 
   // ---- extend ---------------------------------------------------------------------------------
@@ -636,10 +828,13 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
 
   // One extension of `st` to `ttl` on every master, on `c`'s strand. Moves the deadline on success.
   asio::awaitable<error_code> extend_round(std::shared_ptr<call> c, std::shared_ptr<lock_state> st,
-                                           std::chrono::milliseconds ttl) {
+                                           std::chrono::milliseconds ttl, bool keep_alive = false) {
     const auto start = clock_type::now();
     const auto old_deadline = st->get_deadline();
-    if (start >= old_deadline) co_return error::validity_expired;  // someone else may hold it now
+    if (start >= old_deadline) {  // someone else may hold it now
+      note_extension(*st, error::validity_expired, ttl, {}, nullptr, keep_alive);
+      co_return error::validity_expired;
+    }
     // The extension must be decided within the remaining validity; no master may take longer.
     const auto timeout = std::min<clock_type::duration>(cfg_.request_timeout, old_deadline - start);
     c->begin_round(size());
@@ -655,18 +850,46 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
     co_await c->wait_decision();
     st->set_nodes(c->nodes);
     if (c->cancelled) co_return asio::error::operation_aborted;
+    error_code ec;
     if (c->votes.state() == core::quorum_state::reached) {
       if (c->decided_at < old_deadline &&
           core::validity<clock_type>(ttl, start, c->decided_at, cfg_.drift) > clock_type::duration::zero()) {
         st->set_deadline(core::validity_deadline<clock_type>(ttl, start, cfg_.drift));
         ++st->extensions;
-        co_return error_code{};
+      } else {
+        ec = error::validity_expired;
       }
-      co_return error::validity_expired;
+    } else {
+      const bool lost = std::any_of(c->nodes.begin(), c->nodes.end(),
+                                    [](const node_result& n) { return n.status == node_status::taken; });
+      ec = lost ? error::not_owner : error::quorum_unavailable;
     }
-    const bool lost = std::any_of(c->nodes.begin(), c->nodes.end(),
-                                  [](const node_result& n) { return n.status == node_status::taken; });
-    co_return lost ? error::not_owner : error::quorum_unavailable;
+    note_extension(*st, ec, ttl, c->decided_at - start, &c->nodes, keep_alive);
+    co_return ec;
+  }
+
+  // Counts and logs the outcome of one extension (not a cancelled one).
+  void note_extension(const lock_state& st, error_code ec, std::chrono::milliseconds ttl, clock_type::duration took,
+                      const std::vector<node_result>* nodes, bool keep_alive) {
+    add(ec ? counters_.extension_failures : counters_.extensions);
+    const char* what = keep_alive ? "keep-alive extension" : "extension";
+    if (!ec) {
+      REDLOCK_LOG(log_, log_level::debug, "{}: {} to {} ms done in {}; masters: {}", lock_name(st.resource, st.token),
+                  what, ttl.count(), format_duration(took), describe_nodes(*nodes, st.token));
+    } else if (nodes) {
+      REDLOCK_LOG(log_, log_level::warning, "{}: {} failed: {}; masters: {}", lock_name(st.resource, st.token), what,
+                  describe(ec), describe_nodes(*nodes, st.token));
+    } else {
+      REDLOCK_LOG(log_, log_level::warning, "{}: {} failed: {} (the validity had already run out)",
+                  lock_name(st.resource, st.token), what, describe(ec));
+    }
+  }
+
+  // A held lock was lost: counted and logged once (from the watcher's strand).
+  void note_loss(const lock_state& st, error_code reason) {
+    add(counters_.lost);
+    REDLOCK_LOG(log_, log_level::warning, "{}: lost ({}); the holder must stop relying on it",
+                lock_name(st.resource, st.token), describe(reason));
   }
 
   // ---- watching and keep-alive ----------------------------------------------------------------
@@ -746,9 +969,12 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
                           (o.max_hold.count() > 0 && clock_type::now() + o.ttl > w->hold_start + o.max_hold);
       if (capped) {
         w->pending_reason = error::extension_limit;  // the loss timer will say so at the deadline
+        REDLOCK_LOG(log_, log_level::info,
+                    "{}: keep-alive stopped at its cap ({} extension(s)); the lock will be lost at its deadline",
+                    lock_name(st->resource, st->token), st->extensions.load());
         co_return;
       }
-      const auto ec = co_await extend_round(w, st, o.ttl);
+      const auto ec = co_await extend_round(w, st, o.ttl, true);
       if (w->cancelled || w->lost) co_return;
       if (!ec) {
         w->pending_reason.clear();
@@ -766,6 +992,8 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
         w->declare_lost(ec);
         co_return;
       }
+      REDLOCK_LOG(log_, log_level::debug, "{}: keep-alive retrying in {}", lock_name(st->resource, st->token),
+                  format_duration(o.retry_interval));
       co_await w->sleep_until(next);
     }
   }
@@ -775,6 +1003,8 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   std::vector<std::weak_ptr<call>> calls_;
   std::size_t live_hint_ = 0;
 };
+
+void note_lost(client_impl& client, const lock_state& st, error_code reason) { client.note_loss(st, reason); }
 
 }  // namespace detail
 
@@ -795,6 +1025,10 @@ lock::~lock() { release_in_background(); }
 void lock::release_in_background() noexcept {
   if (!state_ || !state_->held.exchange(false)) return;
   try {
+    auto& owner = *state_->owner;
+    detail::add(owner.counters_.background_releases);
+    REDLOCK_LOG(owner.log_, log_level::debug, "{}: handle dropped while held: releasing in the background",
+                detail::lock_name(state_->resource, state_->token));
     detail::client_impl::stop_watching(state_);
     state_->owner->release_everywhere(state_->key, state_->token);
   } catch (...) {
@@ -892,6 +1126,8 @@ std::vector<connection_status> client::masters() const {
   return out;
 }
 
+client_stats client::stats() const { return impl_->stats(); }
+
 void client::start_lock(lock_handler h, std::string resource, std::chrono::milliseconds ttl, bool retry) {
   impl_->start_lock(std::move(h), std::move(resource), ttl, retry);
 }
@@ -899,3 +1135,5 @@ void client::start_lock(lock_handler h, std::string resource, std::chrono::milli
 void client::close() { impl_->close(); }
 
 }  // namespace redlock
+
+#undef REDLOCK_LOG

@@ -23,11 +23,13 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <fmt/format.h>
 
 #include <sys/un.h>
 
 #include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <limits>
 #include <mutex>
 #include <new>
@@ -66,7 +68,51 @@ error_code validate(const connection_config& cfg, std::string* what) {
   return {};
 }
 
+std::string address_of(const connection_config& cfg) {
+  if (!cfg.unix_socket.empty()) return "unix:" + cfg.unix_socket;
+  if (cfg.host.find(':') != std::string::npos) return fmt::format("[{}]:{}", cfg.host, cfg.port);
+  return fmt::format("{}:{}", cfg.host, cfg.port);
+}
+
 namespace {
+
+// Formats one message (after the logger's prefix) and hands it over. Only ever called through
+// REDLOCK_LOG, which checks the level first, so that nothing (arguments included) is evaluated
+// for a level that is off. Never throws: logging must not disturb the connection.
+template <class... Args>
+void log_now(const detail::logger& lg, log_level level, fmt::format_string<Args...> format, Args&&... args) noexcept {
+  try {
+    fmt::memory_buffer buf;
+    if (!lg.prefix().empty()) fmt::format_to(std::back_inserter(buf), "{}: ", lg.prefix());
+    fmt::format_to(std::back_inserter(buf), format, std::forward<Args>(args)...);
+    lg.write(level, std::string_view{buf.data(), buf.size()});
+  } catch (...) {
+    // Out of memory while formatting: drop the message.
+  }
+}
+
+#define REDLOCK_LOG(lg, level, ...)                                        \
+  do {                                                                     \
+    if ((lg).enabled(level)) ::redlock::log_now((lg), (level), __VA_ARGS__); \
+  } while (false)
+
+log_options with_default_prefix(log_options opts, const connection_config& cfg) {
+  if (opts.prefix.empty()) opts.prefix = address_of(cfg);
+  return opts;
+}
+
+// The connection's counters. Written only on the connection's strand (one writer at a time, hence
+// detail::bump<true>: relaxed load + store), read by stats() from any thread.
+struct counters {
+  using counter = std::atomic<std::uint64_t>;
+  counter requests{0}, ok{0}, server_errors{0}, timeouts{0}, not_connected{0}, connection_lost{0},
+      protocol_errors{0}, cancelled{0}, aborted{0}, invalid{0};
+  counter written{0}, replies{0}, dropped_replies{0}, pushes{0}, bytes_written{0}, bytes_read{0};
+  counter connect_attempts{0}, connects{0}, connect_failures{0}, auth_failures{0}, disconnects{0};
+  detail::live_histogram<true> latency;
+};
+
+void inc(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept { detail::bump<true>(c, n); }
 
 using handler_type = asio::any_completion_handler<void(error_code, resp::response)>;
 using strand_type = asio::strand<asio::any_io_executor>;
@@ -80,12 +126,14 @@ constexpr std::size_t min_read_size = 16 * 1024;
 // here is destroy + move-construct.
 struct pending {
   handler_type handler;
-  explicit pending(handler_type h) noexcept : handler(std::move(h)) {}
+  std::chrono::steady_clock::time_point start;  // reached the strand: its latency counts from here
+  pending(handler_type h, std::chrono::steady_clock::time_point t) noexcept : handler(std::move(h)), start(t) {}
   pending(pending&&) noexcept = default;
   pending& operator=(pending&& other) noexcept {
     if (this != &other) {
       handler.~handler_type();
       new (&handler) handler_type(std::move(other.handler));
+      start = other.start;
     }
     return *this;
   }
@@ -114,7 +162,8 @@ class connection::impl : public std::enable_shared_from_this<impl> {
         deadline_timer_(strand_),
         aux_timer_(strand_),
         parser_(cfg_.limits),
-        rng_(std::random_device{}()) {}
+        rng_(std::random_device{}()),
+        log_(with_default_prefix(cfg_.logging, cfg_)) {}
 
   asio::any_io_executor ex_;
   strand_type strand_;
@@ -155,6 +204,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
       }
       std::string what;
       if (auto ec = validate(self->cfg_, &what)) {
+        REDLOCK_LOG(self->log_, log_level::error, "invalid configuration: {}", what);
         self->record_error(ec, what);
         self->set_state(connection_state::closed);
         self->complete_run(std::move(h), ec);
@@ -179,6 +229,38 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     return status_;
   }
 
+  connection_stats stats() const {
+    const auto& c = stats_;
+    connection_stats s;
+    // Outcomes before `requests`: requests are counted first, so this order keeps
+    // requests >= completed() on one thread's view (relaxed loads promise no more).
+    s.ok = detail::read(c.ok);
+    s.server_errors = detail::read(c.server_errors);
+    s.timeouts = detail::read(c.timeouts);
+    s.not_connected = detail::read(c.not_connected);
+    s.connection_lost = detail::read(c.connection_lost);
+    s.protocol_errors = detail::read(c.protocol_errors);
+    s.cancelled = detail::read(c.cancelled);
+    s.aborted = detail::read(c.aborted);
+    s.invalid = detail::read(c.invalid);
+    s.requests = detail::read(c.requests);
+    s.written = detail::read(c.written);
+    s.replies = detail::read(c.replies);
+    s.dropped_replies = detail::read(c.dropped_replies);
+    s.pushes = detail::read(c.pushes);
+    s.bytes_written = detail::read(c.bytes_written);
+    s.bytes_read = detail::read(c.bytes_read);
+    s.connect_attempts = detail::read(c.connect_attempts);
+    s.connects = detail::read(c.connects);
+    s.connect_failures = detail::read(c.connect_failures);
+    s.auth_failures = detail::read(c.auth_failures);
+    s.disconnects = detail::read(c.disconnects);
+    s.latency = c.latency.snapshot();
+    s.log_messages = log_.messages();
+    s.log_sink_errors = log_.sink_errors();
+    return s;
+  }
+
  private:
   // ---- completion helpers -----------------------------------------------------------------
 
@@ -190,26 +272,53 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   void complete_run(run_handler h, error_code ec) { detail::complete_handler(std::move(h), ex_, ec); }
 
   auto completer() {
-    return [this](pending&& p, error_code ec, resp::response&& r) { complete(std::move(p.handler), ec, std::move(r)); };
+    return [this](pending&& p, error_code ec, resp::response&& r) {
+      count_outcome(p.start, ec);
+      complete(std::move(p.handler), ec, std::move(r));
+    };
+  }
+
+  // Every request given to the multiplexer ends here (through `completer`), exactly once.
+  void count_outcome(clock::time_point start, error_code ec) {
+    if (!ec) {
+      inc(stats_.ok);
+      stats_.latency.record(clock::now() - start);
+    } else if (ec == error::server_error) {
+      inc(stats_.server_errors);
+      stats_.latency.record(clock::now() - start);
+    } else if (ec == error::node_timeout) {
+      inc(stats_.timeouts);
+    } else if (ec == error::not_connected) {
+      inc(stats_.not_connected);
+    } else if (ec == error::connection_lost) {
+      inc(stats_.connection_lost);
+    } else if (ec == asio::error::operation_aborted) {
+      inc(closing_ ? stats_.aborted : stats_.cancelled);
+    } else {
+      inc(stats_.protocol_errors);  // the stream broke on bad bytes after the request was written
+    }
   }
 
   // ---- requests ---------------------------------------------------------------------------
 
   void exec_on_strand(std::uint64_t id, handler_type h, resp::request req, clock::duration timeout) {
+    inc(stats_.requests);
     if (req.empty() || timeout <= clock::duration::zero()) {
+      inc(stats_.invalid);
       complete(std::move(h), make_error_code(error::invalid_argument), {});
       return;
     }
     // Fail fast while the node is known to be unreachable instead of holding the caller until
     // its deadline; a request made while (re)connecting waits for the attempt's outcome.
     if (state_ != connection_state::up && state_ != connection_state::connecting) {
+      inc(stats_.not_connected);
       complete(std::move(h), make_error_code(error::not_connected), {});
       return;
     }
     const auto now = clock::now();
     const auto deadline = (timeout >= clock::time_point::max() - now) ? clock::time_point::max() : now + timeout;
     const std::size_t replies = req.commands();
-    mux_.add(id, std::move(req).take_payload(), replies, deadline, pending{std::move(h)});
+    mux_.add(id, std::move(req).take_payload(), replies, deadline, pending{std::move(h), now});
     arm_deadline(deadline);
     if (state_ == connection_state::up && writer_idle_) {
       writer_idle_ = false;
@@ -219,7 +328,9 @@ class connection::impl : public std::enable_shared_from_this<impl> {
 
   void cancel_request(std::uint64_t id, asio::cancellation_type type) {
     const bool after_write = !!(type & (asio::cancellation_type::terminal | asio::cancellation_type::partial));
-    mux_.cancel(id, after_write, asio::error::operation_aborted, completer());
+    if (mux_.cancel(id, after_write, asio::error::operation_aborted, completer())) {
+      REDLOCK_LOG(log_, log_level::trace, "request cancelled by its caller");
+    }
   }
 
   // One timer for all deadlines of this connection, armed at the earliest one.
@@ -231,7 +342,14 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     deadline_timer_.async_wait([self = shared_from_this(), generation](error_code ec) {
       if (ec || generation != self->deadline_generation_) return;  // re-armed or cancelled
       self->armed_deadline_ = clock::time_point::max();
+      const auto before = detail::read(self->stats_.timeouts);
       const auto next = self->mux_.expire(clock::now(), make_error_code(error::node_timeout), self->completer());
+      if (const auto expired = detail::read(self->stats_.timeouts) - before; expired > 0) {
+        REDLOCK_LOG(self->log_, log_level::debug,
+                    "{} request(s) timed out (those already written are abandoned: their late replies will be "
+                    "dropped)",
+                    expired);
+      }
       if (next != clock::time_point::max()) self->arm_deadline(next);
     });
   }
@@ -240,37 +358,96 @@ class connection::impl : public std::enable_shared_from_this<impl> {
 
   asio::awaitable<void> run_loop() {
     std::uint32_t attempt = 0;
+    std::uint64_t failed_attempts = 0;  // since the connection was last up
+    bool was_up = false;
+    bool went_down = false;  // the last failure was of a live connection (already logged)
+    error_code last_failure;  // the last connect failure, logged above debug; repeats go to debug
     while (!closing_) {
       set_state(connection_state::connecting);
+      inc(stats_.connect_attempts);
+      REDLOCK_LOG(log_, log_level::debug, "connecting (attempt {})", failed_attempts + 1);
       std::string server_text;
       error_code ec = co_await connect_and_handshake(server_text);
       if (closing_) break;
-      if (!ec) {
+      const bool connected = !ec;
+      if (connected) {
         attempt = 0;
+        inc(stats_.connects);
         {
           std::lock_guard lock{status_mutex_};
           ++status_.connects;
         }
+        if (!was_up) {
+          REDLOCK_LOG(log_, log_level::info, "connection up (RESP{})", protocol_);
+        } else {
+          REDLOCK_LOG(log_, log_level::info, "connection up again (RESP{}) after {} failed attempt(s)", protocol_,
+                      failed_attempts);
+        }
+        was_up = true;
+        went_down = false;
+        failed_attempts = 0;
+        last_failure.clear();
         set_state(connection_state::up);
         ec = co_await serve();
         server_text.clear();
       }
       if (closing_) break;
+      detail::redact(server_text, {cfg_.password});
       record_error(ec, server_text);
       // Whatever was written may or may not have run on the node; whatever waits was never sent.
       const error_code written_ec =
           (ec.category() == error_category()) ? ec : make_error_code(error::connection_lost);
       set_state(connection_state::down);
+      // Counted before the requests complete, so that their handlers see counters that agree.
+      if (connected) {
+        inc(stats_.disconnects);
+      } else {
+        inc(stats_.connect_failures);
+        if (ec == error::auth_failed) inc(stats_.auth_failures);
+      }
+      const auto lost_before = detail::read(stats_.connection_lost) + detail::read(stats_.protocol_errors);
+      const auto unsent_before = detail::read(stats_.not_connected);
       mux_.fail_all(written_ec, make_error_code(error::not_connected), completer());
+      const auto lost = detail::read(stats_.connection_lost) + detail::read(stats_.protocol_errors) - lost_before;
+      const auto unsent = detail::read(stats_.not_connected) - unsent_before;
       reset_stream();
       const double r = std::uniform_real_distribution<double>{0.0, 1.0}(rng_);
-      aux_timer_.expires_after(core::backoff_delay(cfg_.reconnect, attempt, r));
+      const auto delay = core::backoff_delay(cfg_.reconnect, attempt, r);
+      if (connected) {
+        // A node sending bad bytes is worse news than a connection closing.
+        const bool bad_bytes = ec.category() == error_category() && ec != error::connection_lost;
+        REDLOCK_LOG(log_, bad_bytes ? log_level::error : log_level::warning,
+                    "connection down: {}; {} written request(s) failed (outcome unknown), {} not sent; "
+                    "reconnecting in {}",
+                    detail::describe(ec), lost, unsent, detail::format_duration(delay));
+        went_down = true;
+      } else {
+        ++failed_attempts;
+        const bool refused = ec == error::auth_failed || ec == error::handshake_failed;
+        // Say it once: a node that stays down would otherwise fill the log at every attempt.
+        const auto level = ec == last_failure ? log_level::debug
+                           : refused          ? log_level::error
+                           : went_down        ? log_level::debug
+                                              : log_level::warning;
+        if (refused) {
+          REDLOCK_LOG(log_, level, "{}: {}; {} request(s) not sent; retrying in {} (attempt {})",
+                      ec == error::auth_failed ? "authentication refused" : "handshake refused",
+                      server_text.empty() ? detail::describe(ec) : detail::printable(server_text, 256, {cfg_.password}),
+                      unsent, detail::format_duration(delay), failed_attempts);
+        } else {
+          REDLOCK_LOG(log_, level, "connect failed: {}; {} request(s) not sent; retrying in {} (attempt {})",
+                      detail::describe(ec), unsent, detail::format_duration(delay), failed_attempts);
+        }
+        last_failure = ec;
+      }
+      aux_timer_.expires_after(delay);
       if (attempt < 64) ++attempt;
       co_await aux_timer_.async_wait(use_tuple);
     }
   }
 
   void finish_run() {
+    REDLOCK_LOG(log_, log_level::info, "connection closed");
     closing_ = true;
     reset_stream();
     mux_.fail_all(asio::error::operation_aborted, asio::error::operation_aborted, completer());
@@ -384,7 +561,11 @@ class connection::impl : public std::enable_shared_from_this<impl> {
         co_return error::auth_failed;
       if (!starts_with(text, "NOPROTO") && text.find("unknown command") == std::string_view::npos)
         co_return error::handshake_failed;
-      // A server older than Redis 6: plain RESP2 with AUTH and CLIENT SETNAME.
+      // A server older than Redis 6: plain RESP2 with AUTH and CLIENT SETNAME. (Such a server may
+      // echo HELLO's arguments, the password among them, in its error: redacted.)
+      REDLOCK_LOG(log_, log_level::debug, "the server refused HELLO 3 ({}): falling back to RESP2",
+                  detail::printable(text, 256, {cfg_.password}));
+      protocol_ = 2;
       resp::request legacy;
       if (!cfg_.password.empty()) {
         if (cfg_.username.empty()) {
@@ -412,6 +593,8 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     } else if (const auto* v = resp::reply_value(reply);
                !v || (v->data_type != resp::type::map && v->data_type != resp::type::array)) {
       co_return error::handshake_failed;
+    } else {
+      protocol_ = 3;
     }
     server_text.clear();
     if (cfg_.database != 0) {
@@ -431,7 +614,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   asio::awaitable<error_code> roundtrip(const resp::request& req, resp::response& out) {
     out.clear();
     auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(req.payload()), use_tuple);
-    (void)n;
+    inc(stats_.bytes_written, n);
     if (ec) co_return ec;
     for (std::size_t got = 0; got < req.commands();) {
       resp::response one;
@@ -458,6 +641,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
       std::size_t n = 0;
       std::tie(ec, n) = co_await socket_.async_read_some(read_space(), use_tuple);
       if (ec) co_return ec;
+      inc(stats_.bytes_read, n);
       rend_ += n;
     }
   }
@@ -493,9 +677,13 @@ class connection::impl : public std::enable_shared_from_this<impl> {
         writer_idle_ = false;
         continue;
       }
+      const auto in_flight_before = mux_.in_flight();
       const std::string_view bytes = mux_.prepare_write();
+      const auto batch = mux_.in_flight() - in_flight_before;
+      inc(stats_.written, batch);
+      REDLOCK_LOG(log_, log_level::trace, "writing {} request(s), {} bytes", batch, bytes.size());
       auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(bytes), use_tuple);
-      (void)n;
+      inc(stats_.bytes_written, n);
       if (ec) {
         write_error_ = ec;
         error_code ignored;
@@ -510,6 +698,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     for (;;) {
       auto [ec, n] = co_await socket_.async_read_some(read_space(), use_tuple);
       if (ec) co_return ec;
+      inc(stats_.bytes_read, n);
       rend_ += n;
       if (auto perr = dispatch_replies()) co_return perr;
     }
@@ -525,14 +714,19 @@ class connection::impl : public std::enable_shared_from_this<impl> {
       parser_.reset();
       if (is_push(scratch_)) {
         scratch_.clear();
+        inc(stats_.pushes);
         std::lock_guard lock{status_mutex_};
         ++status_.pushes;
         continue;
       }
+      inc(stats_.replies);  // before the reply reaches its handler, which may run inline
       switch (mux_.on_reply(scratch_, completer())) {
         case detail::reply_outcome::unsolicited:
+          REDLOCK_LOG(log_, log_level::error, "the node sent a reply nobody asked for: dropping the connection");
           return error::protocol_error;  // a reply nobody asked for: the stream cannot be trusted
         case detail::reply_outcome::dropped: {
+          inc(stats_.dropped_replies);
+          REDLOCK_LOG(log_, log_level::debug, "dropped a late reply (its request had timed out or been cancelled)");
           std::lock_guard lock{status_mutex_};
           ++status_.dropped_replies;
           break;
@@ -602,9 +796,13 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   std::uint64_t connect_generation_ = 0;
   bool connect_timed_out_ = false;
   std::atomic<std::uint64_t> next_id_{0};
+  int protocol_ = 3;  // RESP version of the current connection
 
   mutable std::mutex status_mutex_;
   connection_status status_;
+
+  counters stats_;
+  detail::logger log_;
 };
 
 connection::connection(executor_type ex, connection_config cfg)
@@ -626,5 +824,9 @@ void connection::start_run(run_handler h) { impl_->run(std::move(h)); }
 void connection::close() { impl_->close(); }
 
 connection_status connection::status() const { return impl_->status(); }
+
+connection_stats connection::stats() const { return impl_->stats(); }
+
+#undef REDLOCK_LOG
 
 }  // namespace redlock

@@ -5,6 +5,7 @@
 #include <redlock/config.hpp>
 #include <redlock/connection.hpp>
 #include <redlock/lock.hpp>
+#include <redlock/observe.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
@@ -49,6 +50,10 @@ class client {
   const client_config& config() const noexcept;
   /// Each master's connection state, in the order of `client_config::masters`.
   std::vector<connection_status> masters() const;
+  /// A snapshot of the client's counters (lock outcomes, extensions, losses, releases, acquire
+  /// latency) and of every master's connection counters, in the order of `client_config::masters`.
+  /// Cheap enough to call periodically from any thread.
+  client_stats stats() const;
 
   /// @brief Acquires `resource` for `ttl`, retrying per `client_config::retry`.
   ///

@@ -5,6 +5,7 @@
 #include <redlock/connection.hpp>
 #include <redlock/core/retry.hpp>
 #include <redlock/core/validity.hpp>
+#include <redlock/observe.hpp>
 
 #include <boost/system/error_code.hpp>
 
@@ -40,6 +41,10 @@ struct client_config {
   /// Longest ttl accepted (at most 366 days). A lock meant to last longer is kept alive with
   /// `lock::keep_alive` instead; a ttl of years is almost always a unit mistake.
   std::chrono::milliseconds max_ttl = std::chrono::hours{24};
+  /// Log sink and level for the client's messages (lock acquired, failed, extended, lost,
+  /// released; off by default). Each master whose own `connection_config::logging` has no sink
+  /// logs through this one too, its messages prefixed "master N (address)".
+  log_options logging{};
 };
 
 /// How a held lock is kept alive by `lock::keep_alive`. Zero durations mean "derive from the ttl".

@@ -4,6 +4,7 @@
 
 #include <redlock/core/backoff.hpp>
 #include <redlock/error.hpp>
+#include <redlock/observe.hpp>
 #include <redlock/resp/node.hpp>
 #include <redlock/resp/parser.hpp>
 #include <redlock/resp/request.hpp>
@@ -43,10 +44,16 @@ struct connection_config {
   core::backoff_policy reconnect{};
   /// Limits on what the node may send; a reply over them fails the connection, never the process.
   resp::parser_limits limits{};
+  /// Log sink and level for this connection's messages (off by default). A `client` gives each
+  /// master without a sink of its own the client's `logging`, prefixed "master N (address)".
+  log_options logging{};
 };
 
 /// Checks `cfg`; returns `error::invalid_config` (with `what` naming the field) when it is unusable.
 boost::system::error_code validate(const connection_config& cfg, std::string* what = nullptr);
+
+/// The node's address as `parse_masters` reads it: "host:port", "[ipv6]:port" or "unix:/path".
+std::string address_of(const connection_config& cfg);
 
 /// Where a connection is in its life.
 enum class connection_state {
@@ -150,6 +157,10 @@ class connection {
 
   /// A thread-safe snapshot of the connection's state.
   connection_status status() const;
+
+  /// A snapshot of the connection's counters (requests by outcome, latency histogram, connects,
+  /// bytes), cheap enough to call periodically from any thread (relaxed atomic loads, no lock).
+  connection_stats stats() const;
 
   class impl;  // in src/connection.cpp
 

@@ -7,6 +7,7 @@
 #include <redlock/connection.hpp>
 #include <redlock/error.hpp>
 #include <redlock/lock.hpp>
+#include <redlock/observe.hpp>
 #include <redlock/resp/node.hpp>
 #include <redlock/resp/parser.hpp>
 #include <redlock/resp/request.hpp>
