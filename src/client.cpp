@@ -4,6 +4,7 @@
 
 #include <redlock/client.hpp>
 #include <redlock/core/quorum.hpp>
+#include <redlock/detail/observe.hpp>
 #include <redlock/detail/scripts.hpp>
 #include <redlock/detail/token.hpp>
 
@@ -525,17 +526,20 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
     } else {
       req.push("EVALSHA", s.sha1, 1, key, token);
     }
+    // The fallback runs after this call returned, perhaps after the client was dropped: it keeps
+    // the client's internals (and so the connection) alive until it has been queued.
     connection* conn = conns_[i].get();
     conn->async_exec(std::move(req), timeout,
                      asio::bind_executor(asio::get_associated_executor(h),
-                                         [this, i, conn, s, key, token, ttl_ms, timeout, h = std::move(h)](
+                                         [self = shared_from_this(), i, conn, s, key, token, ttl_ms, timeout,
+                                          h = std::move(h)](
                                              error_code ec, resp::response r) mutable {
                                            const auto* v = resp::reply_value(r);
                                            if (ec == error::server_error && v && starts_with(v->value, "NOSCRIPT")) {
-                                             REDLOCK_LOG(log_, log_level::debug,
+                                             REDLOCK_LOG(self->log_, log_level::debug,
                                                          "{}: script not in the server's cache (NOSCRIPT): "
                                                          "sending it with EVAL",
-                                                         names_[i]);
+                                                         self->names_[i]);
                                              resp::request eval;
                                              if (ttl_ms) {
                                                eval.push("EVAL", s.body, 1, key, token, *ttl_ms);

@@ -4,6 +4,7 @@
 
 #include <redlock/connection.hpp>
 #include <redlock/detail/multiplexer.hpp>
+#include <redlock/detail/observe.hpp>
 
 #include "detail/completion.hpp"
 

@@ -1,5 +1,6 @@
 // Observability value types (histogram arithmetic, snapshots) and the logger's delivery.
 
+#include <redlock/detail/observe.hpp>
 #include <redlock/observe.hpp>
 
 #include <fmt/format.h>

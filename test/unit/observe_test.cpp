@@ -1,6 +1,7 @@
 // The observability value types (no server): histogram buckets and percentiles, snapshot
 // arithmetic, level filtering, the logger's delivery, and the text sanitizer.
 
+#include <redlock/detail/observe.hpp>
 #include <redlock/error.hpp>
 #include <redlock/observe.hpp>
 
