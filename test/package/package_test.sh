@@ -22,6 +22,10 @@ step "cmake --install into a private prefix"
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
 test -f "$work/prefix/include/redlock/redlock.hpp"
 test -f "$work/prefix/include/redlock/version.hpp"
+# The tool is installed when the build tree has it (REDLOCK_CLI, on by default).
+if [[ -f "$build/tools/redlock" ]]; then
+  "$work/prefix/bin/redlock" --version
+fi
 
 step "find_package(redlock CONFIG REQUIRED) against the installed package"
 cmake -S "$consumer" -B "$work/find_package" "${gen[@]}" -DREDLOCK_CONSUME=find_package \
