@@ -78,7 +78,7 @@ std::string masters_down(const redlock::client& locks) {
   for (std::size_t i = 0; i < status.size(); ++i) {
     if (status[i].state == redlock::connection_state::up) continue;
     const auto& m = locks.config().masters[i];
-    text += fmt::format("; {}:{} is down ({})", m.unix_socket.empty() ? m.host : m.unix_socket, m.port,
+    text += fmt::format("; {} is down ({})", redlock::address_of(m),
                         status[i].last_error ? status[i].last_error.message() : "not connected yet");
   }
   return text;

@@ -29,6 +29,7 @@
 #include <utility>
 
 #include "detail/completion.hpp"
+#include "detail/log.hpp"
 
 namespace redlock {
 
@@ -72,26 +73,6 @@ using strand_type = asio::strand<asio::any_io_executor>;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 // ---- logging --------------------------------------------------------------------------------------
-
-// Formats one message (after the logger's prefix) and hands it over. Only ever called through
-// REDLOCK_LOG, which checks the level first, so that nothing (arguments included) is evaluated
-// for a level that is off. Never throws: logging must not disturb a lock operation.
-template <class... Args>
-void log_now(const logger& lg, log_level level, fmt::format_string<Args...> format, Args&&... args) noexcept {
-  try {
-    fmt::memory_buffer buf;
-    if (!lg.prefix().empty()) fmt::format_to(std::back_inserter(buf), "{}: ", lg.prefix());
-    fmt::format_to(std::back_inserter(buf), format, std::forward<Args>(args)...);
-    lg.write(level, std::string_view{buf.data(), buf.size()});
-  } catch (...) {
-    // Out of memory while formatting: drop the message.
-  }
-}
-
-#define REDLOCK_LOG(lg, level, ...)                                                \
-  do {                                                                             \
-    if ((lg).enabled(level)) ::redlock::detail::log_now((lg), (level), __VA_ARGS__); \
-  } while (false)
 
 // "lock "orders:42" [1f2e3d4c]": the resource (made printable, cut) and the first 8 hex digits of
 // the token, never the whole token (it would let anyone release the lock).

@@ -7,6 +7,7 @@
 #include <redlock/detail/observe.hpp>
 
 #include "detail/completion.hpp"
+#include "detail/log.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
@@ -76,26 +77,6 @@ std::string address_of(const connection_config& cfg) {
 }
 
 namespace {
-
-// Formats one message (after the logger's prefix) and hands it over. Only ever called through
-// REDLOCK_LOG, which checks the level first, so that nothing (arguments included) is evaluated
-// for a level that is off. Never throws: logging must not disturb the connection.
-template <class... Args>
-void log_now(const detail::logger& lg, log_level level, fmt::format_string<Args...> format, Args&&... args) noexcept {
-  try {
-    fmt::memory_buffer buf;
-    if (!lg.prefix().empty()) fmt::format_to(std::back_inserter(buf), "{}: ", lg.prefix());
-    fmt::format_to(std::back_inserter(buf), format, std::forward<Args>(args)...);
-    lg.write(level, std::string_view{buf.data(), buf.size()});
-  } catch (...) {
-    // Out of memory while formatting: drop the message.
-  }
-}
-
-#define REDLOCK_LOG(lg, level, ...)                                        \
-  do {                                                                     \
-    if ((lg).enabled(level)) ::redlock::log_now((lg), (level), __VA_ARGS__); \
-  } while (false)
 
 log_options with_default_prefix(log_options opts, const connection_config& cfg) {
   if (opts.prefix.empty()) opts.prefix = address_of(cfg);

@@ -252,9 +252,9 @@ TEST(cli_resolve, masters_from_flag_then_env_then_file_then_local) {
   r = w.resolve_with(o);
   EXPECT_EQ(r.origin, masters_origin::flag);
   ASSERT_EQ(r.client.masters.size(), 3u);
-  EXPECT_EQ(master_address(r.client.masters[0]), "127.0.0.1:4001");
-  EXPECT_EQ(master_address(r.client.masters[1]), "[::1]:4002");
-  EXPECT_EQ(master_address(r.client.masters[2]), "unix:/tmp/r.sock");
+  EXPECT_EQ(redlock::address_of(r.client.masters[0]), "127.0.0.1:4001");
+  EXPECT_EQ(redlock::address_of(r.client.masters[1]), "[::1]:4002");
+  EXPECT_EQ(redlock::address_of(r.client.masters[2]), "unix:/tmp/r.sock");
   // --verbose says where they came from.
   bool said = false;
   for (const auto& n : r.notes) said = said || n.find("from --nodes") != std::string::npos;

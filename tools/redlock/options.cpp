@@ -431,12 +431,6 @@ file_reader disk_reader() {
 
 // ---- resolution ---------------------------------------------------------------------------------
 
-std::string master_address(const connection_config& m) {
-  if (!m.unix_socket.empty()) return "unix:" + m.unix_socket;
-  if (m.host.find(':') != std::string::npos) return fmt::format("[{}]:{}", m.host, m.port);
-  return fmt::format("{}:{}", m.host, m.port);
-}
-
 resolved_config resolve(const common_options& opts, const env_lookup& env, const file_reader& read,
                         const local_lookup& local) {
   resolved_config r;

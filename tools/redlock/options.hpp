@@ -161,9 +161,6 @@ inline std::string key_of(const resolved_config& cfg, std::string_view resource)
   return cfg.client.key_prefix + std::string{resource};
 }
 
-/// `host:port`, `[v6]:port` or `unix:/path` of one master (the form `parse_masters` reads).
-std::string master_address(const connection_config& m);
-
 /// Smallest majority of `n` masters.
 constexpr std::size_t majority_of(std::size_t n) noexcept { return n / 2 + 1; }
 

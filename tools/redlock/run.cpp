@@ -236,7 +236,7 @@ class runner {
     for (std::size_t i = 0; i < nodes.size() && i < cfg_.client.masters.size(); ++i) {
       const auto& r = nodes[i];
       j.begin_object()
-          .field("address", master_address(cfg_.client.masters[i]))
+          .field("address", redlock::address_of(cfg_.client.masters[i]))
           .field("status", status_name(r.status))
           .field("latency_ms", to_ms(r.latency));
       if (auto why = node_reason(r, i, conns); !why.empty() && r.status != node_status::granted) {
@@ -252,7 +252,7 @@ class runner {
     const auto conns = locks_->masters();
     for (std::size_t i = 0; i < nodes.size() && i < cfg_.client.masters.size(); ++i) {
       const auto& r = nodes[i];
-      std::string line = fmt::format("  {:<24} ", master_address(cfg_.client.masters[i]));
+      std::string line = fmt::format("  {:<24} ", redlock::address_of(cfg_.client.masters[i]));
       if (r.status == node_status::pending) {
         line += "pending (the majority decided before it answered)";
       } else {

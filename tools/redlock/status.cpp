@@ -112,7 +112,7 @@ int status_command(const status_options& o, const resolved_config& cfg) {
   std::vector<std::unique_ptr<connection>> conns;
   const auto start = clock_type::now();
   for (std::size_t i = 0; i < n; ++i) {
-    views[i].address = master_address(masters[i]);
+    views[i].address = redlock::address_of(masters[i]);
     auto mc = masters[i];
     conns.push_back(std::make_unique<connection>(ioc.get_executor(), mc));
     conns[i]->async_run(asio::detached);
