@@ -71,7 +71,7 @@ void with_callbacks(redlock::client& locks, std::promise<void>& done) {
       done.set_value();
       return;
     }
-    fmt::print("callbacks: acquired {} on {} masters, valid for {} ms\n", l.resource(), l.nodes().size(), ms_left(l));
+    fmt::print("callbacks: acquired {} on {} masters, valid for {} ms\n", l.resource(), l.masters().size(), ms_left(l));
 
     // The handle must live until its unlock completes: the handlers below share its ownership.
     auto held = std::make_shared<redlock::lock>(std::move(l));
@@ -110,10 +110,10 @@ void with_futures(redlock::client& locks) {
 
     // A plain use_future turns a failure into an exception. Given a function, use_future passes it
     // the error code and the handle instead and the future carries what it returns: right for an
-    // expected failure, and to see what each master answered (nodes()).
+    // expected failure, and to see what each master answered (masters()).
     auto outcome = [](error_code ec, redlock::lock other) {
       int taken = 0;
-      for (const auto& n : other.nodes()) taken += n.status == redlock::node_status::taken;
+      for (const auto& n : other.masters()) taken += n.status == redlock::master_status::taken;
       return std::pair{ec, taken};
     };
     auto second = locks.async_try_lock("example:futures", 2s, asio::use_future(outcome));

@@ -39,11 +39,11 @@ asio::awaitable<void> sleep_for(clock_type::duration d) {
 
 std::string votes(const redlock::lock& l) {
   std::string s;
-  for (const auto& n : l.nodes()) {
+  for (const auto& n : l.masters()) {
     switch (n.status) {
-      case redlock::node_status::granted: s += "+"; break;
-      case redlock::node_status::pending: s += "?"; break;
-      case redlock::node_status::unreachable: s += "x"; break;
+      case redlock::master_status::granted: s += "+"; break;
+      case redlock::master_status::pending: s += "?"; break;
+      case redlock::master_status::unreachable: s += "x"; break;
       default: s += "-"; break;
     }
   }

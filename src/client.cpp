@@ -2,6 +2,8 @@
 // the quorum collector (core/quorum.hpp) and acts on its decision. The arithmetic (quorum,
 // validity, retry delays) lives in core/; this file sends, waits and releases.
 
+#include "detail/completion.hpp"
+#include "detail/log.hpp"
 #include <redlock/client.hpp>
 #include <redlock/core/quorum.hpp>
 #include <redlock/detail/observe.hpp>
@@ -16,6 +18,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/system_executor.hpp>
 #include <boost/asio/use_awaitable.hpp>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -27,9 +30,6 @@
 #include <random>
 #include <set>
 #include <utility>
-
-#include "detail/completion.hpp"
-#include "detail/log.hpp"
 
 namespace redlock {
 
@@ -57,8 +57,8 @@ error_code validate(const client_config& cfg, std::string* what) {
   if (cfg.release_timeout <= std::chrono::milliseconds::zero()) return bad("release_timeout is not positive");
   if (!(cfg.drift.factor >= 0.0 && cfg.drift.factor < 1.0)) return bad("drift.factor outside [0, 1)");
   if (cfg.drift.fixed < std::chrono::milliseconds::zero()) return bad("drift.fixed is negative");
-  if (cfg.retry.base_delay < std::chrono::milliseconds::zero() || cfg.retry.jitter < std::chrono::milliseconds::zero() ||
-      cfg.retry.max_wait < std::chrono::milliseconds::zero())
+  if (cfg.retry.base_delay < std::chrono::milliseconds::zero() ||
+      cfg.retry.jitter < std::chrono::milliseconds::zero() || cfg.retry.max_wait < std::chrono::milliseconds::zero())
     return bad("retry delays must not be negative");
   if (cfg.max_resource_length == 0) return bad("max_resource_length is 0");
   if (cfg.max_ttl <= std::chrono::milliseconds::zero() || cfg.max_ttl > std::chrono::hours{24 * 366})
@@ -82,15 +82,22 @@ std::string lock_name(std::string_view resource, std::string_view token) {
   return out;
 }
 
-std::string_view to_string(node_status s) noexcept {
+std::string_view status_text(master_status s) noexcept {
   switch (s) {
-    case node_status::pending: return "pending";
-    case node_status::granted: return "granted";
-    case node_status::taken: return "taken";
-    case node_status::server_error: return "server error";
-    case node_status::timeout: return "timeout";
-    case node_status::unreachable: return "unreachable";
-    case node_status::failed: return "failed";
+    case master_status::pending:
+      return "pending";
+    case master_status::granted:
+      return "granted";
+    case master_status::taken:
+      return "taken";
+    case master_status::server_error:
+      return "server error";
+    case master_status::timeout:
+      return "timeout";
+    case master_status::unreachable:
+      return "unreachable";
+    case master_status::failed:
+      return "failed";
   }
   return "unknown";
 }
@@ -98,27 +105,27 @@ std::string_view to_string(node_status s) noexcept {
 // What each master answered: "1 granted 412 us, 2 taken 380 us, 3 server error "WRONGTYPE..."
 // 1.20 ms, 4 unreachable, 5 pending". Server texts are untrusted: made printable, and the lock's
 // token is redacted should a server echo it.
-std::string describe_nodes(const std::vector<node_result>& nodes, std::string_view token) {
+std::string describe_nodes(const std::vector<master_result>& nodes, std::string_view token) {
   std::string out;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     const auto& n = nodes[i];
     if (i) out += ", ";
-    fmt::format_to(std::back_inserter(out), "{} {}", i + 1, to_string(n.status));
-    if (n.status == node_status::server_error) {
+    fmt::format_to(std::back_inserter(out), "{} {}", i + 1, status_text(n.status));
+    if (n.status == master_status::server_error) {
       fmt::format_to(std::back_inserter(out), " \"{}\"", printable(n.server_text, 160, {token}));
-    } else if (n.status == node_status::failed && n.error) {
+    } else if (n.status == master_status::failed && n.error) {
       fmt::format_to(std::back_inserter(out), " ({})", describe(n.error));
     }
-    if (n.status != node_status::pending && n.status != node_status::unreachable) {
+    if (n.status != master_status::pending && n.status != master_status::unreachable) {
       fmt::format_to(std::back_inserter(out), " {}", format_duration(n.latency));
     }
   }
   return out;
 }
 
-std::size_t count_status(const std::vector<node_result>& nodes, node_status s) {
+std::size_t count_status(const std::vector<master_result>& nodes, master_status s) {
   return static_cast<std::size_t>(
-      std::count_if(nodes.begin(), nodes.end(), [s](const node_result& n) { return n.status == s; }));
+      std::count_if(nodes.begin(), nodes.end(), [s](const master_result& n) { return n.status == s; }));
 }
 
 // The client's counters: written from the strands of many operations at once (fetch_add).
@@ -143,28 +150,28 @@ enum class reply_kind { set_nx, script };
 
 // What one master's reply means: "OK" to SET or the integer 1 from a script is granted; nil to
 // SET or 0 from a script (the key is not ours) is taken; anything else is a failure of that master.
-node_result classify(error_code ec, const resp::response& r, reply_kind kind) {
-  node_result out;
+master_result classify(error_code ec, const resp::response& r, reply_kind kind) {
+  master_result out;
   if (ec == error::server_error) {
-    out.status = node_status::server_error;
+    out.status = master_status::server_error;
     out.error = ec;
     if (const auto* v = resp::reply_value(r)) out.server_text = v->value;
     return out;
   }
   if (ec) {
     out.error = ec;
-    if (ec == error::node_timeout) {
-      out.status = node_status::timeout;
+    if (ec == error::master_timeout) {
+      out.status = master_status::timeout;
     } else if (ec == error::not_connected) {
-      out.status = node_status::unreachable;
+      out.status = master_status::unreachable;
     } else {
-      out.status = node_status::failed;  // sent, then lost: outcome unknown
+      out.status = master_status::failed;  // sent, then lost: outcome unknown
     }
     return out;
   }
   const auto* v = resp::reply_value(r);
   if (!v) {
-    out.status = node_status::failed;
+    out.status = master_status::failed;
     out.error = error::unexpected_reply;
     return out;
   }
@@ -172,11 +179,11 @@ node_result classify(error_code ec, const resp::response& r, reply_kind kind) {
   const bool set = kind == reply_kind::set_nx;
   if (set ? (n.data_type == resp::type::simple_string && n.value == "OK")
           : (n.data_type == resp::type::integer && n.value == "1")) {
-    out.status = node_status::granted;
+    out.status = master_status::granted;
   } else if (set ? n.data_type == resp::type::null : (n.data_type == resp::type::integer && n.value == "0")) {
-    out.status = node_status::taken;
+    out.status = master_status::taken;
   } else {
-    out.status = node_status::failed;
+    out.status = master_status::failed;
     out.error = error::unexpected_reply;
   }
   return out;
@@ -196,11 +203,11 @@ struct lock_state {
   std::atomic<std::size_t> extensions{0};
   std::size_t attempts = 0;
   mutable std::mutex mutex;  // guards nodes, loss_reason, watcher
-  std::vector<node_result> nodes;
+  std::vector<master_result> nodes;
   error_code loss_reason;
   std::shared_ptr<watch_call> watcher;  // created on demand (keep_alive, async_wait_lost, loss_slot)
 
-  void set_nodes(std::vector<node_result> n) {
+  void set_nodes(std::vector<master_result> n) {
     std::lock_guard guard{mutex};
     nodes = std::move(n);
   }
@@ -225,7 +232,7 @@ struct call : std::enable_shared_from_this<call> {
   // The current round of requests.
   std::uint64_t round = 0;
   core::quorum votes{0};
-  std::vector<node_result> nodes;
+  std::vector<master_result> nodes;
   bool decided = false;
   clock_type::time_point round_start{};
   clock_type::time_point decided_at{};
@@ -234,13 +241,13 @@ struct call : std::enable_shared_from_this<call> {
     ++round;
     round_start = clock_type::now();
     votes = core::quorum{n};
-    nodes.assign(n, node_result{});
+    nodes.assign(n, master_result{});
     decided = false;
   }
 
   // One master's answer. `yes` says whether it counts towards the quorum. Answers from an older
   // round (a straggler of a failed attempt) only matter to that round's release, already queued.
-  void answer(std::uint64_t r, std::size_t i, node_result res, bool yes) {
+  void answer(std::uint64_t r, std::size_t i, master_result res, bool yes) {
     if (r != round) return;
     res.latency = std::chrono::duration_cast<std::chrono::microseconds>(clock_type::now() - round_start);
     nodes[i] = std::move(res);
@@ -307,8 +314,8 @@ struct watch_call final : call {
   asio::any_io_executor fallback;
   std::weak_ptr<lock_state> state;  // weak: the state owns the watcher
   clock_type::duration margin{};
-  keep_alive_options opts;          // resolved: no zero durations left
-  bool keeping = false;             // the keep-alive loop runs
+  keep_alive_options opts;  // resolved: no zero durations left
+  bool keeping = false;     // the keep-alive loop runs
   clock_type::time_point hold_start{};
   bool lost = false;
   error_code pending_reason;  // why the coming expiry will be a loss, when known before it
@@ -513,8 +520,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
     conn->async_exec(std::move(req), timeout,
                      asio::bind_executor(asio::get_associated_executor(h),
                                          [self = shared_from_this(), i, conn, s, key, token, ttl_ms, timeout,
-                                          h = std::move(h)](
-                                             error_code ec, resp::response r) mutable {
+                                          h = std::move(h)](error_code ec, resp::response r) mutable {
                                            const auto* v = resp::reply_value(r);
                                            if (ec == error::server_error && v && starts_with(v->value, "NOSCRIPT")) {
                                              REDLOCK_LOG(self->log_, log_level::debug,
@@ -645,7 +651,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
         conns_[i]->async_exec(std::move(req), cfg_.request_timeout,
                               asio::bind_executor(c->strand, [c, round, i](error_code ec, resp::response r) {
                                 auto res = classify(ec, r, reply_kind::set_nx);
-                                const bool yes = res.status == node_status::granted;
+                                const bool yes = res.status == master_status::granted;
                                 c->answer(round, i, std::move(res), yes);
                               }));
       }
@@ -668,7 +674,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
         ec = error::validity_expired;
       } else {
         const bool contended = std::any_of(c->nodes.begin(), c->nodes.end(),
-                                           [](const node_result& n) { return n.status == node_status::taken; });
+                                           [](const master_result& n) { return n.status == master_status::taken; });
         ec = contended ? error::not_acquired : error::quorum_unavailable;
       }
       // Failed (or cancelled) attempt: release everywhere at once, so others need not wait for
@@ -746,13 +752,13 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
                  asio::bind_executor(c->strand, [c, round, i](error_code ec, resp::response r) {
                    auto res = classify(ec, r, reply_kind::script);
                    // Any clean answer counts: the key is gone from that master either way.
-                   const bool answered = res.status == node_status::granted || res.status == node_status::taken;
+                   const bool answered = res.status == master_status::granted || res.status == master_status::taken;
                    c->answer(round, i, std::move(res), answered);
                  }));
     }
     co_await c->wait_decision();
     st->set_nodes(c->nodes);
-    const auto held = count_status(c->nodes, node_status::granted);
+    const auto held = count_status(c->nodes, master_status::granted);
     const bool reached = c->votes.state() == core::quorum_state::reached;
     if (c->decided) {  // not when the caller cancelled first: the release goes on unobserved
       add(reached ? counters_.releases : counters_.release_failures);
@@ -828,7 +834,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
       run_script(i, extend_script, st->key, st->token, ttl.count(), timeout,
                  asio::bind_executor(c->strand, [c, round, i](error_code ec, resp::response r) {
                    auto res = classify(ec, r, reply_kind::script);
-                   const bool yes = res.status == node_status::granted;
+                   const bool yes = res.status == master_status::granted;
                    c->answer(round, i, std::move(res), yes);
                  }));
     }
@@ -846,7 +852,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
       }
     } else {
       const bool lost = std::any_of(c->nodes.begin(), c->nodes.end(),
-                                    [](const node_result& n) { return n.status == node_status::taken; });
+                                    [](const master_result& n) { return n.status == master_status::taken; });
       ec = lost ? error::not_owner : error::quorum_unavailable;
     }
     note_extension(*st, ec, ttl, c->decided_at - start, &c->nodes, keep_alive);
@@ -855,7 +861,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
 
   // Counts and logs the outcome of one extension (not a cancelled one).
   void note_extension(const lock_state& st, error_code ec, std::chrono::milliseconds ttl, clock_type::duration took,
-                      const std::vector<node_result>* nodes, bool keep_alive) {
+                      const std::vector<master_result>* nodes, bool keep_alive) {
     add(ec ? counters_.extension_failures : counters_.extensions);
     const char* what = keep_alive ? "keep-alive extension" : "extension";
     if (!ec) {
@@ -1037,7 +1043,7 @@ lock::clock::time_point lock::validity_deadline() const noexcept {
   return state_ ? state_->get_deadline() : clock::time_point{};
 }
 
-std::vector<node_result> lock::nodes() const {
+std::vector<master_result> lock::masters() const {
   if (!state_) return {};
   std::lock_guard guard{state_->mutex};
   return state_->nodes;

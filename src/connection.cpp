@@ -268,7 +268,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     } else if (ec == error::server_error) {
       inc(stats_.server_errors);
       stats_.latency.record(clock::now() - start);
-    } else if (ec == error::node_timeout) {
+    } else if (ec == error::master_timeout) {
       inc(stats_.timeouts);
     } else if (ec == error::not_connected) {
       inc(stats_.not_connected);
@@ -325,7 +325,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
       if (ec || generation != self->deadline_generation_) return;  // re-armed or cancelled
       self->armed_deadline_ = clock::time_point::max();
       const auto before = detail::read(self->stats_.timeouts);
-      const auto next = self->mux_.expire(clock::now(), make_error_code(error::node_timeout), self->completer());
+      const auto next = self->mux_.expire(clock::now(), make_error_code(error::master_timeout), self->completer());
       if (const auto expired = detail::read(self->stats_.timeouts) - before; expired > 0) {
         REDLOCK_LOG(self->log_, log_level::debug,
                     "{} request(s) timed out (those already written are abandoned: their late replies will be "

@@ -1,4 +1,5 @@
 #include <redlock/error.hpp>
+#include <redlock/master_result.hpp>
 
 #include <boost/asio/error.hpp>
 
@@ -16,36 +17,55 @@ class error_category_impl final : public boost::system::error_category {
 
   std::string message(int ev) const override {
     switch (static_cast<error>(ev)) {
-      case error::protocol_error: return "the node sent bytes that are not valid RESP";
-      case error::nesting_too_deep: return "the reply nests aggregates deeper than the parser allows";
+      case error::protocol_error:
+        return "the node sent bytes that are not valid RESP";
+      case error::nesting_too_deep:
+        return "the reply nests aggregates deeper than the parser allows";
       case error::reply_too_large:
         return "the reply declares a length, element count or line longer than the parser allows";
-      case error::not_connected: return "the connection to the node is down; the request was not sent";
+      case error::not_connected:
+        return "the connection to the node is down; the request was not sent";
       case error::connection_lost:
         return "the connection broke after the request was sent; its outcome is unknown";
-      case error::node_timeout: return "the node did not reply before the request's deadline";
-      case error::connect_timeout: return "connecting to the node took longer than the connect timeout";
-      case error::auth_failed: return "the node rejected the credentials";
-      case error::handshake_failed: return "the connection handshake with the node failed";
-      case error::server_error: return "the node replied with an error";
-      case error::unexpected_reply: return "the node's reply has an unexpected type or shape";
-      case error::invalid_config: return "invalid configuration";
-      case error::invalid_argument: return "invalid argument";
-      case error::not_acquired: return "the lock is held by another client";
-      case error::quorum_unavailable: return "too few masters answered for a quorum";
-      case error::validity_expired: return "the quorum was reached too late: no validity was left";
-      case error::not_owner: return "the lock is no longer ours on a majority of masters";
-      case error::not_locked: return "the handle holds no lock";
-      case error::lock_lost: return "the lock was lost before the work finished";
-      case error::extension_limit: return "the lock reached its extension cap";
+      case error::master_timeout:
+        return "the node did not reply before the request's deadline";
+      case error::connect_timeout:
+        return "connecting to the node took longer than the connect timeout";
+      case error::auth_failed:
+        return "the node rejected the credentials";
+      case error::handshake_failed:
+        return "the connection handshake with the node failed";
+      case error::server_error:
+        return "the node replied with an error";
+      case error::unexpected_reply:
+        return "the node's reply has an unexpected type or shape";
+      case error::invalid_config:
+        return "invalid configuration";
+      case error::invalid_argument:
+        return "invalid argument";
+      case error::not_acquired:
+        return "the lock is held by another client";
+      case error::quorum_unavailable:
+        return "too few masters answered for a quorum";
+      case error::validity_expired:
+        return "the quorum was reached too late: no validity was left";
+      case error::not_owner:
+        return "the lock is no longer ours on a majority of masters";
+      case error::not_locked:
+        return "the handle holds no lock";
+      case error::lock_lost:
+        return "the lock was lost before the work finished";
+      case error::extension_limit:
+        return "the lock reached its extension cap";
     }
     return "unknown redlock error " + std::to_string(ev);
   }
 
   boost::system::error_condition default_error_condition(int ev) const noexcept override {
     switch (static_cast<error>(ev)) {
-      case error::node_timeout:
-      case error::connect_timeout: return make_error_condition(condition::timeout);
+      case error::master_timeout:
+      case error::connect_timeout:
+        return make_error_condition(condition::timeout);
       case error::protocol_error:
       case error::nesting_too_deep:
       case error::reply_too_large:
@@ -55,15 +75,20 @@ class error_category_impl final : public boost::system::error_category {
       case error::handshake_failed:
       case error::server_error:
       case error::unexpected_reply:
-      case error::quorum_unavailable: return make_error_condition(condition::node_failure);
+      case error::quorum_unavailable:
+        return make_error_condition(condition::master_failure);
       case error::invalid_config:
       case error::invalid_argument:
-      case error::not_locked: return make_error_condition(condition::invalid_input);
+      case error::not_locked:
+        return make_error_condition(condition::invalid_input);
       case error::not_acquired:
-      case error::not_owner: return make_error_condition(condition::contention);
+      case error::not_owner:
+        return make_error_condition(condition::contention);
       case error::lock_lost:
-      case error::extension_limit: return {ev, *this};
-      case error::validity_expired: return make_error_condition(condition::timeout);
+      case error::extension_limit:
+        return {ev, *this};
+      case error::validity_expired:
+        return make_error_condition(condition::timeout);
     }
     return {ev, *this};
   }
@@ -75,10 +100,14 @@ class condition_category_impl final : public boost::system::error_category {
   const char* name() const noexcept override { return "redlock.condition"; }
   std::string message(int ev) const override {
     switch (static_cast<condition>(ev)) {
-      case condition::timeout: return "a deadline passed";
-      case condition::node_failure: return "a node failed or could not be reached";
-      case condition::invalid_input: return "invalid input";
-      case condition::contention: return "another client holds the lock";
+      case condition::timeout:
+        return "a deadline passed";
+      case condition::master_failure:
+        return "a node failed or could not be reached";
+      case condition::invalid_input:
+        return "invalid input";
+      case condition::contention:
+        return "another client holds the lock";
     }
     return "unknown redlock condition " + std::to_string(ev);
   }
@@ -88,14 +117,15 @@ class condition_category_impl final : public boost::system::error_category {
     }
     // Asio's own timeouts and socket failures belong to the same coarse groups.
     switch (static_cast<condition>(cond)) {
-      case condition::timeout: return code == boost::asio::error::timed_out;
-      case condition::node_failure:
-        return code == boost::asio::error::connection_refused ||
-               code == boost::asio::error::connection_reset || code == boost::asio::error::eof ||
-               code == boost::asio::error::broken_pipe || code == boost::asio::error::host_unreachable ||
-               code == boost::asio::error::network_unreachable;
+      case condition::timeout:
+        return code == boost::asio::error::timed_out;
+      case condition::master_failure:
+        return code == boost::asio::error::connection_refused || code == boost::asio::error::connection_reset ||
+               code == boost::asio::error::eof || code == boost::asio::error::broken_pipe ||
+               code == boost::asio::error::host_unreachable || code == boost::asio::error::network_unreachable;
       case condition::invalid_input:
-      case condition::contention: return false;
+      case condition::contention:
+        return false;
     }
     return false;
   }
@@ -117,6 +147,30 @@ const boost::system::error_category& error_category() noexcept {
 const boost::system::error_category& condition_category() noexcept {
   static const condition_category_impl instance;
   return instance;
+}
+
+}  // namespace redlock
+
+namespace redlock {
+
+std::string_view to_string(master_status s) noexcept {
+  switch (s) {
+    case master_status::pending:
+      return "pending";
+    case master_status::granted:
+      return "granted";
+    case master_status::taken:
+      return "taken";
+    case master_status::server_error:
+      return "server_error";
+    case master_status::timeout:
+      return "timeout";
+    case master_status::unreachable:
+      return "unreachable";
+    case master_status::failed:
+      return "failed";
+  }
+  return "unknown";
 }
 
 }  // namespace redlock

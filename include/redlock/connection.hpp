@@ -130,7 +130,7 @@ class connection {
   /// the replies of all commands of `req`, in order (each starts at depth 0). Errors:
   /// - `error::server_error`: at least one reply is an error reply; the response still holds all
   ///   replies, the node's text included;
-  /// - `error::node_timeout`: no complete reply within `timeout`;
+  /// - `error::master_timeout`: no complete reply within `timeout`;
   /// - `error::not_connected`: the node is down (the request was not sent);
   /// - `error::connection_lost`, `error::protocol_error` and other reply errors: the connection
   ///   failed after the request was written; whether the node executed it is unknown;

@@ -24,7 +24,7 @@ enum class error {
   /// The connection broke after the request was written: whether the node executed it is unknown.
   connection_lost,
   /// The request's deadline passed before the node replied (the reply, if it comes, is discarded).
-  node_timeout,
+  master_timeout,
   /// Establishing the TCP connection or the handshake took longer than the connect timeout.
   connect_timeout,
   /// The node rejected the credentials (`WRONGPASS`, `NOAUTH`, or a disabled ACL user).
@@ -65,7 +65,7 @@ enum class condition {
   /// A deadline passed (a node's request or the connect).
   timeout = 1,
   /// A node failed or could not be reached: the request's outcome on that node is not a clean answer.
-  node_failure,
+  master_failure,
   /// The input (configuration or argument) is invalid; retrying cannot help.
   invalid_input,
   /// Another client holds the lock.

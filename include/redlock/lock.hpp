@@ -4,6 +4,7 @@
 
 #include <redlock/config.hpp>
 #include <redlock/error.hpp>
+#include <redlock/master_result.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/async_result.hpp>
@@ -20,35 +21,13 @@
 
 namespace redlock {
 
-/// What one master answered in the last operation on a lock.
-enum class node_status : std::uint8_t {
-  pending,       ///< no answer when the quorum decided (the request still runs)
-  granted,       ///< `SET NX` succeeded, or the extend/release script found our token
-  taken,         ///< the key is held by someone else (or, for a script, no longer ours)
-  server_error,  ///< an error reply (`server_text` holds it); the command did not run
-  timeout,       ///< no answer before the deadline; whether the command ran is unknown
-  unreachable,   ///< the connection to the master is down; nothing was sent
-  failed,        ///< the connection broke or a reply was malformed after sending; outcome unknown
-};
-
-/// One master's answer with its detail.
-struct node_result {
-  node_status status = node_status::pending;
-  /// The error behind a status other than granted/taken (empty for those).
-  boost::system::error_code error;
-  /// The master's own text for `server_error` (untrusted; for logs).
-  std::string server_text;
-  /// From sending the request to this answer (zero while `pending`).
-  std::chrono::microseconds latency{0};
-};
-
 namespace detail {
 struct lock_state;
 class client_impl;
-}
+}  // namespace detail
 
 /// A lock handle. It is returned by `client::async_lock` whether or not the lock was acquired:
-/// when not, `owns_lock()` is false and `nodes()` says what each master answered.
+/// when not, `owns_lock()` is false and `masters()` says what each master answered.
 ///
 /// Movable, not copyable. Like `std::unique_lock`, a handle that still owns its lock when it is
 /// destroyed releases it: the release is sent in the background (bounded by the client's
@@ -81,7 +60,7 @@ class lock {
   clock::time_point validity_deadline() const noexcept;
   /// What each master answered in the last operation (acquire, extend or release), in the order
   /// of `client_config::masters`.
-  std::vector<node_result> nodes() const;
+  std::vector<master_result> masters() const;
   /// Acquisition attempts it took (1 without retries).
   std::size_t attempts() const noexcept;
   /// Extensions so far (by `async_extend` or by the keep-alive).
@@ -139,8 +118,8 @@ class lock {
   /// @par Per-operation cancellation
   /// `terminal`, `partial`: completes at once with `operation_aborted`; the release itself still
   /// runs to completion (within its deadline) in the background.
-  template <boost::asio::completion_token_for<void(boost::system::error_code, std::size_t)> Token =
-                boost::asio::deferred_t>
+  template <
+      boost::asio::completion_token_for<void(boost::system::error_code, std::size_t)> Token = boost::asio::deferred_t>
   auto async_unlock(Token&& token = {}) {
     return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
         [this](unlock_handler h) { start_unlock(std::move(h)); }, token);

@@ -136,7 +136,7 @@ struct connection_stats {
   std::uint64_t ok = 0;
   /// Outcome: completed with an error reply (`error::server_error`: WRONGTYPE, NOSCRIPT, OOM...).
   std::uint64_t server_errors = 0;
-  /// Outcome: no reply before the request's deadline (`error::node_timeout`).
+  /// Outcome: no reply before the request's deadline (`error::master_timeout`).
   std::uint64_t timeouts = 0;
   /// Outcome: not sent, the node being down (`error::not_connected`): failed at once while down,
   /// or still waiting to be written when the connection failed.

@@ -180,7 +180,7 @@ class harness {
   }
 
   void expire(clock_type::time_point at) {
-    const error_code ec = redlock::error::node_timeout;
+    const error_code ec = redlock::error::master_timeout;
     auto next = clock_type::time_point::max();
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       request_model& m = model(*it);

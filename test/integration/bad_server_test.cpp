@@ -37,7 +37,7 @@ using redlock::connection;
 using redlock::connection_config;
 using redlock::connection_state;
 using redlock::error;
-using redlock::node_status;
+using redlock::master_status;
 using redlock::resp::request;
 using redlock::resp::response;
 using redlock::test::fake_server;
@@ -106,10 +106,10 @@ struct bad_reply {
   // On a single connection: what the request completes with. Success for replies that are valid
   // RESP but of a type the lock client cannot use (the connection does not judge types).
   error_code request_error;
-  // In a lock client: what the fake master's entry of `lock.nodes()` says.
-  node_status status;
-  error_code node_error;  // node_result::error
-  std::string server_text;  // node_result::server_text, and the response's text on a connection
+  // In a lock client: what the fake master's entry of `lock.masters()` says.
+  master_status status;
+  error_code node_error;  // master_result::error
+  std::string server_text;  // master_result::server_text, and the response's text on a connection
   // Whether the stream can no longer be trusted, so that the connection must reconnect; and what
   // `connection_status::last_error` then says.
   bool reconnects = false;
@@ -122,17 +122,17 @@ void PrintTo(const bad_reply& c, std::ostream* os) { *os << c.name; }
 
 bad_reply stream_breaker(std::string name, reply_action answer, error e, error_code broken_by = {}) {
   const error_code ec = make_error_code(e);
-  return {std::move(name), std::move(answer), ec, node_status::failed, ec, "", true, broken_by ? broken_by : ec, 0};
+  return {std::move(name), std::move(answer), ec, master_status::failed, ec, "", true, broken_by ? broken_by : ec, 0};
 }
 
 bad_reply wrong_type(std::string name, std::string bytes) {
-  return {std::move(name), reply_action::send(std::move(bytes)), {}, node_status::failed,
+  return {std::move(name), reply_action::send(std::move(bytes)), {}, master_status::failed,
           make_error_code(error::unexpected_reply), "", false, {}, 0};
 }
 
 bad_reply error_reply(std::string name, std::string text) {
   const error_code ec = make_error_code(error::server_error);
-  return {std::move(name), reply_action::send("-" + text + "\r\n"), ec, node_status::server_error, ec, text, false, {}, 0};
+  return {std::move(name), reply_action::send("-" + text + "\r\n"), ec, master_status::server_error, ec, text, false, {}, 0};
 }
 
 std::vector<bad_reply> bad_replies() {
@@ -155,11 +155,11 @@ std::vector<bad_reply> bad_replies() {
                              asio::error::eof));
   // Two replies to one request: the first answers it, the second belongs to nobody, so the
   // stream cannot be trusted any more.
-  v.push_back({"unsolicited_extra_reply", reply_action::send("+OK\r\n+OK\r\n"), {}, node_status::granted, {}, "", true,
+  v.push_back({"unsolicited_extra_reply", reply_action::send("+OK\r\n+OK\r\n"), {}, master_status::granted, {}, "", true,
                make_error_code(error::protocol_error), 0});
   // A RESP3 push message before the reply is out-of-band data, not the reply: skipped.
   v.push_back({"push_before_reply", reply_action::send(">2\r\n$7\r\nmessage\r\n$2\r\nhi\r\n+OK\r\n"), {},
-               node_status::granted, {}, "", false, {}, 0});
+               master_status::granted, {}, "", false, {}, 0});
   // Valid RESP of a type SET never answers with: a failed master, the stream still in step.
   v.push_back(wrong_type("integer", ":42\r\n"));
   v.push_back(wrong_type("array", "*1\r\n+OK\r\n"));
@@ -180,8 +180,8 @@ std::vector<bad_reply> bad_replies() {
   }
   // An answer after the deadline: the request times out, the late reply is read and dropped, and
   // the socket stays open. (In a lock client the quorum decides before that master's deadline.)
-  v.push_back({"late_reply", reply_action::send("+OK\r\n", 600ms), make_error_code(error::node_timeout),
-               node_status::pending, {}, "", false, {}, 1});
+  v.push_back({"late_reply", reply_action::send("+OK\r\n", 600ms), make_error_code(error::master_timeout),
+               master_status::pending, {}, "", false, {}, 1});
   return v;
 }
 
@@ -246,7 +246,7 @@ INSTANTIATE_TEST_SUITE_P(misbehaviours, bad_connection_test, ::testing::ValuesIn
 
 // Four real masters, each behind a proxy that delays it by a few milliseconds, and the fake as the
 // fifth master. The delay makes the fake answer first, so that its (bad) answer is recorded in
-// `lock.nodes()` before the four good masters decide, instead of racing them.
+// `lock.masters()` before the four good masters decide, instead of racing them.
 struct five_masters : ::testing::Test {
   static constexpr std::size_t fake_index = 4;
   static constexpr auto real_latency = 20ms;
@@ -302,7 +302,7 @@ TEST_P(bad_master_test, quorum_of_good_masters_decides_and_the_bad_master_recove
         auto [ec, l] = co_await locks.async_try_lock("bad:" + c.name, 10s, use_tuple);
         EXPECT_FALSE(ec) << ec.message();
         EXPECT_TRUE(l.owns_lock());
-        const auto nodes = l.nodes();
+        const auto nodes = l.masters();
         EXPECT_EQ(nodes.size(), 5u);
         if (nodes.size() == 5) {
           const auto& bad = nodes[fake_index];
@@ -310,7 +310,7 @@ TEST_P(bad_master_test, quorum_of_good_masters_decides_and_the_bad_master_recove
           EXPECT_EQ(bad.error, c.node_error) << bad.error.message();
           EXPECT_EQ(bad.server_text, c.server_text);
           for (std::size_t i = 0; i < fake_index; ++i) {
-            EXPECT_TRUE(nodes[i].status == node_status::granted || nodes[i].status == node_status::pending) << i;
+            EXPECT_TRUE(nodes[i].status == master_status::granted || nodes[i].status == master_status::pending) << i;
           }
         }
         // The lock rests on the four real masters (those still pending at the decision set it
@@ -332,7 +332,7 @@ TEST_P(bad_master_test, quorum_of_good_masters_decides_and_the_bad_master_recove
 
         auto [ec2, l2] = co_await locks.async_try_lock("good:" + c.name, 10s, use_tuple);
         EXPECT_FALSE(ec2) << ec2.message();
-        EXPECT_EQ(l2.nodes().at(fake_index).status, node_status::granted);
+        EXPECT_EQ(l2.masters().at(fake_index).status, master_status::granted);
         EXPECT_EQ(fake.value("good:" + c.name), l2.token());
 
         auto [uec, held] = co_await l.async_unlock(use_tuple);
@@ -464,7 +464,7 @@ TEST_F(fake_node_test, node_that_never_answers_times_out_and_a_new_connection_re
         fake.set_responder(on("SET", reply_action::silence()));
         const auto start = clock_type::now();
         auto [ec, r] = co_await conn.async_exec(make("SET", "k", "v", "NX", "PX", 10000), 100ms, use_tuple);
-        EXPECT_EQ(ec, error::node_timeout) << ec.message();
+        EXPECT_EQ(ec, error::master_timeout) << ec.message();
         EXPECT_GE(clock_type::now() - start, 100ms);
         fake.set_responder({});
         fake.close_connections();
@@ -529,8 +529,8 @@ struct real_error_test : five_masters {
   // slower masters decide.
   void make_fast(std::size_t i) { proxies[i]->set_latency(0ms); }
 
-  static bool server_error_starting(const redlock::node_result& n, std::string_view prefix) {
-    return n.status == node_status::server_error && n.error == error::server_error && starts_with(n.server_text, prefix);
+  static bool server_error_starting(const redlock::master_result& n, std::string_view prefix) {
+    return n.status == master_status::server_error && n.error == error::server_error && starts_with(n.server_text, prefix);
   }
 };
 
@@ -548,19 +548,19 @@ TEST_F(real_error_test, wrongtype_in_the_scripts_is_a_server_error_and_the_good_
         cluster[0].command({"LPUSH", "wt", "x"});
         auto [eec] = co_await l.async_extend(20s, use_tuple);
         EXPECT_FALSE(eec) << eec.message();
-        auto nodes = l.nodes();
+        auto nodes = l.masters();
         EXPECT_TRUE(server_error_starting(nodes.at(0), "WRONGTYPE")) << nodes.at(0).server_text;
-        EXPECT_EQ(nodes.at(fake_index).status, node_status::granted);
+        EXPECT_EQ(nodes.at(fake_index).status, master_status::granted);
         auto [uec, held] = co_await l.async_unlock(use_tuple);
         EXPECT_FALSE(uec) << uec.message();
-        nodes = l.nodes();
+        nodes = l.masters();
         EXPECT_TRUE(server_error_starting(nodes.at(0), "WRONGTYPE")) << nodes.at(0).server_text;
         EXPECT_EQ(cluster[0].command({"TYPE", "wt"}), "+list\r\n");  // someone else's key: untouched
         // Master 0 is repaired: the next lock is granted there, on the same connection.
         cluster[0].command({"DEL", "wt"});
         auto [ec2, l2] = co_await locks.async_try_lock("wt", 10s, use_tuple);
         EXPECT_FALSE(ec2) << ec2.message();
-        EXPECT_EQ(l2.nodes().at(0).status, node_status::granted);
+        EXPECT_EQ(l2.masters().at(0).status, master_status::granted);
         EXPECT_EQ(locks.masters().at(0).connects, 1u);
         co_await l2.async_unlock(use_tuple);
       },
@@ -583,12 +583,12 @@ TEST_F(real_error_test, readonly_replica_is_a_server_error_until_it_is_a_master_
             "the replica to be in sync");
         auto [ec, l] = co_await locks.async_try_lock("ro", 10s, use_tuple);
         EXPECT_FALSE(ec) << ec.message();
-        EXPECT_TRUE(server_error_starting(l.nodes().at(1), "READONLY")) << l.nodes().at(1).server_text;
-        EXPECT_EQ(l.nodes().at(fake_index).status, node_status::granted);
+        EXPECT_TRUE(server_error_starting(l.masters().at(1), "READONLY")) << l.masters().at(1).server_text;
+        EXPECT_EQ(l.masters().at(fake_index).status, master_status::granted);
         cluster[1].command({"REPLICAOF", "NO", "ONE"});
         auto [ec2, l2] = co_await locks.async_try_lock("ro2", 10s, use_tuple);
         EXPECT_FALSE(ec2) << ec2.message();
-        EXPECT_EQ(l2.nodes().at(1).status, node_status::granted);
+        EXPECT_EQ(l2.masters().at(1).status, master_status::granted);
         EXPECT_EQ(locks.masters().at(1).connects, 1u);
         co_await l.async_unlock(use_tuple);
         co_await l2.async_unlock(use_tuple);
@@ -605,11 +605,11 @@ TEST_F(real_error_test, oom_over_maxmemory_is_a_server_error_until_memory_is_fre
         cluster[2].command({"CONFIG", "SET", "maxmemory", "1"});  // with the default noeviction policy
         auto [ec, l] = co_await locks.async_try_lock("oom", 10s, use_tuple);
         EXPECT_FALSE(ec) << ec.message();
-        EXPECT_TRUE(server_error_starting(l.nodes().at(2), "OOM")) << l.nodes().at(2).server_text;
+        EXPECT_TRUE(server_error_starting(l.masters().at(2), "OOM")) << l.masters().at(2).server_text;
         cluster[2].command({"CONFIG", "SET", "maxmemory", "0"});
         auto [ec2, l2] = co_await locks.async_try_lock("oom2", 10s, use_tuple);
         EXPECT_FALSE(ec2) << ec2.message();
-        EXPECT_EQ(l2.nodes().at(2).status, node_status::granted);
+        EXPECT_EQ(l2.masters().at(2).status, master_status::granted);
         EXPECT_EQ(locks.masters().at(2).connects, 1u);
         co_await l.async_unlock(use_tuple);
         co_await l2.async_unlock(use_tuple);
@@ -639,14 +639,14 @@ TEST_F(real_error_test, busy_script_is_a_server_error_until_it_is_killed) {
         co_await eventually([&] { return starts_with(cluster[3].command({"PING"}), "-BUSY"); }, "master 3 busy");
         auto [ec, l] = co_await locks.async_try_lock("busy", 10s, use_tuple);
         EXPECT_FALSE(ec) << ec.message();
-        EXPECT_TRUE(server_error_starting(l.nodes().at(3), "BUSY")) << l.nodes().at(3).server_text;
+        EXPECT_TRUE(server_error_starting(l.masters().at(3), "BUSY")) << l.masters().at(3).server_text;
         cluster[3].command({"SCRIPT", "KILL"});
         co_await eventually([&] { return hog_done; }, "the script to be killed");
         EXPECT_EQ(hog_error, error::server_error);
         EXPECT_NE(hog_text.find("killed"), std::string::npos) << hog_text;
         auto [ec2, l2] = co_await locks.async_try_lock("busy2", 10s, use_tuple);
         EXPECT_FALSE(ec2) << ec2.message();
-        EXPECT_EQ(l2.nodes().at(3).status, node_status::granted);
+        EXPECT_EQ(l2.masters().at(3).status, master_status::granted);
         EXPECT_EQ(locks.masters().at(3).connects, 1u);
         co_await l.async_unlock(use_tuple);
         co_await l2.async_unlock(use_tuple);
@@ -676,8 +676,8 @@ TEST_F(real_error_test, noscript_falls_back_to_eval_on_real_and_fake_masters) {
         flush_scripts();
         auto [eec] = co_await l.async_extend(30s, use_tuple);
         EXPECT_FALSE(eec) << eec.message();
-        EXPECT_EQ(l.nodes().at(fake_index).status, node_status::granted);
-        EXPECT_EQ(l.nodes().at(0).status, node_status::granted);
+        EXPECT_EQ(l.masters().at(fake_index).status, master_status::granted);
+        EXPECT_EQ(l.masters().at(0).status, master_status::granted);
         EXPECT_EQ(fake.commands_seen("EVALSHA"), 1u);
         EXPECT_EQ(fake.commands_seen("EVAL"), 1u);
         EXPECT_GT(fake.ttl("ns").value_or(0ms), 20s);
@@ -689,8 +689,8 @@ TEST_F(real_error_test, noscript_falls_back_to_eval_on_real_and_fake_masters) {
         auto [uec, held] = co_await l.async_unlock(use_tuple);
         EXPECT_FALSE(uec) << uec.message();
         EXPECT_GE(held, 3u);
-        EXPECT_EQ(l.nodes().at(fake_index).status, node_status::granted);
-        EXPECT_EQ(l.nodes().at(0).status, node_status::granted);
+        EXPECT_EQ(l.masters().at(fake_index).status, master_status::granted);
+        EXPECT_EQ(l.masters().at(0).status, master_status::granted);
         EXPECT_EQ(fake.commands_seen("EVAL"), 2u);
         EXPECT_FALSE(fake.value("ns"));
         co_await eventually([&] { return real_holders("ns", l.token()) == 0; }, "released on the real masters");
@@ -713,13 +713,13 @@ TEST_F(real_error_test, noscript_for_eval_too_is_a_server_error_not_a_retry_loop
         });
         auto [eec] = co_await l.async_extend(20s, use_tuple);
         EXPECT_FALSE(eec) << eec.message();
-        EXPECT_TRUE(server_error_starting(l.nodes().at(fake_index), "NOSCRIPT")) << l.nodes().at(fake_index).server_text;
+        EXPECT_TRUE(server_error_starting(l.masters().at(fake_index), "NOSCRIPT")) << l.masters().at(fake_index).server_text;
         EXPECT_EQ(fake.commands_seen("EVALSHA"), 1u);
         EXPECT_EQ(fake.commands_seen("EVAL"), 1u);
         fake.set_responder({});
         auto [uec, held] = co_await l.async_unlock(use_tuple);
         EXPECT_FALSE(uec) << uec.message();
-        EXPECT_EQ(l.nodes().at(fake_index).status, node_status::granted);
+        EXPECT_EQ(l.masters().at(fake_index).status, master_status::granted);
         EXPECT_FALSE(fake.value("ns2"));
       },
       1, test_limit);
@@ -737,8 +737,8 @@ TEST_F(five_masters, set_reply_preceded_by_an_attribute_still_grants) {
         co_await wait_connected(locks);
         auto [ec, l] = co_await locks.async_try_lock("attr", 10s, use_tuple);
         EXPECT_FALSE(ec) << ec.message();
-        const auto n = l.nodes().at(fake_index);
-        EXPECT_EQ(n.status, node_status::granted) << static_cast<int>(n.status) << " " << n.error.message();
+        const auto n = l.masters().at(fake_index);
+        EXPECT_EQ(n.status, master_status::granted) << static_cast<int>(n.status) << " " << n.error.message();
         co_await l.async_unlock(use_tuple);
       },
       1, test_limit);

@@ -25,7 +25,7 @@ namespace asio = boost::asio;
 using namespace std::chrono_literals;
 using boost::system::error_code;
 using redlock::error;
-using redlock::node_status;
+using redlock::master_status;
 using redlock::test::run_test;
 using redlock::test::sleep_for;
 using redlock::test::use_tuple;
@@ -101,10 +101,10 @@ TEST_F(client_test, acquire_extend_release_and_exclusion) {
     EXPECT_EQ(ec2, redlock::condition::contention);
     EXPECT_FALSE(l2.owns_lock());
     std::size_t taken = 0;
-    for (const auto& n : l2.nodes()) {
+    for (const auto& n : l2.masters()) {
       // Decided at the third refusal: the rest may not have answered yet.
-      EXPECT_TRUE(n.status == node_status::taken || n.status == node_status::pending);
-      taken += n.status == node_status::taken;
+      EXPECT_TRUE(n.status == master_status::taken || n.status == master_status::pending);
+      taken += n.status == master_status::taken;
     }
     EXPECT_GE(taken, 3u);
     EXPECT_EQ(holding("orders:42", l.token()), 5u);  // b's failed attempt removed nothing of a's
@@ -147,18 +147,18 @@ TEST_F(client_test, minority_down_still_locks_majority_down_fails_and_leaves_not
     co_await sleep_for(50ms);
     auto [ec, l] = co_await c.async_try_lock("res", 10s, use_tuple);
     EXPECT_FALSE(ec) << ec.message();
-    EXPECT_EQ(l.nodes().at(0).status, node_status::unreachable);
-    EXPECT_EQ(l.nodes().at(2).status, node_status::granted);
+    EXPECT_EQ(l.masters().at(0).status, master_status::unreachable);
+    EXPECT_EQ(l.masters().at(2).status, master_status::granted);
     co_await l.async_unlock(use_tuple);
 
     cluster[2].kill();
     co_await sleep_for(50ms);
     auto [ec2, l2] = co_await c.async_try_lock("res2", 10s, use_tuple);
     EXPECT_EQ(ec2, error::quorum_unavailable);
-    EXPECT_EQ(ec2, redlock::condition::node_failure);
+    EXPECT_EQ(ec2, redlock::condition::master_failure);
     EXPECT_FALSE(l2.owns_lock());
     std::size_t unreachable = 0;
-    for (const auto& n : l2.nodes()) unreachable += n.status == node_status::unreachable;
+    for (const auto& n : l2.masters()) unreachable += n.status == master_status::unreachable;
     EXPECT_EQ(unreachable, 3u);  // decided on the three dead masters alone, without waiting
     // The two live masters may have granted (before or after the decision): released at once.
     EXPECT_TRUE(co_await eventually_holding("res2", "", 2));
@@ -179,9 +179,9 @@ TEST_F(client_test, stalled_minority_does_not_delay_the_decision) {
     EXPECT_FALSE(ec) << ec.message();
     // Decided by the three live masters, not after the stalled ones' 3 s deadline.
     EXPECT_LT(took, 1500ms);
-    const auto nodes = l.nodes();
-    for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(nodes.at(i).status, node_status::granted) << i;
-    for (std::size_t i = 3; i < 5; ++i) EXPECT_EQ(nodes.at(i).status, node_status::pending) << i;
+    const auto nodes = l.masters();
+    for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(nodes.at(i).status, master_status::granted) << i;
+    for (std::size_t i = 3; i < 5; ++i) EXPECT_EQ(nodes.at(i).status, master_status::pending) << i;
     auto [uec, held] = co_await l.async_unlock(use_tuple);  // also decided by the live majority
     EXPECT_FALSE(uec);
     cluster[3].resume();
@@ -425,13 +425,13 @@ TEST_F(client_test, per_master_results_tell_contention_from_outage) {
     co_await sleep_for(50ms);
     auto [ec, l] = co_await c.async_try_lock("diagnosed", 10s, use_tuple);
     EXPECT_EQ(ec, error::quorum_unavailable);
-    const auto nodes = l.nodes();
-    EXPECT_EQ(nodes.at(0).status, node_status::server_error);
+    const auto nodes = l.masters();
+    EXPECT_EQ(nodes.at(0).status, master_status::server_error);
     EXPECT_EQ(nodes.at(0).server_text.rfind("OOM", 0), 0u) << nodes.at(0).server_text;
-    EXPECT_EQ(nodes.at(1).status, node_status::unreachable);
-    EXPECT_EQ(nodes.at(2).status, node_status::timeout);  // the first deadline made a quorum impossible
-    EXPECT_EQ(nodes.at(2).error, error::node_timeout);
-    EXPECT_EQ(nodes.at(4).status, node_status::granted);
+    EXPECT_EQ(nodes.at(1).status, master_status::unreachable);
+    EXPECT_EQ(nodes.at(2).status, master_status::timeout);  // the first deadline made a quorum impossible
+    EXPECT_EQ(nodes.at(2).error, error::master_timeout);
+    EXPECT_EQ(nodes.at(4).status, master_status::granted);
     cluster[2].resume();
     cluster[3].resume();
     cluster[0].command({"CONFIG", "SET", "maxmemory", "0"});

@@ -184,7 +184,7 @@ TEST_F(connection_test, stopped_server_fails_each_request_at_its_own_deadline_th
     }
     while (done != 3) co_await sleep_for(5ms);
     for (std::size_t i = 0; i < timeouts.size(); ++i) {
-      EXPECT_EQ(errors[i], error::node_timeout);
+      EXPECT_EQ(errors[i], error::master_timeout);
       EXPECT_GE(took[i], timeouts[i]);  // never before its deadline
     }
     node.resume();

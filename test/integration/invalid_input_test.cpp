@@ -50,7 +50,7 @@ void expect_invalid_input(error_code ec, error want) {
   EXPECT_EQ(ec, want) << ec.message();
   EXPECT_EQ(ec.category(), redlock::error_category());
   EXPECT_EQ(ec, condition::invalid_input);
-  EXPECT_NE(ec, condition::node_failure);
+  EXPECT_NE(ec, condition::master_failure);
   EXPECT_NE(ec, condition::timeout);
   EXPECT_NE(ec, condition::contention);
 }
@@ -339,7 +339,7 @@ asio::awaitable<void> expect_invalid_locks_refused(redlock::client& c) {
     expect_invalid_input(ec, error::invalid_argument);
     EXPECT_FALSE(l.owns_lock());
     EXPECT_EQ(l.attempts(), 0u);      // refused before the first attempt
-    EXPECT_TRUE(l.nodes().empty());   // no master was asked
+    EXPECT_TRUE(l.masters().empty());   // no master was asked
     EXPECT_EQ(l.resource(), resource_of(tc));
     auto [uec, held] = co_await l.async_unlock(use_tuple);
     expect_invalid_input(uec, error::not_locked);

@@ -36,7 +36,7 @@ using redlock::client_stats;
 using redlock::connection_stats;
 using redlock::error;
 using redlock::log_level;
-using redlock::node_status;
+using redlock::master_status;
 using redlock::test::run_test;
 using redlock::test::sleep_for;
 using redlock::test::use_tuple;
@@ -355,8 +355,8 @@ TEST_F(observability_test, an_error_reply_counts_as_a_server_error_on_that_maste
     auto [xec] = co_await l.async_extend(10s, use_tuple);
     EXPECT_EQ(xec, error::quorum_unavailable);
     for (std::size_t i = 0; i < 3; ++i) {
-      EXPECT_EQ(l.nodes().at(i).status, node_status::server_error) << i;
-      EXPECT_EQ(l.nodes().at(i).server_text.rfind("WRONGTYPE", 0), 0u) << l.nodes().at(i).server_text;
+      EXPECT_EQ(l.masters().at(i).status, master_status::server_error) << i;
+      EXPECT_EQ(l.masters().at(i).server_text.rfind("WRONGTYPE", 0), 0u) << l.masters().at(i).server_text;
     }
     auto [uec, held] = co_await l.async_unlock(use_tuple);
     EXPECT_EQ(uec, error::quorum_unavailable);
@@ -412,7 +412,7 @@ TEST(observability_connection, every_outcome_is_counted_once) {
 
     cluster[0].pause();
     auto [e5, r5] = co_await conn.async_exec(ping(), 100ms, use_tuple);
-    EXPECT_EQ(e5, error::node_timeout);
+    EXPECT_EQ(e5, error::master_timeout);
     asio::cancellation_signal cancel;
     bool cancelled = false;
     conn.async_exec(ping(), 30s, asio::bind_cancellation_slot(cancel.slot(), [&](error_code ec, redlock::resp::response) {

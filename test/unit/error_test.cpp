@@ -9,7 +9,7 @@ using redlock::condition;
 using redlock::error;
 
 TEST(error, category_is_named_and_every_code_has_a_message) {
-  boost::system::error_code ec = error::node_timeout;
+  boost::system::error_code ec = error::master_timeout;
   EXPECT_STREQ(ec.category().name(), "redlock");
   for (int v = static_cast<int>(error::protocol_error); v <= static_cast<int>(error::extension_limit); ++v) {
     boost::system::error_code c{v, redlock::error_category()};
@@ -18,15 +18,15 @@ TEST(error, category_is_named_and_every_code_has_a_message) {
 }
 
 TEST(error, conditions_group_codes) {
-  EXPECT_EQ(boost::system::error_code(error::node_timeout), condition::timeout);
+  EXPECT_EQ(boost::system::error_code(error::master_timeout), condition::timeout);
   EXPECT_EQ(boost::system::error_code(error::connect_timeout), condition::timeout);
-  EXPECT_NE(boost::system::error_code(error::node_timeout), condition::node_failure);
-  EXPECT_EQ(boost::system::error_code(error::connection_lost), condition::node_failure);
+  EXPECT_NE(boost::system::error_code(error::master_timeout), condition::master_failure);
+  EXPECT_EQ(boost::system::error_code(error::connection_lost), condition::master_failure);
   EXPECT_EQ(boost::system::error_code(error::invalid_config), condition::invalid_input);
-  EXPECT_EQ(boost::system::error_code(boost::asio::error::connection_refused), condition::node_failure);
-  EXPECT_NE(boost::system::error_code(boost::asio::error::operation_aborted), condition::node_failure);
+  EXPECT_EQ(boost::system::error_code(boost::asio::error::connection_refused), condition::master_failure);
+  EXPECT_NE(boost::system::error_code(boost::asio::error::operation_aborted), condition::master_failure);
   EXPECT_EQ(boost::system::error_code(error::not_acquired), condition::contention);
-  EXPECT_EQ(boost::system::error_code(error::quorum_unavailable), condition::node_failure);
+  EXPECT_EQ(boost::system::error_code(error::quorum_unavailable), condition::master_failure);
 }
 
 }  // namespace

@@ -306,7 +306,7 @@ TEST(ShortToken, FirstEightCharacters) {
 }
 
 TEST(FormatHelpers, DescribeAndDuration) {
-  EXPECT_EQ(redlock::detail::describe(make_error_code(redlock::error::node_timeout)),
+  EXPECT_EQ(redlock::detail::describe(make_error_code(redlock::error::master_timeout)),
             "the node did not reply before the request's deadline [redlock:6]");
   EXPECT_EQ(redlock::detail::format_duration(850us), "850 us");
   EXPECT_EQ(redlock::detail::format_duration(12340us), "12.34 ms");

@@ -138,21 +138,21 @@ struct child_setup {
 
 // ---- the run --------------------------------------------------------------------------------------
 
-const char* status_name(node_status s) {
+const char* status_name(master_status s) {
   switch (s) {
-    case node_status::pending:
+    case master_status::pending:
       return "pending";
-    case node_status::granted:
+    case master_status::granted:
       return "granted";
-    case node_status::taken:
+    case master_status::taken:
       return "taken";
-    case node_status::server_error:
+    case master_status::server_error:
       return "server_error";
-    case node_status::timeout:
+    case master_status::timeout:
       return "timeout";
-    case node_status::unreachable:
+    case master_status::unreachable:
       return "unreachable";
-    case node_status::failed:
+    case master_status::failed:
       return "failed";
   }
   return "unknown";
@@ -222,15 +222,15 @@ class runner {
   }
 
   /// Why master `i` did not answer cleanly, for humans.
-  std::string node_reason(const node_result& r, std::size_t i, const std::vector<connection_status>& conns) const {
-    if (r.status == node_status::server_error && !r.server_text.empty()) return printable(r.server_text);
-    if (r.status == node_status::unreachable && i < conns.size() && conns[i].last_error) {
+  std::string node_reason(const master_result& r, std::size_t i, const std::vector<connection_status>& conns) const {
+    if (r.status == master_status::server_error && !r.server_text.empty()) return printable(r.server_text);
+    if (r.status == master_status::unreachable && i < conns.size() && conns[i].last_error) {
       return conns[i].last_error.message();
     }
     return r.error ? r.error.message() : std::string{};
   }
 
-  void add_masters(json_writer& j, const std::vector<node_result>& nodes) const {
+  void add_masters(json_writer& j, const std::vector<master_result>& nodes) const {
     const auto conns = locks_->masters();
     j.key("masters").begin_array();
     for (std::size_t i = 0; i < nodes.size() && i < cfg_.client.masters.size(); ++i) {
@@ -239,7 +239,7 @@ class runner {
           .field("address", redlock::address_of(cfg_.client.masters[i]))
           .field("status", status_name(r.status))
           .field("latency_ms", to_ms(r.latency));
-      if (auto why = node_reason(r, i, conns); !why.empty() && r.status != node_status::granted) {
+      if (auto why = node_reason(r, i, conns); !why.empty() && r.status != master_status::granted) {
         j.field("error", why);
       }
       j.end_object();
@@ -247,18 +247,18 @@ class runner {
     j.end_array();
   }
 
-  void verbose_masters(const std::vector<node_result>& nodes) const {
+  void verbose_masters(const std::vector<master_result>& nodes) const {
     if (!o_.common.verbose || json()) return;
     const auto conns = locks_->masters();
     for (std::size_t i = 0; i < nodes.size() && i < cfg_.client.masters.size(); ++i) {
       const auto& r = nodes[i];
       std::string line = fmt::format("  {:<24} ", redlock::address_of(cfg_.client.masters[i]));
-      if (r.status == node_status::pending) {
+      if (r.status == master_status::pending) {
         line += "pending (the majority decided before it answered)";
       } else {
         line += fmt::format("{:<12} {:8.3f} ms", status_name(r.status), to_ms(r.latency));
       }
-      if (r.status != node_status::granted && r.status != node_status::taken && r.status != node_status::pending) {
+      if (r.status != master_status::granted && r.status != master_status::taken && r.status != master_status::pending) {
         line += "  " + node_reason(r, i, conns);
       }
       complain(line);
@@ -393,14 +393,14 @@ class runner {
     const auto validity = std::chrono::duration_cast<milliseconds>(lock_.validity_deadline() - clock_type::now());
     verbose(fmt::format("acquired '{}' (key '{}') after {} attempt{}, validity {}", o_.resource, printable(key_),
                         lock_.attempts(), lock_.attempts() == 1 ? "" : "s", format_duration(validity)));
-    verbose_masters(lock_.nodes());
+    verbose_masters(lock_.masters());
     {
       auto j = event("acquired");
       j.field("key", key_)
           .field("ttl_ms", static_cast<std::int64_t>(o_.ttl.count()))
           .field("validity_ms", static_cast<std::int64_t>(validity.count()))
           .field("attempts", lock_.attempts());
-      add_masters(j, lock_.nodes());
+      add_masters(j, lock_.masters());
       emit(j);
     }
     keep_alive_options ka;
@@ -411,7 +411,7 @@ class runner {
   }
 
   void acquire_failed(error_code ec) {
-    const auto nodes = lock_.nodes();
+    const auto nodes = lock_.masters();
     const auto n = cfg_.client.masters.size();
     const auto count = [&](auto pred) {
       return static_cast<std::size_t>(std::count_if(nodes.begin(), nodes.end(), pred));
@@ -421,7 +421,7 @@ class runner {
     int status = exit_tempfail;
     if (ec == error::not_acquired) {
       reason = "held";
-      const auto taken = count([](const node_result& r) { return r.status == node_status::taken; });
+      const auto taken = count([](const master_result& r) { return r.status == master_status::taken; });
       message = fmt::format("'{}' is held by someone else (taken on {} of {} masters); {}", o_.resource, taken, n,
                             o_.wait.count() > 0 ? fmt::format("gave up after waiting {} ({} attempts)",
                                                               format_duration(o_.wait), lock_.attempts())
@@ -429,13 +429,13 @@ class runner {
     } else if (ec == error::quorum_unavailable) {
       reason = "unavailable";
       const auto answered = count(
-          [](const node_result& r) { return r.status == node_status::granted || r.status == node_status::taken; });
+          [](const master_result& r) { return r.status == master_status::granted || r.status == master_status::taken; });
       // Group the others by what went wrong: "3 unreachable (Connection refused)".
       const auto conns = locks_->masters();
       std::map<std::string, std::size_t> why;
       for (std::size_t i = 0; i < nodes.size(); ++i) {
         const auto& r = nodes[i];
-        if (r.status == node_status::granted || r.status == node_status::taken) continue;
+        if (r.status == master_status::granted || r.status == master_status::taken) continue;
         const auto text = node_reason(r, i, conns);
         why[fmt::format("{}{}", status_name(r.status), text.empty() ? "" : ": " + text)]++;
       }
@@ -610,7 +610,7 @@ class runner {
         extensions_seen_ = n;
         const auto validity = std::chrono::duration_cast<milliseconds>(lock_.validity_deadline() - clock_type::now());
         verbose(fmt::format("extended '{}' (extension {}), validity {}", o_.resource, n, format_duration(validity)));
-        const auto nodes = lock_.nodes();
+        const auto nodes = lock_.masters();
         verbose_masters(nodes);
         auto j = event("extended");
         j.field("extensions", n).field("validity_ms", static_cast<std::int64_t>(validity.count()));
@@ -632,7 +632,7 @@ class runner {
                          : reason.message();
     const auto message = fmt::format("lost the lock on '{}' ({}): stopping the command with SIGTERM", o_.resource, why);
     say(message);
-    verbose_masters(lock_.nodes());
+    verbose_masters(lock_.masters());
     auto j = event("lost");
     j.field("reason", reason == error::not_owner            ? "not_owner"
                       : reason == error::quorum_unavailable ? "quorum_unavailable"
@@ -640,7 +640,7 @@ class runner {
                       : reason == error::validity_expired   ? "validity_expired"
                                                             : "other")
         .field("message", message);
-    add_masters(j, lock_.nodes());
+    add_masters(j, lock_.masters());
     emit(j);
     send(SIGTERM);
     send(SIGCONT);  // a stopped command could not act on SIGTERM
@@ -664,7 +664,7 @@ class runner {
       return;
     }
     lock_.async_unlock([this, status](error_code ec, std::size_t held) {
-      const auto nodes = lock_.nodes();
+      const auto nodes = lock_.masters();
       if (ec) {
         say(fmt::format("releasing '{}' failed ({}): its keys expire with the ttl ({})", o_.resource, ec.message(),
                         format_duration(o_.ttl)));
@@ -684,7 +684,7 @@ class runner {
       // The release completes at a majority; the others' requests are on their way. Closing the
       // connections at once could cut one off before it is written, so linger a moment for them.
       const bool stragglers = std::any_of(nodes.begin(), nodes.end(),
-                                          [](const node_result& r) { return r.status == node_status::pending; });
+                                          [](const master_result& r) { return r.status == master_status::pending; });
       if (!stragglers) {
         finish(status);
         return;

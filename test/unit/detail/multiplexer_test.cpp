@@ -148,18 +148,18 @@ TEST(multiplexer, expire_times_out_due_requests_only_and_returns_the_next_deadli
   h.mux.prepare_write();
   h.mux.add(3, "C", 1, h.t0 + 5ms, 3);   // waiting, due first
   h.mux.add(4, "D", 1, h.t0 + 20ms, 4);  // waiting
-  auto next = h.mux.expire(h.t0 + 10ms, redlock::error::node_timeout, h.sink());
+  auto next = h.mux.expire(h.t0 + 10ms, redlock::error::master_timeout, h.sink());
   ASSERT_EQ(h.finished.size(), 2u);
   EXPECT_EQ(h.finished[0].tag, 3);
   EXPECT_EQ(h.finished[1].tag, 1);
-  EXPECT_EQ(h.finished[1].ec, redlock::error::node_timeout);
+  EXPECT_EQ(h.finished[1].ec, redlock::error::master_timeout);
   EXPECT_EQ(next, h.t0 + 20ms);
   EXPECT_EQ(h.mux.prepare_write(), "D");  // C never reaches the wire
   h.feed("late a");                        // A's late reply is dropped
   h.feed("b");
   ASSERT_EQ(h.finished.size(), 3u);
   EXPECT_EQ(h.finished[2].tag, 2);
-  EXPECT_EQ(h.mux.expire(h.t0 + 25ms, redlock::error::node_timeout, h.sink()), clock_type::time_point::max());
+  EXPECT_EQ(h.mux.expire(h.t0 + 25ms, redlock::error::master_timeout, h.sink()), clock_type::time_point::max());
   EXPECT_EQ(h.finished.back().tag, 4);
 }
 

@@ -646,8 +646,8 @@ TEST(Parser, ResetDropsPartialReply) {
 }
 
 TEST(Parser, ErrorCodesMapToNodeFailure) {
-  EXPECT_EQ(parse_error("?"), condition::node_failure);
-  EXPECT_EQ(parse_error("$11\r\n", {.max_bulk_length = 10}), condition::node_failure);
+  EXPECT_EQ(parse_error("?"), condition::master_failure);
+  EXPECT_EQ(parse_error("$11\r\n", {.max_bulk_length = 10}), condition::master_failure);
 }
 
 }  // namespace

@@ -1,0 +1,71 @@
+#pragma once
+// The lock client's private, non-type-erased path to one master's connection (private to src/).
+//
+// The public `connection::async_exec` erases every handler (one allocation) and hops to the
+// connection's strand (one post) and back to the handler's executor (one dispatch). The lock client
+// needs none of that: its operations and all of its masters' connections share one strand, so a
+// request is queued by a plain call and its reply is handed to the operation by a plain call from
+// the connection's read path, in the same scheduler pass as the socket read that produced it.
+
+#include <redlock/connection.hpp>
+#include <redlock/resp/node.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+namespace redlock::detail {
+
+/// Receives the outcome of internal requests. Called on the link's strand, exactly once per
+/// accepted request, never from inside `master_link::submit`.
+class reply_sink {
+ public:
+  /// `tag` is the value given to `submit`. `ec` is empty, `error::server_error` (an error reply:
+  /// its text is in `r`), `error::master_timeout`, `error::connection_lost`, a protocol error, or
+  /// `operation_aborted` (link closed). `r` holds the reply's nodes and is valid during the call only.
+  virtual void on_reply(std::uint64_t tag, boost::system::error_code ec, const resp::response& r) = 0;
+
+ protected:
+  ~reply_sink() = default;
+};
+
+/// One master's connection as the lock client sees it. Owns a `connection::impl` that runs on the
+/// strand it was given (shared with the client's operations).
+class master_link {
+ public:
+  using clock = std::chrono::steady_clock;
+  using strand_type = boost::asio::strand<boost::asio::any_io_executor>;
+
+  /// Builds the connection on `strand` (which must be a strand: every call below runs on it).
+  master_link(strand_type strand, connection_config cfg);
+  ~master_link();  // closes
+  master_link(const master_link&) = delete;
+  master_link& operator=(const master_link&) = delete;
+
+  /// Starts connecting (and reconnecting) in the background; from any thread.
+  void run();
+  /// Closes the socket; every accepted request completes with `operation_aborted`. From any thread.
+  void close();
+
+  /// Queues `payload` (`replies` pipelined commands, copied: the caller's buffer may be reused at
+  /// once) with its deadline. On the strand only. Returns `error::not_connected` when the master is
+  /// known to be down, or `error::invalid_argument` for an empty payload: then nothing was queued and
+  /// `sink` will not be called. Otherwise `sink->on_reply(tag, ...)` comes later, once, and `sink` is
+  /// kept alive until then.
+  boost::system::error_code submit(std::string_view payload, std::size_t replies, clock::time_point deadline,
+                                   std::shared_ptr<reply_sink> sink, std::uint64_t tag);
+
+  connection_status status() const;
+  connection_stats stats() const;
+  const connection_config& config() const noexcept;
+
+ private:
+  std::shared_ptr<connection::impl> impl_;
+};
+
+}  // namespace redlock::detail
