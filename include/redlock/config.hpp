@@ -3,6 +3,7 @@
 /// Configuration of a Redlock client.
 
 #include <redlock/connection.hpp>
+#include <redlock/core/keep_alive_fsm.hpp>
 #include <redlock/core/retry.hpp>
 #include <redlock/core/validity.hpp>
 #include <redlock/observe.hpp>
@@ -45,25 +46,6 @@ struct client_config {
   /// released; off by default). Each master whose own `connection_config::logging` has no sink
   /// logs through this one too, its messages prefixed "master N (address)".
   log_options logging{};
-};
-
-/// How a held lock is kept alive by `lock::keep_alive`. Zero durations mean "derive from the ttl".
-struct keep_alive_options {
-  /// The ttl each extension sets. 0: the ttl the lock was acquired with.
-  std::chrono::milliseconds ttl{0};
-  /// Extend when the remaining validity falls below this. 0: half the ttl.
-  std::chrono::milliseconds renew_below{0};
-  /// Pause between retries of a failed extension (while validity remains). 0: a tenth of the ttl.
-  std::chrono::milliseconds retry_interval{0};
-  /// The loss is signalled this long before the validity deadline, so the guarded work has time to
-  /// stop while the lock still holds. 0: a twentieth of the ttl (at least 2 ms).
-  std::chrono::milliseconds notify_margin{0};
-  /// At most this many extensions (0: no count limit).
-  std::size_t max_extensions = 0;
-  /// The lock is not extended past this long after `keep_alive` started (0: no limit). The default,
-  /// one hour, keeps a stuck but live holder from keeping a lock forever, yet outlasts most jobs;
-  /// a leader that should hold for its whole life sets 0 knowingly.
-  std::chrono::milliseconds max_hold = std::chrono::hours{1};
 };
 
 /// Checks `cfg` (masters present, distinct and valid; timeouts positive; drift and retry sane).

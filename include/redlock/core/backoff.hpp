@@ -10,9 +10,9 @@ namespace redlock::core {
 
 /// Backoff policy for reconnecting to a node.
 struct backoff_policy {
-  std::chrono::milliseconds initial{50};   ///< delay scale of the first retry
-  std::chrono::milliseconds max{2000};     ///< cap of the exponential growth
-  double jitter = 0.5;                     ///< fraction of the delay that is random, in [0, 1]
+  std::chrono::milliseconds initial{50};  ///< delay scale of the first retry
+  std::chrono::milliseconds max{2000};    ///< cap of the exponential growth
+  double jitter = 0.5;                    ///< fraction of the delay that is random, in [0, 1]
 };
 
 /// The delay before retry number `attempt` (0 for the first retry): `d = min(max, initial * 2^attempt)`,

@@ -1,0 +1,110 @@
+#pragma once
+/// @file
+/// One extension of a held Redlock lock as a sans-I/O state machine: the check-the-token extend
+/// script on every master, with per-master deadlines cut to the remaining validity. The extension
+/// counts only if a majority extended it *before the old validity ran out* (after that, someone
+/// else may hold the lock) and the new validity is positive.
+
+#include <redlock/core/outcome.hpp>
+#include <redlock/core/validity.hpp>
+#include <redlock/error.hpp>
+
+#include <boost/asio/error.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace redlock::core {
+
+/// What the shell does next for an `extend_fsm`.
+struct extend_action {
+  enum class type : std::uint8_t {
+    wait,      ///< nothing: wait for replies
+    extend,    ///< send the extend script to every master, per-request deadline `at`
+    complete,  ///< complete with `ec`; on success the new deadline is `validity_deadline()`
+  };
+  type what = type::wait;
+  clock::time_point at{};
+  boost::system::error_code ec;
+};
+
+/// One extension (by `async_extend` or the keep-alive).
+class extend_fsm {
+ public:
+  /// @param old_deadline the lock's current validity deadline.
+  extend_fsm(std::size_t masters, std::chrono::milliseconds ttl, std::chrono::milliseconds request_timeout,
+             const drift_policy& drift, clock::time_point old_deadline) noexcept
+      : masters_(masters), ttl_(ttl), timeout_(request_timeout), drift_(drift), old_deadline_(old_deadline) {}
+
+  /// Makes the machine ready for another extension of the same lock (keeps the table's storage).
+  void reset(std::chrono::milliseconds ttl, clock::time_point old_deadline) noexcept {
+    ttl_ = ttl;
+    old_deadline_ = old_deadline;
+    state_ = state::idle;
+    ok_ = false;
+  }
+
+  extend_action start(clock::time_point now) {
+    if (state_ != state::idle) return {};
+    if (now >= old_deadline_) return finish(error::validity_expired);  // someone else may hold it now
+    state_ = state::waiting;
+    table_.begin(command::extend, masters_, now);
+    // The extension must be decided within the remaining validity: no master may take longer.
+    const auto timeout = std::min<clock::duration>(timeout_, old_deadline_ - now);
+    return {extend_action::type::extend, now + timeout, {}};
+  }
+
+  extend_action on_reply(std::size_t master, boost::system::error_code ec, const resp::response& reply,
+                         clock::time_point now) {
+    if (state_ != state::waiting) return {};
+    if (!table_.record(master, classify(command::extend, ec, reply), now)) return {};
+    if (table_.state() == quorum_state::reached) {
+      if (now < old_deadline_ && validity<clock>(ttl_, table_.start(), now, drift_) > clock::duration::zero()) {
+        new_deadline_ = core::validity_deadline<clock>(ttl_, table_.start(), drift_);
+        return finish({});
+      }
+      return finish(error::validity_expired);
+    }
+    // A master that answers "not ours" proves the key expired or was taken: the lock is gone.
+    return finish(table_.any(master_status::taken) ? error::not_owner : error::quorum_unavailable);
+  }
+
+  /// The caller stopped waiting: the old deadline stands even if the extension later succeeds
+  /// (the conservative choice: the holder relies on the old one).
+  extend_action cancel() {
+    if (state_ == state::done) return {};
+    return finish(boost::asio::error::operation_aborted);
+  }
+
+  bool done() const noexcept { return state_ == state::done; }
+  /// Whether a round was sent and decided by the masters (not refused up front, not cancelled).
+  bool decided() const noexcept { return table_.decided(); }
+  /// The new validity deadline after success; the old one otherwise.
+  clock::time_point validity_deadline() const noexcept { return ok_ ? new_deadline_ : old_deadline_; }
+  const round_table& table() const noexcept { return table_; }
+  round_table& table() noexcept { return table_; }
+
+ private:
+  enum class state : std::uint8_t { idle, waiting, done };
+
+  extend_action finish(boost::system::error_code ec) {
+    state_ = state::done;
+    ok_ = !ec;
+    return {extend_action::type::complete, {}, ec};
+  }
+
+  std::size_t masters_;
+  std::chrono::milliseconds ttl_;
+  std::chrono::milliseconds timeout_;
+  drift_policy drift_;
+  clock::time_point old_deadline_;
+  clock::time_point new_deadline_{};
+  state state_ = state::idle;
+  bool ok_ = false;
+  round_table table_;
+};
+
+}  // namespace redlock::core

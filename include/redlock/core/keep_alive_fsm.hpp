@@ -1,0 +1,187 @@
+#pragma once
+/// @file
+/// The keep-alive schedule of a held lock as a sans-I/O state machine: when to renew, when to
+/// retry a failed renewal, the caps, and when (and why) to declare the lock lost. The loss is
+/// always declared at the latest `notify_margin` before the validity deadline, whatever an
+/// extension in progress is doing: the shell only has to wake the machine at `next_wake()`.
+
+#include <redlock/error.hpp>
+
+#include <boost/asio/error.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace redlock {
+
+/// How a held lock is kept alive by `lock::keep_alive`. Zero durations mean "derive from the ttl".
+struct keep_alive_options {
+  /// The ttl each extension sets. 0: the ttl the lock was acquired with.
+  std::chrono::milliseconds ttl{0};
+  /// Extend when the remaining validity falls below this. 0: half the ttl.
+  std::chrono::milliseconds renew_below{0};
+  /// Pause between retries of a failed extension (while validity remains). 0: a tenth of the ttl.
+  std::chrono::milliseconds retry_interval{0};
+  /// The loss is signalled this long before the validity deadline, so the guarded work has time to
+  /// stop while the lock still holds. 0: a twentieth of the ttl (at least 2 ms).
+  std::chrono::milliseconds notify_margin{0};
+  /// At most this many extensions (0: no count limit).
+  std::size_t max_extensions = 0;
+  /// The lock is not extended past this long after `keep_alive` started (0: no limit). The default,
+  /// one hour, keeps a stuck but live holder from keeping a lock forever, yet outlasts most jobs;
+  /// a leader that should hold for its whole life sets 0 knowingly.
+  std::chrono::milliseconds max_hold = std::chrono::hours{1};
+};
+
+namespace core {
+
+using clock = std::chrono::steady_clock;
+
+/// The loss is signalled this long before the deadline when nothing else was said: a twentieth of
+/// the ttl, at least 2 ms.
+constexpr std::chrono::milliseconds default_notify_margin(std::chrono::milliseconds ttl) noexcept {
+  return std::max(std::chrono::milliseconds{2}, ttl / 20);
+}
+
+/// `opts` with every zero duration replaced by its default for a lock of `ttl`.
+constexpr keep_alive_options resolve(keep_alive_options opts, std::chrono::milliseconds ttl) noexcept {
+  using std::chrono::milliseconds;
+  if (opts.ttl <= milliseconds::zero()) opts.ttl = ttl;
+  if (opts.renew_below <= milliseconds::zero()) opts.renew_below = opts.ttl / 2;
+  if (opts.retry_interval <= milliseconds::zero()) opts.retry_interval = std::max(milliseconds{1}, opts.ttl / 10);
+  if (opts.notify_margin <= milliseconds::zero()) opts.notify_margin = default_notify_margin(opts.ttl);
+  return opts;
+}
+
+/// What the shell does next for a `keep_alive_fsm`.
+struct keep_alive_action {
+  enum class type : std::uint8_t {
+    none,    ///< nothing now: wake the machine again at `next_wake()`
+    extend,  ///< run one extension of `ttl` (an `extend_fsm`), then call `on_extended`
+    lost,    ///< the lock is lost, for `reason`: tell the holder (the machine is finished)
+  };
+  type what = type::none;
+  std::chrono::milliseconds ttl{0};
+  boost::system::error_code reason;
+};
+
+/// Watches one held lock. Without `keep`, it only declares the loss (`validity_expired`) a margin
+/// before the deadline; with `keep`, it also extends the lock before it runs out.
+class keep_alive_fsm {
+ public:
+  /// @param ttl the ttl the lock was acquired with; @param deadline its validity deadline;
+  /// @param request_timeout the per-master deadline of one extension.
+  keep_alive_fsm(std::chrono::milliseconds ttl, clock::time_point deadline,
+                 std::chrono::milliseconds request_timeout) noexcept
+      : ttl_(ttl), deadline_(deadline), margin_(default_notify_margin(ttl)), request_timeout_(request_timeout) {}
+
+  /// Starts keeping the lock alive, or replaces the options of a running keep-alive (the caps
+  /// count from the first call).
+  void keep(const keep_alive_options& opts, clock::time_point now) noexcept {
+    if (finished()) return;
+    opts_ = resolve(opts, ttl_);
+    margin_ = opts_.notify_margin;
+    if (!keeping_) hold_start_ = now;
+    keeping_ = true;
+    capped_ = false;
+    next_try_ = deadline_ - opts_.renew_below;
+  }
+
+  /// When the shell must call `on_timer` next; `time_point::max()` once finished. Never later
+  /// than the loss point (`deadline - margin`).
+  clock::time_point next_wake() const noexcept {
+    if (finished()) return clock::time_point::max();
+    const auto loss_at = deadline_ - margin_;
+    return (keeping_ && !extending_) ? std::min(loss_at, next_try_) : loss_at;
+  }
+
+  keep_alive_action on_timer(clock::time_point now) {
+    if (finished()) return {};
+    if (now >= deadline_ - margin_) return lose(pending_ ? pending_ : make_error_code(error::validity_expired));
+    if (!keeping_ || extending_ || now < next_try_) return {};
+    const bool capped = (opts_.max_extensions != 0 && extensions_ >= opts_.max_extensions) ||
+                        (opts_.max_hold.count() > 0 && now + opts_.ttl > hold_start_ + opts_.max_hold);
+    if (capped) {
+      // Not extended any more: the loss comes at the deadline, and says why.
+      keeping_ = false;
+      capped_ = true;
+      pending_ = error::extension_limit;
+      return {};
+    }
+    extending_ = true;
+    return {keep_alive_action::type::extend, opts_.ttl, {}};
+  }
+
+  /// The extension asked for by `on_timer` ended with `ec` (success: the lock now runs until
+  /// `new_deadline`).
+  keep_alive_action on_extended(boost::system::error_code ec, clock::time_point new_deadline, clock::time_point now) {
+    if (!extending_ || finished()) return {};
+    extending_ = false;
+    if (ec == boost::asio::error::operation_aborted) return {};
+    if (!ec) {
+      deadline_moved(new_deadline);
+      pending_.clear();
+      return {};
+    }
+    // The key is gone or taken, or the quorum came too late: nothing to wait for.
+    if (ec == error::not_owner || ec == error::validity_expired) return lose(ec);
+    // No quorum this time (masters down or slow): retry while an attempt can still end in time.
+    pending_ = ec;
+    const auto next = now + opts_.retry_interval;
+    if (next + request_timeout_ >= deadline_ - margin_) return lose(ec);
+    next_try_ = next;
+    return {};
+  }
+
+  /// The lock was extended (by this machine's extension or by the holder's `async_extend`).
+  void deadline_moved(clock::time_point new_deadline) noexcept {
+    if (finished()) return;
+    deadline_ = new_deadline;
+    ++extensions_;
+    if (keeping_) next_try_ = deadline_ - opts_.renew_below;
+  }
+
+  /// The lock was released (or its handle dropped, or the client closed): no more actions.
+  void stop() noexcept { stopped_ = true; }
+
+  bool finished() const noexcept { return stopped_ || lost_; }
+  bool lost() const noexcept { return lost_; }
+  bool keeping() const noexcept { return keeping_; }
+  bool extending() const noexcept { return extending_; }
+  /// True once a cap stopped the keep-alive (the loss will follow at the deadline).
+  bool capped() const noexcept { return capped_; }
+  /// Why the lock was lost (empty while not lost).
+  boost::system::error_code reason() const noexcept { return lost_ ? pending_ : boost::system::error_code{}; }
+  clock::time_point deadline() const noexcept { return deadline_; }
+  std::chrono::milliseconds margin() const noexcept { return margin_; }
+  std::size_t extensions() const noexcept { return extensions_; }
+  const keep_alive_options& options() const noexcept { return opts_; }
+
+ private:
+  keep_alive_action lose(boost::system::error_code reason) {
+    lost_ = true;
+    pending_ = reason;
+    return {keep_alive_action::type::lost, {}, reason};
+  }
+
+  std::chrono::milliseconds ttl_;
+  clock::time_point deadline_;
+  std::chrono::milliseconds margin_;
+  std::chrono::milliseconds request_timeout_;
+  keep_alive_options opts_{};
+  clock::time_point hold_start_{};
+  clock::time_point next_try_ = clock::time_point::max();
+  boost::system::error_code pending_;  // why the coming loss will be declared, when known before it
+  std::size_t extensions_ = 0;
+  bool keeping_ = false;
+  bool extending_ = false;
+  bool capped_ = false;
+  bool lost_ = false;
+  bool stopped_ = false;
+};
+
+}  // namespace core
+}  // namespace redlock

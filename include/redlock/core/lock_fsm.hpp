@@ -1,0 +1,166 @@
+#pragma once
+/// @file
+/// The acquisition of a Redlock lock as a sans-I/O state machine: rounds of `SET NX PX` on every
+/// master, the quorum decision, the validity check, release on every master after a failed round,
+/// and the bounded, randomised retry schedule. The I/O shell sends, sleeps and completes as told;
+/// every decision is here (see ../shared/redlock-spec.md, "Acquire on N masters").
+
+#include <redlock/core/outcome.hpp>
+#include <redlock/core/retry.hpp>
+#include <redlock/core/validity.hpp>
+#include <redlock/error.hpp>
+
+#include <boost/asio/error.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace redlock::core {
+
+/// The rules an acquisition follows (from `client_config`).
+struct lock_rules {
+  std::size_t masters = 0;
+  std::chrono::milliseconds ttl{0};
+  std::chrono::milliseconds request_timeout{250};
+  drift_policy drift{};
+  retry_policy retry{};
+  bool retry_enabled = true;  ///< false: one attempt (`async_try_lock`)
+};
+
+/// Checks a ttl against the rules shared by acquire and extend: positive, at most `max_ttl`, and
+/// long enough that a quorum decided at the very end of the per-master deadline still leaves
+/// validity. Returns `error::invalid_argument` or success.
+inline boost::system::error_code check_ttl(std::chrono::milliseconds ttl, std::chrono::milliseconds max_ttl,
+                                           std::chrono::milliseconds request_timeout, const drift_policy& drift) {
+  // Bounded before any arithmetic: the validity is computed in steady_clock nanoseconds.
+  if (ttl <= std::chrono::milliseconds::zero() || ttl > max_ttl) return error::invalid_argument;
+  const auto usable = std::chrono::microseconds{ttl} - core::drift(ttl, drift);
+  if (usable <= std::chrono::microseconds{request_timeout}) return error::invalid_argument;
+  return {};
+}
+
+/// What the shell does next for a `lock_fsm`.
+struct lock_action {
+  enum class type : std::uint8_t {
+    wait,      ///< nothing: wait for replies (or the sleep's end, or cancellation)
+    acquire,   ///< send `SET key token NX PX ttl` to every master, per-request deadline `at`
+    sleep,     ///< arm a timer for `at`, then call `on_timer`
+    complete,  ///< complete the operation with `ec` (success: `validity_deadline()` holds)
+  };
+  type what = type::wait;
+  /// Before anything else: run the release script on every master (nobody waits for it). Set
+  /// after a failed or cancelled round, whose requests may still set the key.
+  bool release = false;
+  clock::time_point at{};
+  boost::system::error_code ec;
+};
+
+/// One `async_lock` / `async_try_lock`. Drive it with `start`, then feed it every reply
+/// (`on_reply`), the end of each sleep (`on_timer`) and cancellation (`cancel`), doing what each
+/// returned action says. Replies of an earlier round (stragglers of a failed attempt) are ignored:
+/// that round's release was already queued behind them on each master's connection.
+class lock_fsm {
+ public:
+  explicit lock_fsm(const lock_rules& rules) noexcept : rules_(rules) {}
+
+  /// Begins the first attempt at `now`.
+  lock_action start(clock::time_point now) {
+    if (state_ != state::idle) return {};
+    first_start_ = now;
+    return begin_round(now);
+  }
+
+  /// Master `master`'s answer to round `round` (the value of `round()` when it was sent), at `now`.
+  /// `unit_random` in [0, 1) draws the retry delay should this answer fail the round.
+  lock_action on_reply(std::uint64_t round, std::size_t master, boost::system::error_code ec,
+                       const resp::response& reply, clock::time_point now, double unit_random) {
+    if (state_ != state::waiting || round != round_) return {};
+    if (!table_.record(master, classify(command::acquire, ec, reply), now)) return {};
+    if (table_.state() == quorum_state::reached) {
+      if (validity<clock>(rules_.ttl, table_.start(), now, rules_.drift) > clock::duration::zero()) {
+        deadline_ = core::validity_deadline<clock>(rules_.ttl, table_.start(), rules_.drift);
+        return finish({}, false);
+      }
+      // A majority said yes, but too late to rely on it: as good as a failure.
+      return fail_round(error::validity_expired, now, unit_random);
+    }
+    return fail_round(table_.any(master_status::taken) ? error::not_acquired : error::quorum_unavailable, now,
+                      unit_random);
+  }
+
+  /// The retry delay has passed: the next attempt.
+  lock_action on_timer(clock::time_point now) {
+    if (state_ != state::sleeping) return {};
+    return begin_round(now);
+  }
+
+  /// The caller cancelled (or the client closed). A round in progress is released everywhere:
+  /// whatever it acquired must not stay behind.
+  lock_action cancel() {
+    switch (state_) {
+      case state::idle:
+      case state::sleeping:
+        return finish(boost::asio::error::operation_aborted, false);
+      case state::waiting:
+        return finish(boost::asio::error::operation_aborted, true);
+      case state::done:
+        break;
+    }
+    return {};
+  }
+
+  /// The round in progress (answers carry it back to `on_reply`).
+  std::uint64_t round() const noexcept { return round_; }
+  /// Attempts started so far.
+  std::size_t attempts() const noexcept { return attempts_; }
+  bool done() const noexcept { return state_ == state::done; }
+  /// The answers of the last round (the one that decided the outcome).
+  const round_table& table() const noexcept { return table_; }
+  round_table& table() noexcept { return table_; }
+  /// Until when the holder may rely on the lock (after success).
+  clock::time_point validity_deadline() const noexcept { return deadline_; }
+  /// When the first attempt began.
+  clock::time_point first_start() const noexcept { return first_start_; }
+  /// The error that failed the last round (empty after success or before any failure).
+  boost::system::error_code last_error() const noexcept { return last_error_; }
+
+ private:
+  enum class state : std::uint8_t { idle, waiting, sleeping, done };
+
+  lock_action begin_round(clock::time_point now) {
+    ++round_;
+    ++attempts_;
+    state_ = state::waiting;
+    table_.begin(command::acquire, rules_.masters, now);
+    return {lock_action::type::acquire, false, now + rules_.request_timeout, {}};
+  }
+
+  // The round failed with `ec`: release it everywhere, then retry after a random delay while the
+  // retry policy allows, else complete with `ec`.
+  lock_action fail_round(boost::system::error_code ec, clock::time_point now, double unit_random) {
+    last_error_ = ec;
+    const auto delay = retry_delay(rules_.retry, unit_random);
+    const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(now - first_start_);
+    if (!rules_.retry_enabled || !may_retry(rules_.retry, attempts_, elapsed, delay)) return finish(ec, true);
+    state_ = state::sleeping;
+    return {lock_action::type::sleep, true, now + delay, {}};
+  }
+
+  lock_action finish(boost::system::error_code ec, bool release) {
+    state_ = state::done;
+    return {lock_action::type::complete, release, {}, ec};
+  }
+
+  lock_rules rules_;
+  state state_ = state::idle;
+  std::uint64_t round_ = 0;
+  std::size_t attempts_ = 0;
+  clock::time_point first_start_{};
+  clock::time_point deadline_{};
+  boost::system::error_code last_error_;
+  round_table table_;
+};
+
+}  // namespace redlock::core

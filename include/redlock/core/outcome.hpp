@@ -1,0 +1,141 @@
+#pragma once
+/// @file
+/// What one master's reply means for each command of the Redlock protocol, and the table of one
+/// round's answers (one per master) with the quorum over them. Pure: times are passed in.
+
+#include <redlock/core/quorum.hpp>
+#include <redlock/error.hpp>
+#include <redlock/master_result.hpp>
+#include <redlock/resp/node.hpp>
+
+#include <boost/system/error_code.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+namespace redlock::core {
+
+using clock = std::chrono::steady_clock;
+
+/// The commands of the protocol: each has its own "yes" and "no".
+enum class command : std::uint8_t {
+  acquire,  ///< `SET key token NX PX ttl`: `+OK` granted, nil taken
+  extend,   ///< the extend script: 1 granted (ours, extended), 0 taken (not ours any more)
+  release,  ///< the release script: 1 granted (ours, deleted), 0 taken (not ours, or gone)
+};
+
+/// What one master's reply (or the failure to get one, `ec`) means for `cmd`.
+///
+/// - `error::server_error`: `server_error`, with the server's text (the command did not run);
+/// - `error::master_timeout`: `timeout` (it may still run);
+/// - `error::not_connected`: `unreachable` (nothing was sent);
+/// - any other error (connection lost, protocol error, aborted): `failed` (outcome unknown);
+/// - a reply of the wrong shape: `failed` with `error::unexpected_reply`.
+inline master_result classify(command cmd, boost::system::error_code ec, const resp::response& r) {
+  master_result out;
+  const resp::node* v = resp::reply_value(r);
+  if (ec == error::server_error) {
+    out.status = master_status::server_error;
+    out.error = ec;
+    if (v) out.server_text = v->value;
+    return out;
+  }
+  if (ec) {
+    out.error = ec;
+    out.status = ec == error::master_timeout  ? master_status::timeout
+                 : ec == error::not_connected ? master_status::unreachable
+                                              : master_status::failed;
+    return out;
+  }
+  if (v) {
+    if (cmd == command::acquire) {
+      if (v->data_type == resp::type::simple_string && v->value == "OK") out.status = master_status::granted;
+      if (v->data_type == resp::type::null) out.status = master_status::taken;
+    } else if (v->data_type == resp::type::integer) {
+      if (v->value == "1") out.status = master_status::granted;
+      if (v->value == "0") out.status = master_status::taken;
+    }
+    if (out.status != master_status::pending) return out;
+  }
+  out.status = master_status::failed;
+  out.error = error::unexpected_reply;
+  return out;
+}
+
+/// True when `r` is the `NOSCRIPT` error of an `EVALSHA` whose script the master has not cached
+/// (restarted, or `SCRIPT FLUSH`): the script is then sent again with `EVAL`, not counted.
+inline bool is_noscript(boost::system::error_code ec, const resp::response& r) noexcept {
+  if (ec != error::server_error) return false;
+  const resp::node* v = resp::reply_value(r);
+  return v && std::string_view{v->value}.substr(0, 8) == "NOSCRIPT";
+}
+
+/// Whether an answer counts towards the quorum of `cmd`. For acquire and extend only `granted`
+/// does. For release any clean answer does: the key is gone from that master either way.
+constexpr bool counts_as_yes(command cmd, master_status s) noexcept {
+  return s == master_status::granted || (cmd == command::release && s == master_status::taken);
+}
+
+/// One round of a command sent to every master at once: each master's first answer, and the
+/// quorum over them, decided at the first answer that makes the outcome certain.
+class round_table {
+ public:
+  /// Starts a round of `cmd` on `n` masters sent at `start` (keeps the storage's capacity).
+  void begin(command cmd, std::size_t n, clock::time_point start) {
+    cmd_ = cmd;
+    start_ = start;
+    decided_at_ = {};
+    decided_ = false;
+    votes_ = quorum{n};
+    results_.assign(n, master_result{});
+  }
+
+  /// Records master `i`'s answer at `now` (its latency counts from the round's start). A second
+  /// answer of the same master, or an index out of range, is ignored. Returns true when this
+  /// answer decided the round (reached or impossible).
+  bool record(std::size_t i, master_result r, clock::time_point now) {
+    if (i >= results_.size() || results_[i].status != master_status::pending) return false;
+    if (r.status == master_status::pending) r.status = master_status::failed;  // an answer is never "pending"
+    r.latency = std::chrono::duration_cast<std::chrono::microseconds>(now - start_);
+    if (counts_as_yes(cmd_, r.status)) {
+      votes_.yes();
+    } else {
+      votes_.no();
+    }
+    results_[i] = std::move(r);
+    if (decided_ || votes_.state() == quorum_state::pending) return false;
+    decided_ = true;
+    decided_at_ = now;
+    return true;
+  }
+
+  command cmd() const noexcept { return cmd_; }
+  quorum_state state() const noexcept { return votes_.state(); }
+  bool decided() const noexcept { return decided_; }
+  clock::time_point start() const noexcept { return start_; }
+  /// When the deciding answer was recorded (meaningful once `decided()`).
+  clock::time_point decided_at() const noexcept { return decided_at_; }
+  std::size_t size() const noexcept { return results_.size(); }
+  const std::vector<master_result>& results() const noexcept { return results_; }
+  /// Moves the results out (the table is empty after; `begin` makes it usable again).
+  std::vector<master_result> take_results() noexcept { return std::move(results_); }
+
+  std::size_t count(master_status s) const noexcept {
+    return static_cast<std::size_t>(
+        std::count_if(results_.begin(), results_.end(), [s](const master_result& m) { return m.status == s; }));
+  }
+  bool any(master_status s) const noexcept { return count(s) != 0; }
+
+ private:
+  command cmd_ = command::acquire;
+  clock::time_point start_{};
+  clock::time_point decided_at_{};
+  bool decided_ = false;
+  quorum votes_{0};
+  std::vector<master_result> results_;
+};
+
+}  // namespace redlock::core

@@ -1,0 +1,81 @@
+#pragma once
+/// @file
+/// The release of a Redlock lock as a sans-I/O state machine: the check-the-token release script
+/// on every master, decided once a majority answered (granted or not ours: the key is gone from
+/// that master either way). The masters that have not answered finish in the background.
+
+#include <redlock/core/outcome.hpp>
+#include <redlock/error.hpp>
+
+#include <boost/asio/error.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace redlock::core {
+
+/// What the shell does next for an `unlock_fsm`.
+struct unlock_action {
+  enum class type : std::uint8_t {
+    wait,      ///< nothing: wait for replies
+    release,   ///< send the release script to every master, per-request deadline `at`
+    complete,  ///< complete with `ec` and `held()`
+  };
+  type what = type::wait;
+  clock::time_point at{};
+  boost::system::error_code ec;
+};
+
+/// One `async_unlock`.
+class unlock_fsm {
+ public:
+  unlock_fsm(std::size_t masters, std::chrono::milliseconds release_timeout) noexcept
+      : masters_(masters), timeout_(release_timeout) {}
+
+  unlock_action start(clock::time_point now) {
+    if (state_ != state::idle) return {};
+    state_ = state::waiting;
+    table_.begin(command::release, masters_, now);
+    return {unlock_action::type::release, now + timeout_, {}};
+  }
+
+  /// Master `master`'s answer at `now`.
+  unlock_action on_reply(std::size_t master, boost::system::error_code ec, const resp::response& reply,
+                         clock::time_point now) {
+    if (state_ != state::waiting) return {};
+    if (!table_.record(master, classify(command::release, ec, reply), now)) return {};
+    state_ = state::done;
+    held_ = table_.count(master_status::granted);
+    const bool reached = table_.state() == quorum_state::reached;
+    return {unlock_action::type::complete, {}, reached ? boost::system::error_code{} : error::quorum_unavailable};
+  }
+
+  /// The caller stopped waiting: completes now; the requests already sent run to completion.
+  unlock_action cancel() {
+    if (state_ == state::done) return {};
+    state_ = state::done;
+    cancelled_ = true;
+    return {unlock_action::type::complete, {}, boost::asio::error::operation_aborted};
+  }
+
+  bool done() const noexcept { return state_ == state::done; }
+  /// True when the outcome was decided by the masters (not by cancellation).
+  bool decided() const noexcept { return state_ == state::done && !cancelled_; }
+  /// Masters that still had our token and deleted it, among those that answered by the decision.
+  std::size_t held() const noexcept { return held_; }
+  const round_table& table() const noexcept { return table_; }
+  round_table& table() noexcept { return table_; }
+
+ private:
+  enum class state : std::uint8_t { idle, waiting, done };
+  std::size_t masters_;
+  std::chrono::milliseconds timeout_;
+  state state_ = state::idle;
+  bool cancelled_ = false;
+  std::size_t held_ = 0;
+  round_table table_;
+};
+
+}  // namespace redlock::core
