@@ -1,5 +1,4 @@
 #include <redlock/error.hpp>
-#include <redlock/master_result.hpp>
 
 #include <boost/asio/error.hpp>
 
@@ -147,30 +146,6 @@ const boost::system::error_category& error_category() noexcept {
 const boost::system::error_category& condition_category() noexcept {
   static const condition_category_impl instance;
   return instance;
-}
-
-}  // namespace redlock
-
-namespace redlock {
-
-std::string_view to_string(master_status s) noexcept {
-  switch (s) {
-    case master_status::pending:
-      return "pending";
-    case master_status::granted:
-      return "granted";
-    case master_status::taken:
-      return "taken";
-    case master_status::server_error:
-      return "server_error";
-    case master_status::timeout:
-      return "timeout";
-    case master_status::unreachable:
-      return "unreachable";
-    case master_status::failed:
-      return "failed";
-  }
-  return "unknown";
 }
 
 }  // namespace redlock

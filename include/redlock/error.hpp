@@ -4,6 +4,7 @@
 
 #include <boost/system/error_code.hpp>
 
+#include <string_view>
 #include <type_traits>
 
 namespace redlock {
@@ -72,14 +73,17 @@ enum class condition {
   contention,
 };
 
+/// The enumerator's identifier: "protocol_error", "master_timeout", "not_owner", ... (the CLI's
+/// JSON uses these names); "unknown" for a value that is not an enumerator. For the message, use
+/// `make_error_code(e).message()`.
+std::string_view to_string(error e) noexcept;
+
 /// The category of `redlock::error` codes, named "redlock".
 const boost::system::error_category& error_category() noexcept;
 /// The category of `redlock::condition`, named "redlock.condition".
 const boost::system::error_category& condition_category() noexcept;
 
-inline boost::system::error_code make_error_code(error e) noexcept {
-  return {static_cast<int>(e), error_category()};
-}
+inline boost::system::error_code make_error_code(error e) noexcept { return {static_cast<int>(e), error_category()}; }
 inline boost::system::error_condition make_error_condition(condition c) noexcept {
   return {static_cast<int>(c), condition_category()};
 }

@@ -1,12 +1,14 @@
 #pragma once
 /// @file
-/// Everything of redlock-asio in one include.
+/// Everything of redlock-asio in one include, except the opt-in fmt formatters of
+/// `redlock/format.hpp` (which need fmt).
 
 #include <redlock/client.hpp>
 #include <redlock/config.hpp>
 #include <redlock/connection.hpp>
 #include <redlock/error.hpp>
 #include <redlock/lock.hpp>
+#include <redlock/master_result.hpp>
 #include <redlock/observe.hpp>
 #include <redlock/resp/node.hpp>
 #include <redlock/resp/parser.hpp>

@@ -5,6 +5,7 @@
 #include "output.hpp"
 #include <redlock/client.hpp>
 #include <redlock/core/validity.hpp>
+#include <redlock/format.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -138,24 +139,10 @@ struct child_setup {
 
 // ---- the run --------------------------------------------------------------------------------------
 
-const char* status_name(master_status s) {
-  switch (s) {
-    case master_status::pending:
-      return "pending";
-    case master_status::granted:
-      return "granted";
-    case master_status::taken:
-      return "taken";
-    case master_status::server_error:
-      return "server_error";
-    case master_status::timeout:
-      return "timeout";
-    case master_status::unreachable:
-      return "unreachable";
-    case master_status::failed:
-      return "failed";
-  }
-  return "unknown";
+/// The loss reason's identifier for the JSON "reason" field ("not_owner", "quorum_unavailable",
+/// "validity_expired", "extension_limit"); "other" for a code from another category.
+std::string_view loss_reason_name(const error_code& reason) {
+  return reason.category() == error_category() ? to_string(static_cast<error>(reason.value())) : "other";
 }
 
 class runner {
@@ -237,7 +224,7 @@ class runner {
       const auto& r = nodes[i];
       j.begin_object()
           .field("address", redlock::address_of(cfg_.client.masters[i]))
-          .field("status", status_name(r.status))
+          .field("status", to_string(r.status))
           .field("latency_ms", to_ms(r.latency));
       if (auto why = node_reason(r, i, conns); !why.empty() && r.status != master_status::granted) {
         j.field("error", why);
@@ -256,9 +243,10 @@ class runner {
       if (r.status == master_status::pending) {
         line += "pending (the majority decided before it answered)";
       } else {
-        line += fmt::format("{:<12} {:8.3f} ms", status_name(r.status), to_ms(r.latency));
+        line += fmt::format("{:<12} {:8.3f} ms", r.status, to_ms(r.latency));
       }
-      if (r.status != master_status::granted && r.status != master_status::taken && r.status != master_status::pending) {
+      if (r.status != master_status::granted && r.status != master_status::taken &&
+          r.status != master_status::pending) {
         line += "  " + node_reason(r, i, conns);
       }
       complain(line);
@@ -428,8 +416,9 @@ class runner {
                                                 : std::string{"use --wait DURATION to wait for it"});
     } else if (ec == error::quorum_unavailable) {
       reason = "unavailable";
-      const auto answered = count(
-          [](const master_result& r) { return r.status == master_status::granted || r.status == master_status::taken; });
+      const auto answered = count([](const master_result& r) {
+        return r.status == master_status::granted || r.status == master_status::taken;
+      });
       // Group the others by what went wrong: "3 unreachable (Connection refused)".
       const auto conns = locks_->masters();
       std::map<std::string, std::size_t> why;
@@ -437,7 +426,7 @@ class runner {
         const auto& r = nodes[i];
         if (r.status == master_status::granted || r.status == master_status::taken) continue;
         const auto text = node_reason(r, i, conns);
-        why[fmt::format("{}{}", status_name(r.status), text.empty() ? "" : ": " + text)]++;
+        why[fmt::format("{}{}", r.status, text.empty() ? "" : ": " + text)]++;
       }
       std::string details;
       for (const auto& [text, k] : why) details += fmt::format("{}{} {}", details.empty() ? "" : "; ", k, text);
@@ -634,12 +623,7 @@ class runner {
     say(message);
     verbose_masters(lock_.masters());
     auto j = event("lost");
-    j.field("reason", reason == error::not_owner            ? "not_owner"
-                      : reason == error::quorum_unavailable ? "quorum_unavailable"
-                      : reason == error::extension_limit    ? "extension_limit"
-                      : reason == error::validity_expired   ? "validity_expired"
-                                                            : "other")
-        .field("message", message);
+    j.field("reason", loss_reason_name(reason)).field("message", message);
     add_masters(j, lock_.masters());
     emit(j);
     send(SIGTERM);

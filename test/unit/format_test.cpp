@@ -1,0 +1,122 @@
+#include <redlock/error.hpp>
+#include <redlock/format.hpp>
+#include <redlock/master_result.hpp>
+
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <set>
+#include <string>
+#include <string_view>
+
+namespace {
+
+using namespace std::chrono_literals;
+using redlock::error;
+using redlock::master_result;
+using redlock::master_status;
+
+// The last enumerators the names below know of. A new enumerator after them makes the
+// "after the last one is unknown" checks fail until these and the expectations are updated; one
+// added without a name in to_string fails the build first (-Wswitch).
+constexpr auto last_status = master_status::failed;
+constexpr auto last_error = error::extension_limit;
+
+TEST(names, every_master_status_has_a_distinct_name) {
+  std::set<std::string_view> seen;
+  for (int v = 0; v <= static_cast<int>(last_status); ++v) {
+    const auto name = redlock::to_string(static_cast<master_status>(v));
+    EXPECT_FALSE(name.empty()) << v;
+    EXPECT_NE(name, "unknown") << v;
+    EXPECT_TRUE(seen.insert(name).second) << "duplicate name " << name;
+  }
+  EXPECT_EQ(seen.size(), 7U);
+  EXPECT_EQ(redlock::to_string(static_cast<master_status>(static_cast<int>(last_status) + 1)), "unknown");
+}
+
+TEST(names, master_status_names_match_the_cli_json) {
+  EXPECT_EQ(redlock::to_string(master_status::pending), "pending");
+  EXPECT_EQ(redlock::to_string(master_status::granted), "granted");
+  EXPECT_EQ(redlock::to_string(master_status::taken), "taken");
+  EXPECT_EQ(redlock::to_string(master_status::server_error), "server_error");
+  EXPECT_EQ(redlock::to_string(master_status::timeout), "timeout");
+  EXPECT_EQ(redlock::to_string(master_status::unreachable), "unreachable");
+  EXPECT_EQ(redlock::to_string(master_status::failed), "failed");
+}
+
+TEST(names, every_error_has_a_distinct_name) {
+  std::set<std::string_view> seen;
+  for (int v = static_cast<int>(error::protocol_error); v <= static_cast<int>(last_error); ++v) {
+    const auto name = redlock::to_string(static_cast<error>(v));
+    EXPECT_FALSE(name.empty()) << v;
+    EXPECT_NE(name, "unknown") << v;
+    EXPECT_TRUE(seen.insert(name).second) << "duplicate name " << name;
+  }
+  EXPECT_EQ(seen.size(), 20U);
+  EXPECT_EQ(redlock::to_string(static_cast<error>(0)), "unknown");
+  EXPECT_EQ(redlock::to_string(static_cast<error>(static_cast<int>(last_error) + 1)), "unknown");
+}
+
+TEST(names, error_names_are_the_identifiers) {
+  EXPECT_EQ(redlock::to_string(error::protocol_error), "protocol_error");
+  EXPECT_EQ(redlock::to_string(error::master_timeout), "master_timeout");
+  EXPECT_EQ(redlock::to_string(error::not_owner), "not_owner");
+  EXPECT_EQ(redlock::to_string(error::quorum_unavailable), "quorum_unavailable");
+  EXPECT_EQ(redlock::to_string(error::validity_expired), "validity_expired");
+  EXPECT_EQ(redlock::to_string(error::extension_limit), "extension_limit");
+}
+
+TEST(format, master_status_is_its_name_and_takes_a_width) {
+  for (int v = 0; v <= static_cast<int>(last_status); ++v) {
+    const auto s = static_cast<master_status>(v);
+    EXPECT_EQ(fmt::format("{}", s), redlock::to_string(s));
+  }
+  EXPECT_EQ(fmt::format("[{:<8}]", master_status::taken), "[taken   ]");
+  EXPECT_EQ(fmt::format("[{:>8}]", master_status::taken), "[   taken]");
+}
+
+TEST(format, master_result_for_each_status) {
+  EXPECT_EQ(fmt::format("{}", master_result{}), "pending");
+  EXPECT_EQ(fmt::format("{}", master_result{master_status::granted, {}, {}, 412us}), "granted 412us");
+  EXPECT_EQ(fmt::format("{}", master_result{master_status::taken, {}, {}, 90us}), "taken 90us");
+  EXPECT_EQ(fmt::format("{}", master_result{master_status::server_error, error::server_error,
+                                            "WRONGTYPE Operation against a key", 380us}),
+            "server_error 380us \"WRONGTYPE Operation against a key\"");
+  const auto timeout = redlock::make_error_code(error::master_timeout);
+  EXPECT_EQ(fmt::format("{}", master_result{master_status::timeout, timeout, {}, 2000us}),
+            "timeout 2000us (" + timeout.message() + ")");
+  const auto down = redlock::make_error_code(error::not_connected);
+  EXPECT_EQ(fmt::format("{}", master_result{master_status::unreachable, down, {}, 0us}),
+            "unreachable 0us (" + down.message() + ")");
+  const auto lost = redlock::make_error_code(error::connection_lost);
+  EXPECT_EQ(fmt::format("{}", master_result{master_status::failed, lost, {}, 7us}),
+            "failed 7us (" + lost.message() + ")");
+  // A server error without text falls back to the error's message.
+  EXPECT_EQ(fmt::format("{}", master_result{master_status::server_error, error::server_error, {}, 1us}),
+            "server_error 1us (" + redlock::make_error_code(error::server_error).message() + ")");
+  EXPECT_EQ(fmt::format("[{:>15}]", master_result{master_status::granted, {}, {}, 5us}), "[    granted 5us]");
+}
+
+TEST(format, server_text_is_made_printable_and_cut) {
+  const std::string hostile = "ERR a\r\nb\x1b[31m\"q\"\\ \xff";
+  EXPECT_EQ(fmt::format("{}", master_result{master_status::server_error, error::server_error, hostile, 1us}),
+            "server_error 1us \"ERR a\\x0d\\x0ab\\x1b[31m\\x22q\\x22\\x5c \\xff\"");
+  const std::string long_text(redlock::fmt_detail::max_server_text + 50, 'x');
+  const auto out = fmt::format("{}", master_result{master_status::server_error, error::server_error, long_text, 1us});
+  EXPECT_EQ(out, "server_error 1us \"" + std::string(redlock::fmt_detail::max_server_text, 'x') + "...\"");
+  const std::string exact(redlock::fmt_detail::max_server_text, 'y');
+  EXPECT_EQ(fmt::format("{}", master_result{master_status::server_error, error::server_error, exact, 1us}),
+            "server_error 1us \"" + exact + "\"");
+}
+
+TEST(format, error_is_its_message) {
+  for (int v = static_cast<int>(error::protocol_error); v <= static_cast<int>(last_error); ++v) {
+    const auto e = static_cast<error>(v);
+    EXPECT_EQ(fmt::format("{}", e), redlock::make_error_code(e).message()) << v;
+  }
+  EXPECT_EQ(fmt::format("{}", error::not_owner), "the lock is no longer ours on a majority of masters");
+  EXPECT_EQ(fmt::format("{:.8}", error::not_owner), "the lock");
+}
+
+}  // namespace
