@@ -9,6 +9,7 @@
 // variables REDLOCK_BENCH_MASTERS and REDLOCK_BENCH_SLOW_MASTERS (host:port lists) set, so other
 // programs measure against the very same masters in the same run.
 
+#include "bench_util.hpp"
 #include <redlock/client.hpp>
 #include <redlock/detail/scripts.hpp>
 #include <redlock_test/fault_proxy.hpp>
@@ -21,6 +22,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -35,8 +37,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include "bench_util.hpp"
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
@@ -100,7 +100,8 @@ struct setup {
   }
   std::string list(bool slow_minority) {
     std::string s;
-    for (const auto& m : config(slow_minority).masters) s += fmt::format("{}{}:{}", s.empty() ? "" : ",", m.host, m.port);
+    for (const auto& m : config(slow_minority).masters)
+      s += fmt::format("{}{}:{}", s.empty() ? "" : ",", m.host, m.port);
     return s;
   }
 };
@@ -206,7 +207,8 @@ throughput_result throughput(asio::io_context& ioc, redlock::client& c, int conc
   std::vector<std::vector<double>> lat(static_cast<std::size_t>(concurrency));
   long cycles = 0;
   int running = concurrency;
-  const auto until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
+  const auto until =
+      clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
   const double cpu0 = cpu_seconds();
   const auto t0 = clock_type::now();
   for (int k = 0; k < concurrency; ++k) {
@@ -252,7 +254,8 @@ contention_result contention(asio::io_context& ioc, redlock::client& c, double s
   r.shares.assign(contenders, 0);
   int running = contenders;
   const auto name = fmt::format("contended:{}", run_no);
-  const auto until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
+  const auto until =
+      clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
   const auto t0 = clock_type::now();
   for (int k = 0; k < contenders; ++k) {
     asio::co_spawn(
@@ -288,7 +291,8 @@ contention_result contention(asio::io_context& ioc, redlock::client& c, double s
 double redis_benchmark_all(setup& s, const std::vector<std::string>& command) {
   std::vector<FILE*> pipes;
   for (std::size_t i = 0; i < s.cluster.size(); ++i) {
-    std::string cmd = fmt::format("redis-benchmark -h 127.0.0.1 -p {} -n 300000 -P 16 -c 4 -r 100000 --csv", s.cluster[i].port());
+    std::string cmd =
+        fmt::format("redis-benchmark -h 127.0.0.1 -p {} -n 300000 -P 16 -c 4 -r 100000 --csv", s.cluster[i].port());
     for (const auto& a : command) cmd += " " + a;
     cmd += " 2>/dev/null";
     pipes.push_back(popen(cmd.c_str(), "r"));
@@ -337,9 +341,11 @@ int main(int argc, char** argv) {
 
   if (want("floor")) {
     auto [one, quorum] = floor_rtt(ioc, s.config(false), cycles);
-    fmt::print("floor     PING one master p50 {:.1f} us p99 {:.1f} us; PING all 5 to a majority p50 {:.1f} us p99 {:.1f} us\n",
-               one.p50, one.p99, quorum.p50, quorum.p99);
-    json.push_back(fmt::format("\"floor\": {{\"ping_one_us\": {}, \"ping_quorum_us\": {}}}", json_stats(one), json_stats(quorum)));
+    fmt::print(
+        "floor     PING one master p50 {:.1f} us p99 {:.1f} us; PING all 5 to a majority p50 {:.1f} us p99 {:.1f} us\n",
+        one.p50, one.p99, quorum.p50, quorum.p99);
+    json.push_back(
+        fmt::format("\"floor\": {{\"ping_one_us\": {}, \"ping_quorum_us\": {}}}", json_stats(one), json_stats(quorum)));
   }
   if (want("ceiling")) {
     const double set_ops = redis_benchmark_all(s, {"SET", "key:__rand_int__", "token", "NX", "PX", "10000"});
@@ -348,30 +354,40 @@ int main(int argc, char** argv) {
         s, {"EVALSHA", std::string{redlock::detail::release_script.sha1}, "1", "key:__rand_int__", "token"});
     // One lock cycle costs each master one SET and one release.
     const double ceiling = 1.0 / (5.0 / set_ops + 5.0 / rel_ops);
-    fmt::print("ceiling   redis-benchmark -P 16 on all 5: SET NX PX {:.0f}/s, EVALSHA release {:.0f}/s -> {:.0f} lock cycles/s\n",
-               set_ops, rel_ops, ceiling);
-    json.push_back(fmt::format("\"ceiling\": {{\"set_ops\": {:.0f}, \"release_ops\": {:.0f}, \"lock_cycles_per_s\": {:.0f}}}",
-                               set_ops, rel_ops, ceiling));
+    fmt::print(
+        "ceiling   redis-benchmark -P 16 on all 5: SET NX PX {:.0f}/s, EVALSHA release {:.0f}/s -> {:.0f} lock "
+        "cycles/s\n",
+        set_ops, rel_ops, ceiling);
+    json.push_back(
+        fmt::format("\"ceiling\": {{\"set_ops\": {:.0f}, \"release_ops\": {:.0f}, \"lock_cycles_per_s\": {:.0f}}}",
+                    set_ops, rel_ops, ceiling));
   }
   {
     redlock::client c{ioc.get_executor(), s.config(false)};
     wait_up(ioc, c, 5);
     if (want("a")) {
       auto r = sequential(ioc, c, cycles, "bench:a");
-      fmt::print("(a)       lock+unlock p50 {:.1f} p90 {:.1f} p99 {:.1f} p99.9 {:.1f} max {:.1f} us; {:.0f} cycles/s; CPU {:.1f} us/cycle\n",
-                 r.lock_unlock.p50, r.lock_unlock.p90, r.lock_unlock.p99, r.lock_unlock.p999, r.lock_unlock.max,
-                 r.cycles_per_s, r.cpu_us_per_cycle);
-      json.push_back(fmt::format("\"a\": {{\"lock_unlock_us\": {}, \"lock_us\": {}, \"cycles_per_s\": {:.0f}, \"cpu_us_per_cycle\": {:.2f}, \"failures\": {}}}",
-                                 json_stats(r.lock_unlock), json_stats(r.lock_only), r.cycles_per_s, r.cpu_us_per_cycle, r.failures));
+      fmt::print(
+          "(a)       lock+unlock p50 {:.1f} p90 {:.1f} p99 {:.1f} p99.9 {:.1f} max {:.1f} us; {:.0f} cycles/s; CPU "
+          "{:.1f} us/cycle\n",
+          r.lock_unlock.p50, r.lock_unlock.p90, r.lock_unlock.p99, r.lock_unlock.p999, r.lock_unlock.max,
+          r.cycles_per_s, r.cpu_us_per_cycle);
+      json.push_back(fmt::format(
+          "\"a\": {{\"lock_unlock_us\": {}, \"lock_us\": {}, \"cycles_per_s\": {:.0f}, \"cpu_us_per_cycle\": {:.2f}, "
+          "\"failures\": {}}}",
+          json_stats(r.lock_unlock), json_stats(r.lock_only), r.cycles_per_s, r.cpu_us_per_cycle, r.failures));
     }
     if (want("b")) {
       std::vector<std::string> rows;
       for (int conc : {1, 16, 64, 256, 1024}) {
         auto r = throughput(ioc, c, conc, seconds);
-        fmt::print("(b) C={:<5} {:>8.0f} cycles/s  p50 {:>8.1f} us  p99 {:>8.1f} us  CPU {:.1f} us/cycle  failures {}\n", conc,
-                   r.cycles_per_s, r.latency.p50, r.latency.p99, r.cpu_us_per_cycle, r.failures);
-        rows.push_back(fmt::format("{{\"concurrency\": {}, \"cycles_per_s\": {:.0f}, \"latency_us\": {}, \"cpu_us_per_cycle\": {:.2f}, \"failures\": {}}}",
-                                   conc, r.cycles_per_s, json_stats(r.latency), r.cpu_us_per_cycle, r.failures));
+        fmt::print(
+            "(b) C={:<5} {:>8.0f} cycles/s  p50 {:>8.1f} us  p99 {:>8.1f} us  CPU {:.1f} us/cycle  failures {}\n", conc,
+            r.cycles_per_s, r.latency.p50, r.latency.p99, r.cpu_us_per_cycle, r.failures);
+        rows.push_back(
+            fmt::format("{{\"concurrency\": {}, \"cycles_per_s\": {:.0f}, \"latency_us\": {}, \"cpu_us_per_cycle\": "
+                        "{:.2f}, \"failures\": {}}}",
+                        conc, r.cycles_per_s, json_stats(r.latency), r.cpu_us_per_cycle, r.failures));
       }
       std::string arr;
       for (const auto& row : rows) arr += (arr.empty() ? "" : ", ") + row;
@@ -390,12 +406,13 @@ int main(int argc, char** argv) {
     std::vector<std::string> rows;
     for (int run_no = 0; run_no < contention_runs; ++run_no) {
       auto r = contention(ioc, c, std::min(seconds, 2.0), run_no);
-      fmt::print("(c) run {:<2} {:>8.0f} hand-overs/s  fairness {:.2f}  failures {}\n", run_no, r.handovers_per_s, r.fairness,
-                 r.failures);
+      fmt::print("(c) run {:<2} {:>8.0f} hand-overs/s  fairness {:.2f}  failures {}\n", run_no, r.handovers_per_s,
+                 r.fairness, r.failures);
       std::string shares;
       for (long v : r.shares) shares += fmt::format("{}{}", shares.empty() ? "" : ", ", v);
-      rows.push_back(fmt::format("{{\"handovers_per_s\": {:.0f}, \"fairness\": {:.3f}, \"failures\": {}, \"shares\": [{}]}}",
-                                 r.handovers_per_s, r.fairness, r.failures, shares));
+      rows.push_back(
+          fmt::format("{{\"handovers_per_s\": {:.0f}, \"fairness\": {:.3f}, \"failures\": {}, \"shares\": [{}]}}",
+                      r.handovers_per_s, r.fairness, r.failures, shares));
     }
     std::string arr;
     for (const auto& row : rows) arr += (arr.empty() ? "" : ", ") + row;
@@ -409,7 +426,8 @@ int main(int argc, char** argv) {
     wait_up(ioc, c, 5);
     auto r = sequential(ioc, c, std::min(cycles, 2000), "bench:d");
     fmt::print("(d)       2 of 5 +50 ms: lock+unlock p50 {:.1f} p99 {:.1f} us\n", r.lock_unlock.p50, r.lock_unlock.p99);
-    json.push_back(fmt::format("\"d\": {{\"lock_unlock_us\": {}, \"failures\": {}}}", json_stats(r.lock_unlock), r.failures));
+    json.push_back(
+        fmt::format("\"d\": {{\"lock_unlock_us\": {}, \"failures\": {}}}", json_stats(r.lock_unlock), r.failures));
     c.close();
     pump_for(ioc, 50ms);
   }
@@ -421,7 +439,8 @@ int main(int argc, char** argv) {
     pump_for(ioc, 100ms);
     auto r = sequential(ioc, c, cycles, "bench:e");
     fmt::print("(e)       1 of 5 down: lock+unlock p50 {:.1f} p99 {:.1f} us\n", r.lock_unlock.p50, r.lock_unlock.p99);
-    json.push_back(fmt::format("\"e\": {{\"lock_unlock_us\": {}, \"failures\": {}}}", json_stats(r.lock_unlock), r.failures));
+    json.push_back(
+        fmt::format("\"e\": {{\"lock_unlock_us\": {}, \"failures\": {}}}", json_stats(r.lock_unlock), r.failures));
     c.close();
     pump_for(ioc, 50ms);
     s.cluster[4].restart();
