@@ -4,7 +4,11 @@
 // same masters (this program prints their ports and waits when asked to).
 //
 // Usage: redlock_bench [--json FILE] [--cycles N] [--seconds S] [--contention-runs R]
-//                      [--only a,b,c,d,e,floor,ceiling] [--hold-for-peers CMD]
+//                      [--only a,b,c,d,e,floor,ceiling] [--hold-for-peers CMD] [--floor-bench BIN]
+// --floor-bench BIN: right before (a), runs the independent floor (bench/floor_bench.cpp, no
+// redlock code) against the same five masters, writes its JSON next to ours (floor_bench.json)
+// and reports (a) as a ratio to it. The "floor" scenario below is different: PING through our
+// own connection class, so it includes the connection's own cost.
 // --hold-for-peers CMD: after our scenarios, runs the shell command CMD with the environment
 // variables REDLOCK_BENCH_MASTERS and REDLOCK_BENCH_SLOW_MASTERS (host:port lists) set, so other
 // programs measure against the very same masters in the same run.
@@ -30,12 +34,15 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace asio = boost::asio;
@@ -119,7 +126,7 @@ void wait_up(asio::io_context& ioc, redlock::client& c, std::size_t want) {
 // (a), (d), (e): sequential lock+unlock.
 struct sequential_result {
   stats lock_unlock, lock_only;
-  double cycles_per_s = 0, cpu_us_per_cycle = 0;
+  double mean_us = 0, cycles_per_s = 0, cpu_us_per_cycle = 0;
   long failures = 0;
 };
 
@@ -147,12 +154,15 @@ sequential_result sequential(asio::io_context& ioc, redlock::client& c, int cycl
   const double wall = std::chrono::duration<double>(clock_type::now() - t0).count();
   r.cycles_per_s = (cycles + 500) / wall;
   r.cpu_us_per_cycle = (cpu_seconds() - cpu0) / (cycles + 500) * 1e6;
+  for (double v : lu) r.mean_us += v;
+  if (!lu.empty()) r.mean_us /= static_cast<double>(lu.size());
   r.lock_unlock = summarize(lu);
   r.lock_only = summarize(lo);
   return r;
 }
 
-// Floor: one PING to one master, and one PING to all five at once until a majority answered.
+// PING floor through our connection class (library code, so not independent; floor_bench is):
+// one PING to one master, and one PING to all five at once until a majority answered.
 std::pair<stats, stats> floor_rtt(asio::io_context& ioc, const redlock::client_config& cfg, int cycles) {
   std::vector<std::unique_ptr<redlock::connection>> conns;
   for (const auto& m : cfg.masters) {
@@ -286,6 +296,19 @@ contention_result contention(asio::io_context& ioc, redlock::client& c, double s
   return r;
 }
 
+// The independent floor's lock+unlock p50 and mean (µs) from its JSON; 0 when missing.
+std::pair<double, double> floor_bench_p50_mean(const std::string& path) {
+  std::ifstream in{path};
+  const std::string text{std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{}};
+  const auto at = text.find("\"lock_unlock_us\"");
+  if (at == std::string::npos) return {0, 0};
+  auto field = [&](const char* name) {
+    const auto f = text.find(name, at);
+    return f == std::string::npos ? 0.0 : std::atof(text.c_str() + f + std::strlen(name));
+  };
+  return {field("\"p50\": "), field("\"mean\": ")};
+}
+
 // Ceiling: redis-benchmark pipelined against all five masters at once; lock cycles/s the masters
 // could serve = aggregate ops/s / (2 x N) (a SET and a release per master per cycle).
 double redis_benchmark_all(setup& s, const std::vector<std::string>& command) {
@@ -315,7 +338,7 @@ double redis_benchmark_all(setup& s, const std::vector<std::string>& command) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json_path = "redlock_bench.json", peers_cmd;
+  std::string json_path = "redlock_bench.json", peers_cmd, floor_bin;
   int cycles = 5000, contention_runs = 10;
   double seconds = 3;
   std::set<std::string> only;
@@ -326,6 +349,7 @@ int main(int argc, char** argv) {
     if (a == "--seconds") seconds = std::stod(v);
     if (a == "--contention-runs") contention_runs = std::stoi(v);
     if (a == "--hold-for-peers") peers_cmd = v;
+    if (a == "--floor-bench") floor_bin = v;
     if (a == "--only") {
       std::stringstream ss{v};
       std::string item;
@@ -342,7 +366,8 @@ int main(int argc, char** argv) {
   if (want("floor")) {
     auto [one, quorum] = floor_rtt(ioc, s.config(false), cycles);
     fmt::print(
-        "floor     PING one master p50 {:.1f} us p99 {:.1f} us; PING all 5 to a majority p50 {:.1f} us p99 {:.1f} us\n",
+        "floor     PING via our connection class: one master p50 {:.1f} us p99 {:.1f} us; PING all 5 to a majority p50 "
+        "{:.1f} us p99 {:.1f} us\n",
         one.p50, one.p99, quorum.p50, quorum.p99);
     json.push_back(
         fmt::format("\"floor\": {{\"ping_one_us\": {}, \"ping_quorum_us\": {}}}", json_stats(one), json_stats(quorum)));
@@ -362,6 +387,18 @@ int main(int argc, char** argv) {
         fmt::format("\"ceiling\": {{\"set_ops\": {:.0f}, \"release_ops\": {:.0f}, \"lock_cycles_per_s\": {:.0f}}}",
                     set_ops, rel_ops, ceiling));
   }
+  double floor_p50 = 0, floor_mean = 0;
+  if (!floor_bin.empty() && want("a")) {
+    // Before our client connects, so that nothing of ours runs meanwhile.
+    const auto slash = json_path.rfind('/');
+    const std::string floor_json =
+        (slash == std::string::npos ? std::string{} : json_path.substr(0, slash + 1)) + "floor_bench.json";
+    const std::string cmd =
+        fmt::format("{} --masters {} --cycles 20000 --warmup 1000 --json {}", floor_bin, s.list(false), floor_json);
+    std::fflush(stdout);
+    if (const int rc = std::system(cmd.c_str()); rc != 0) fmt::print("floor_bench exited with {}\n", rc);
+    std::tie(floor_p50, floor_mean) = floor_bench_p50_mean(floor_json);
+  }
   {
     redlock::client c{ioc.get_executor(), s.config(false)};
     wait_up(ioc, c, 5);
@@ -372,10 +409,20 @@ int main(int argc, char** argv) {
           "{:.1f} us/cycle\n",
           r.lock_unlock.p50, r.lock_unlock.p90, r.lock_unlock.p99, r.lock_unlock.p999, r.lock_unlock.max,
           r.cycles_per_s, r.cpu_us_per_cycle);
-      json.push_back(fmt::format(
-          "\"a\": {{\"lock_unlock_us\": {}, \"lock_us\": {}, \"cycles_per_s\": {:.0f}, \"cpu_us_per_cycle\": {:.2f}, "
-          "\"failures\": {}}}",
-          json_stats(r.lock_unlock), json_stats(r.lock_only), r.cycles_per_s, r.cpu_us_per_cycle, r.failures));
+      json.push_back(
+          fmt::format("\"a\": {{\"lock_unlock_us\": {}, \"lock_us\": {}, \"mean_us\": {:.1f}, \"cycles_per_s\": "
+                      "{:.0f}, \"cpu_us_per_cycle\": {:.2f}, \"failures\": {}}}",
+                      json_stats(r.lock_unlock), json_stats(r.lock_only), r.mean_us, r.cycles_per_s, r.cpu_us_per_cycle,
+                      r.failures));
+      if (floor_p50 > 0) {
+        fmt::print("(a)/floor ours ÷ independent floor: p50 {:.1f} / {:.1f} = {:.2f}; mean {:.1f} / {:.1f} = {:.2f}\n",
+                   r.lock_unlock.p50, floor_p50, r.lock_unlock.p50 / floor_p50, r.mean_us, floor_mean,
+                   r.mean_us / floor_mean);
+        json.push_back(
+            fmt::format("\"a_vs_floor_bench\": {{\"floor_p50_us\": {:.1f}, \"floor_mean_us\": {:.1f}, \"ratio_p50\": "
+                        "{:.3f}, \"ratio_mean\": {:.3f}}}",
+                        floor_p50, floor_mean, r.lock_unlock.p50 / floor_p50, r.mean_us / floor_mean));
+      }
     }
     if (want("b")) {
       std::vector<std::string> rows;
