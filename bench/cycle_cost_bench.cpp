@@ -3,7 +3,13 @@
 // cycle. Both are taken as the difference between two runs of different lengths, so start-up and
 // connection set-up cancel out.
 //
-// Usage: cycle_cost_bench CYCLES         (prints "cycles=N allocations=A")
+// Scheduler passes: the handlers the io_context executes per cycle (the sum of what run_one()
+// returns, read at the first and the last cycle), so per reply = per cycle / (2 x masters). A
+// strand's queue drained in one go counts as one pass; handlers on other executors (the system
+// executor some error paths use) are not counted. Exact, no need for two runs.
+//
+// Usage: cycle_cost_bench CYCLES  (prints "cycles=N allocations=A failures=F handlers=H
+//                                  handlers_per_cycle=X handlers_per_reply=Y")
 //        bench/run.sh runs it twice under callgrind and divides.
 
 #include <redlock/client.hpp>
@@ -24,6 +30,7 @@
 namespace {
 std::atomic<unsigned long> allocations{0};
 std::atomic<bool> counting{false};
+unsigned long handlers_run = 0;  // handlers the io_context finished so far (main loop)
 }  // namespace
 
 void* operator new(std::size_t size) {
@@ -66,6 +73,7 @@ int main(int argc, char** argv) {
   redlock::client c{ioc.get_executor(), cfg};
   long failures = 0;
   bool done = false;
+  unsigned long handlers_at_start = 0, handlers_at_end = 0;
   asio::co_spawn(
       ioc,
       [&]() -> asio::awaitable<void> {
@@ -75,6 +83,7 @@ int main(int argc, char** argv) {
           if (!ec) co_await l.async_unlock(tuple);
         }
         counting = true;
+        handlers_at_start = handlers_run;  // this handler is added when it returns: counted
         for (int i = 0; i < cycles; ++i) {
           auto [ec, l] = co_await c.async_lock("cost", 10s, tuple);
           if (ec) {
@@ -84,13 +93,18 @@ int main(int argc, char** argv) {
           co_await l.async_unlock(tuple);
         }
         counting = false;
+        handlers_at_end = handlers_run;  // this one is not: the count spans exactly the cycles
         done = true;
       },
       [](std::exception_ptr e) {
         if (e) std::rethrow_exception(e);
       });
-  while (!done) ioc.run_one();
-  std::printf("cycles=%d allocations=%lu failures=%ld\n", cycles, allocations.load(), failures);
+  while (!done) handlers_run += ioc.run_one();
+  const unsigned long handlers = handlers_at_end - handlers_at_start;
+  const double replies_per_cycle = 2.0 * static_cast<double>(cluster.size());  // SET + release per master
+  std::printf("cycles=%d allocations=%lu failures=%ld handlers=%lu handlers_per_cycle=%.2f handlers_per_reply=%.2f\n",
+              cycles, allocations.load(), failures, handlers, static_cast<double>(handlers) / cycles,
+              static_cast<double>(handlers) / cycles / replies_per_cycle);
   c.close();
   ioc.run_for(50ms);
   return failures == 0 ? 0 : 1;

@@ -4,11 +4,16 @@
 // same masters (this program prints their ports and waits when asked to).
 //
 // Usage: redlock_bench [--json FILE] [--cycles N] [--seconds S] [--contention-runs R]
-//                      [--only a,b,c,d,e,floor,ceiling] [--hold-for-peers CMD]
+//                      [--only a,b,c,d,e,floor,ceiling] [--hold-for-peers CMD] [--floor-bench BIN]
+// --floor-bench BIN: right before (a), runs the independent floor (bench/floor_bench.cpp, no
+// redlock code) against the same five masters, writes its JSON next to ours (floor_bench.json)
+// and reports (a) as a ratio to it. The "floor" scenario below is different: PING through our
+// own connection class, so it includes the connection's own cost.
 // --hold-for-peers CMD: after our scenarios, runs the shell command CMD with the environment
 // variables REDLOCK_BENCH_MASTERS and REDLOCK_BENCH_SLOW_MASTERS (host:port lists) set, so other
 // programs measure against the very same masters in the same run.
 
+#include "bench_util.hpp"
 #include <redlock/client.hpp>
 #include <redlock/detail/scripts.hpp>
 #include <redlock_test/fault_proxy.hpp>
@@ -21,6 +26,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -28,15 +34,16 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
-
-#include "bench_util.hpp"
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
@@ -100,7 +107,8 @@ struct setup {
   }
   std::string list(bool slow_minority) {
     std::string s;
-    for (const auto& m : config(slow_minority).masters) s += fmt::format("{}{}:{}", s.empty() ? "" : ",", m.host, m.port);
+    for (const auto& m : config(slow_minority).masters)
+      s += fmt::format("{}{}:{}", s.empty() ? "" : ",", m.host, m.port);
     return s;
   }
 };
@@ -118,7 +126,7 @@ void wait_up(asio::io_context& ioc, redlock::client& c, std::size_t want) {
 // (a), (d), (e): sequential lock+unlock.
 struct sequential_result {
   stats lock_unlock, lock_only;
-  double cycles_per_s = 0, cpu_us_per_cycle = 0;
+  double mean_us = 0, cycles_per_s = 0, cpu_us_per_cycle = 0;
   long failures = 0;
 };
 
@@ -146,12 +154,15 @@ sequential_result sequential(asio::io_context& ioc, redlock::client& c, int cycl
   const double wall = std::chrono::duration<double>(clock_type::now() - t0).count();
   r.cycles_per_s = (cycles + 500) / wall;
   r.cpu_us_per_cycle = (cpu_seconds() - cpu0) / (cycles + 500) * 1e6;
+  for (double v : lu) r.mean_us += v;
+  if (!lu.empty()) r.mean_us /= static_cast<double>(lu.size());
   r.lock_unlock = summarize(lu);
   r.lock_only = summarize(lo);
   return r;
 }
 
-// Floor: one PING to one master, and one PING to all five at once until a majority answered.
+// PING floor through our connection class (library code, so not independent; floor_bench is):
+// one PING to one master, and one PING to all five at once until a majority answered.
 std::pair<stats, stats> floor_rtt(asio::io_context& ioc, const redlock::client_config& cfg, int cycles) {
   std::vector<std::unique_ptr<redlock::connection>> conns;
   for (const auto& m : cfg.masters) {
@@ -206,7 +217,8 @@ throughput_result throughput(asio::io_context& ioc, redlock::client& c, int conc
   std::vector<std::vector<double>> lat(static_cast<std::size_t>(concurrency));
   long cycles = 0;
   int running = concurrency;
-  const auto until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
+  const auto until =
+      clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
   const double cpu0 = cpu_seconds();
   const auto t0 = clock_type::now();
   for (int k = 0; k < concurrency; ++k) {
@@ -252,7 +264,8 @@ contention_result contention(asio::io_context& ioc, redlock::client& c, double s
   r.shares.assign(contenders, 0);
   int running = contenders;
   const auto name = fmt::format("contended:{}", run_no);
-  const auto until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
+  const auto until =
+      clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
   const auto t0 = clock_type::now();
   for (int k = 0; k < contenders; ++k) {
     asio::co_spawn(
@@ -283,12 +296,26 @@ contention_result contention(asio::io_context& ioc, redlock::client& c, double s
   return r;
 }
 
+// The independent floor's lock+unlock p50 and mean (µs) from its JSON; 0 when missing.
+std::pair<double, double> floor_bench_p50_mean(const std::string& path) {
+  std::ifstream in{path};
+  const std::string text{std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{}};
+  const auto at = text.find("\"lock_unlock_us\"");
+  if (at == std::string::npos) return {0, 0};
+  auto field = [&](const char* name) {
+    const auto f = text.find(name, at);
+    return f == std::string::npos ? 0.0 : std::atof(text.c_str() + f + std::strlen(name));
+  };
+  return {field("\"p50\": "), field("\"mean\": ")};
+}
+
 // Ceiling: redis-benchmark pipelined against all five masters at once; lock cycles/s the masters
 // could serve = aggregate ops/s / (2 x N) (a SET and a release per master per cycle).
 double redis_benchmark_all(setup& s, const std::vector<std::string>& command) {
   std::vector<FILE*> pipes;
   for (std::size_t i = 0; i < s.cluster.size(); ++i) {
-    std::string cmd = fmt::format("redis-benchmark -h 127.0.0.1 -p {} -n 300000 -P 16 -c 4 -r 100000 --csv", s.cluster[i].port());
+    std::string cmd =
+        fmt::format("redis-benchmark -h 127.0.0.1 -p {} -n 300000 -P 16 -c 4 -r 100000 --csv", s.cluster[i].port());
     for (const auto& a : command) cmd += " " + a;
     cmd += " 2>/dev/null";
     pipes.push_back(popen(cmd.c_str(), "r"));
@@ -311,7 +338,7 @@ double redis_benchmark_all(setup& s, const std::vector<std::string>& command) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json_path = "redlock_bench.json", peers_cmd;
+  std::string json_path = "redlock_bench.json", peers_cmd, floor_bin;
   int cycles = 5000, contention_runs = 10;
   double seconds = 3;
   std::set<std::string> only;
@@ -322,6 +349,7 @@ int main(int argc, char** argv) {
     if (a == "--seconds") seconds = std::stod(v);
     if (a == "--contention-runs") contention_runs = std::stoi(v);
     if (a == "--hold-for-peers") peers_cmd = v;
+    if (a == "--floor-bench") floor_bin = v;
     if (a == "--only") {
       std::stringstream ss{v};
       std::string item;
@@ -337,9 +365,12 @@ int main(int argc, char** argv) {
 
   if (want("floor")) {
     auto [one, quorum] = floor_rtt(ioc, s.config(false), cycles);
-    fmt::print("floor     PING one master p50 {:.1f} us p99 {:.1f} us; PING all 5 to a majority p50 {:.1f} us p99 {:.1f} us\n",
-               one.p50, one.p99, quorum.p50, quorum.p99);
-    json.push_back(fmt::format("\"floor\": {{\"ping_one_us\": {}, \"ping_quorum_us\": {}}}", json_stats(one), json_stats(quorum)));
+    fmt::print(
+        "floor     PING via our connection class: one master p50 {:.1f} us p99 {:.1f} us; PING all 5 to a majority p50 "
+        "{:.1f} us p99 {:.1f} us\n",
+        one.p50, one.p99, quorum.p50, quorum.p99);
+    json.push_back(
+        fmt::format("\"floor\": {{\"ping_one_us\": {}, \"ping_quorum_us\": {}}}", json_stats(one), json_stats(quorum)));
   }
   if (want("ceiling")) {
     const double set_ops = redis_benchmark_all(s, {"SET", "key:__rand_int__", "token", "NX", "PX", "10000"});
@@ -348,30 +379,62 @@ int main(int argc, char** argv) {
         s, {"EVALSHA", std::string{redlock::detail::release_script.sha1}, "1", "key:__rand_int__", "token"});
     // One lock cycle costs each master one SET and one release.
     const double ceiling = 1.0 / (5.0 / set_ops + 5.0 / rel_ops);
-    fmt::print("ceiling   redis-benchmark -P 16 on all 5: SET NX PX {:.0f}/s, EVALSHA release {:.0f}/s -> {:.0f} lock cycles/s\n",
-               set_ops, rel_ops, ceiling);
-    json.push_back(fmt::format("\"ceiling\": {{\"set_ops\": {:.0f}, \"release_ops\": {:.0f}, \"lock_cycles_per_s\": {:.0f}}}",
-                               set_ops, rel_ops, ceiling));
+    fmt::print(
+        "ceiling   redis-benchmark -P 16 on all 5: SET NX PX {:.0f}/s, EVALSHA release {:.0f}/s -> {:.0f} lock "
+        "cycles/s\n",
+        set_ops, rel_ops, ceiling);
+    json.push_back(
+        fmt::format("\"ceiling\": {{\"set_ops\": {:.0f}, \"release_ops\": {:.0f}, \"lock_cycles_per_s\": {:.0f}}}",
+                    set_ops, rel_ops, ceiling));
+  }
+  double floor_p50 = 0, floor_mean = 0;
+  if (!floor_bin.empty() && want("a")) {
+    // Before our client connects, so that nothing of ours runs meanwhile.
+    const auto slash = json_path.rfind('/');
+    const std::string floor_json =
+        (slash == std::string::npos ? std::string{} : json_path.substr(0, slash + 1)) + "floor_bench.json";
+    const std::string cmd =
+        fmt::format("{} --masters {} --cycles 20000 --warmup 1000 --json {}", floor_bin, s.list(false), floor_json);
+    std::fflush(stdout);
+    if (const int rc = std::system(cmd.c_str()); rc != 0) fmt::print("floor_bench exited with {}\n", rc);
+    std::tie(floor_p50, floor_mean) = floor_bench_p50_mean(floor_json);
   }
   {
     redlock::client c{ioc.get_executor(), s.config(false)};
     wait_up(ioc, c, 5);
     if (want("a")) {
       auto r = sequential(ioc, c, cycles, "bench:a");
-      fmt::print("(a)       lock+unlock p50 {:.1f} p90 {:.1f} p99 {:.1f} p99.9 {:.1f} max {:.1f} us; {:.0f} cycles/s; CPU {:.1f} us/cycle\n",
-                 r.lock_unlock.p50, r.lock_unlock.p90, r.lock_unlock.p99, r.lock_unlock.p999, r.lock_unlock.max,
-                 r.cycles_per_s, r.cpu_us_per_cycle);
-      json.push_back(fmt::format("\"a\": {{\"lock_unlock_us\": {}, \"lock_us\": {}, \"cycles_per_s\": {:.0f}, \"cpu_us_per_cycle\": {:.2f}, \"failures\": {}}}",
-                                 json_stats(r.lock_unlock), json_stats(r.lock_only), r.cycles_per_s, r.cpu_us_per_cycle, r.failures));
+      fmt::print(
+          "(a)       lock+unlock p50 {:.1f} p90 {:.1f} p99 {:.1f} p99.9 {:.1f} max {:.1f} us; {:.0f} cycles/s; CPU "
+          "{:.1f} us/cycle\n",
+          r.lock_unlock.p50, r.lock_unlock.p90, r.lock_unlock.p99, r.lock_unlock.p999, r.lock_unlock.max,
+          r.cycles_per_s, r.cpu_us_per_cycle);
+      json.push_back(
+          fmt::format("\"a\": {{\"lock_unlock_us\": {}, \"lock_us\": {}, \"mean_us\": {:.1f}, \"cycles_per_s\": "
+                      "{:.0f}, \"cpu_us_per_cycle\": {:.2f}, \"failures\": {}}}",
+                      json_stats(r.lock_unlock), json_stats(r.lock_only), r.mean_us, r.cycles_per_s, r.cpu_us_per_cycle,
+                      r.failures));
+      if (floor_p50 > 0) {
+        fmt::print("(a)/floor ours ÷ independent floor: p50 {:.1f} / {:.1f} = {:.2f}; mean {:.1f} / {:.1f} = {:.2f}\n",
+                   r.lock_unlock.p50, floor_p50, r.lock_unlock.p50 / floor_p50, r.mean_us, floor_mean,
+                   r.mean_us / floor_mean);
+        json.push_back(
+            fmt::format("\"a_vs_floor_bench\": {{\"floor_p50_us\": {:.1f}, \"floor_mean_us\": {:.1f}, \"ratio_p50\": "
+                        "{:.3f}, \"ratio_mean\": {:.3f}}}",
+                        floor_p50, floor_mean, r.lock_unlock.p50 / floor_p50, r.mean_us / floor_mean));
+      }
     }
     if (want("b")) {
       std::vector<std::string> rows;
       for (int conc : {1, 16, 64, 256, 1024}) {
         auto r = throughput(ioc, c, conc, seconds);
-        fmt::print("(b) C={:<5} {:>8.0f} cycles/s  p50 {:>8.1f} us  p99 {:>8.1f} us  CPU {:.1f} us/cycle  failures {}\n", conc,
-                   r.cycles_per_s, r.latency.p50, r.latency.p99, r.cpu_us_per_cycle, r.failures);
-        rows.push_back(fmt::format("{{\"concurrency\": {}, \"cycles_per_s\": {:.0f}, \"latency_us\": {}, \"cpu_us_per_cycle\": {:.2f}, \"failures\": {}}}",
-                                   conc, r.cycles_per_s, json_stats(r.latency), r.cpu_us_per_cycle, r.failures));
+        fmt::print(
+            "(b) C={:<5} {:>8.0f} cycles/s  p50 {:>8.1f} us  p99 {:>8.1f} us  CPU {:.1f} us/cycle  failures {}\n", conc,
+            r.cycles_per_s, r.latency.p50, r.latency.p99, r.cpu_us_per_cycle, r.failures);
+        rows.push_back(
+            fmt::format("{{\"concurrency\": {}, \"cycles_per_s\": {:.0f}, \"latency_us\": {}, \"cpu_us_per_cycle\": "
+                        "{:.2f}, \"failures\": {}}}",
+                        conc, r.cycles_per_s, json_stats(r.latency), r.cpu_us_per_cycle, r.failures));
       }
       std::string arr;
       for (const auto& row : rows) arr += (arr.empty() ? "" : ", ") + row;
@@ -390,12 +453,13 @@ int main(int argc, char** argv) {
     std::vector<std::string> rows;
     for (int run_no = 0; run_no < contention_runs; ++run_no) {
       auto r = contention(ioc, c, std::min(seconds, 2.0), run_no);
-      fmt::print("(c) run {:<2} {:>8.0f} hand-overs/s  fairness {:.2f}  failures {}\n", run_no, r.handovers_per_s, r.fairness,
-                 r.failures);
+      fmt::print("(c) run {:<2} {:>8.0f} hand-overs/s  fairness {:.2f}  failures {}\n", run_no, r.handovers_per_s,
+                 r.fairness, r.failures);
       std::string shares;
       for (long v : r.shares) shares += fmt::format("{}{}", shares.empty() ? "" : ", ", v);
-      rows.push_back(fmt::format("{{\"handovers_per_s\": {:.0f}, \"fairness\": {:.3f}, \"failures\": {}, \"shares\": [{}]}}",
-                                 r.handovers_per_s, r.fairness, r.failures, shares));
+      rows.push_back(
+          fmt::format("{{\"handovers_per_s\": {:.0f}, \"fairness\": {:.3f}, \"failures\": {}, \"shares\": [{}]}}",
+                      r.handovers_per_s, r.fairness, r.failures, shares));
     }
     std::string arr;
     for (const auto& row : rows) arr += (arr.empty() ? "" : ", ") + row;
@@ -409,7 +473,8 @@ int main(int argc, char** argv) {
     wait_up(ioc, c, 5);
     auto r = sequential(ioc, c, std::min(cycles, 2000), "bench:d");
     fmt::print("(d)       2 of 5 +50 ms: lock+unlock p50 {:.1f} p99 {:.1f} us\n", r.lock_unlock.p50, r.lock_unlock.p99);
-    json.push_back(fmt::format("\"d\": {{\"lock_unlock_us\": {}, \"failures\": {}}}", json_stats(r.lock_unlock), r.failures));
+    json.push_back(
+        fmt::format("\"d\": {{\"lock_unlock_us\": {}, \"failures\": {}}}", json_stats(r.lock_unlock), r.failures));
     c.close();
     pump_for(ioc, 50ms);
   }
@@ -421,7 +486,8 @@ int main(int argc, char** argv) {
     pump_for(ioc, 100ms);
     auto r = sequential(ioc, c, cycles, "bench:e");
     fmt::print("(e)       1 of 5 down: lock+unlock p50 {:.1f} p99 {:.1f} us\n", r.lock_unlock.p50, r.lock_unlock.p99);
-    json.push_back(fmt::format("\"e\": {{\"lock_unlock_us\": {}, \"failures\": {}}}", json_stats(r.lock_unlock), r.failures));
+    json.push_back(
+        fmt::format("\"e\": {{\"lock_unlock_us\": {}, \"failures\": {}}}", json_stats(r.lock_unlock), r.failures));
     c.close();
     pump_for(ioc, 50ms);
     s.cluster[4].restart();

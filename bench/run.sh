@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every benchmark in one go on this machine: builds the release preset, installs the peers
-# (npm ci), runs ours and the peers against the same five masters, the auto-extension cost, the
-# instruction counts, and regenerates the plots. Results land in bench/results/.
+# (npm ci), runs ours, the independent floor and the peers against the same five masters, the
+# auto-extension cost, the instruction, allocation and scheduler-pass counts, and regenerates the
+# plots. Results land in bench/results/.
 # Usage: bench/run.sh [--quick]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,7 @@ command -v gnuplot >/dev/null || { sudo_=""; [ "$(id -u)" -ne 0 ] && sudo_=sudo;
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 cmake --preset release "${launcher[@]}" >/dev/null
-cmake --build --preset release --target redlock_bench keep_alive_bench connection_bench cycle_cost_bench
+cmake --build --preset release --target redlock_bench keep_alive_bench connection_bench cycle_cost_bench floor_bench
 mkdir -p bench/results
 out=bench/results
 
@@ -30,7 +31,9 @@ else
   args=(--cycles 5000 --seconds 3 --contention-runs 10)
   ka=(--locks 10000 --seconds 30)
 fi
-build/release/bench/redlock_bench "${args[@]}" --json "${out}/redlock_bench.json" ${peers:+--hold-for-peers "$peers"}
+# --floor-bench: the independent floor (no redlock code) on the same masters, right before (a).
+build/release/bench/redlock_bench "${args[@]}" --json "${out}/redlock_bench.json" \
+  --floor-bench build/release/bench/floor_bench ${peers:+--hold-for-peers "$peers"}
 build/release/bench/keep_alive_bench "${ka[@]}" --json "${out}/keep_alive_bench.json"
 build/release/bench/connection_bench --json "${out}/connection_bench.json"
 python3 bench/report.py cycle-cost build/release/bench/cycle_cost_bench "${out}"
