@@ -124,7 +124,7 @@ void with_futures(redlock::client& locks) {
     }
 
     // A loss notification, as a callback: it completes with operation_aborted here, because we
-    // release first. Had the keep-alive failed, it would complete with lock_lost.
+    // release first. Had the keep-alive failed, it would complete with success (the awaited event).
     l.keep_alive();
     std::promise<error_code> lost;
     l.async_wait_lost([&lost](error_code e) { lost.set_value(e); });
@@ -132,8 +132,9 @@ void with_futures(redlock::client& locks) {
     const std::size_t masters = l.async_unlock(asio::use_future).get();
     fmt::print("futures: released ({} masters confirmed)\n", masters);
     const error_code why = lost.get_future().get();
-    fmt::print("futures: the loss wait ended: {}\n",
-               why == asio::error::operation_aborted ? "released first" : why.message());
+    fmt::print("futures: the loss wait ended: {}\n", why == asio::error::operation_aborted ? "released first"
+                                                     : !why                                ? "the lock was lost"
+                                                                                           : why.message());
   } catch (const boost::system::system_error& e) {
     unexpected("futures", e.code(), masters_down(locks));
   }

@@ -70,21 +70,15 @@ class client {
   /// progress acquires is released. `close()` has the same effect.
   template <boost::asio::completion_token_for<void(boost::system::error_code, lock)> Token = boost::asio::deferred_t>
   auto async_lock(std::string_view resource, std::chrono::milliseconds ttl, Token&& token = {}) {
-    return boost::asio::async_initiate<Token, void(boost::system::error_code, lock)>(
-        [this](lock_handler h, std::string r, std::chrono::milliseconds t) {
-          start_lock(std::move(h), std::move(r), t, true);
-        },
-        token, std::string{resource}, ttl);
+    return boost::asio::async_initiate<Token, void(boost::system::error_code, lock)>(initiation{this}, token,
+                                                                                     std::string{resource}, ttl, true);
   }
 
   /// @brief As `async_lock`, with a single attempt (no retry).
   template <boost::asio::completion_token_for<void(boost::system::error_code, lock)> Token = boost::asio::deferred_t>
   auto async_try_lock(std::string_view resource, std::chrono::milliseconds ttl, Token&& token = {}) {
-    return boost::asio::async_initiate<Token, void(boost::system::error_code, lock)>(
-        [this](lock_handler h, std::string r, std::chrono::milliseconds t) {
-          start_lock(std::move(h), std::move(r), t, false);
-        },
-        token, std::string{resource}, ttl);
+    return boost::asio::async_initiate<Token, void(boost::system::error_code, lock)>(initiation{this}, token,
+                                                                                     std::string{resource}, ttl, false);
   }
 
   /// Stops the client: lock operations in progress complete with `operation_aborted` (releasing
@@ -93,6 +87,18 @@ class client {
 
  private:
   using lock_handler = boost::asio::any_completion_handler<void(boost::system::error_code, lock)>;
+
+  // Carries the client's executor, so that adapters such as `asio::cancel_after` and completion
+  // executor look-ups see it before the operation starts.
+  struct initiation {
+    client* self;
+    using executor_type = client::executor_type;
+    executor_type get_executor() const noexcept { return self->get_executor(); }
+    void operator()(lock_handler h, std::string resource, std::chrono::milliseconds ttl, bool retry) const {
+      self->start_lock(std::move(h), std::move(resource), ttl, retry);
+    }
+  };
+
   void start_lock(lock_handler h, std::string resource, std::chrono::milliseconds ttl, bool retry);
 
   std::shared_ptr<detail::client_impl> impl_;

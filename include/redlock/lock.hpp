@@ -7,8 +7,8 @@
 #include <redlock/master_result.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
-#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/system/error_code.hpp>
 
@@ -23,6 +23,7 @@ namespace redlock {
 
 namespace detail {
 struct lock_state;
+struct lock_op;
 class client_impl;
 }  // namespace detail
 
@@ -39,6 +40,7 @@ class client_impl;
 class lock {
  public:
   using clock = std::chrono::steady_clock;
+  using executor_type = boost::asio::any_io_executor;
 
   lock() noexcept = default;
   lock(lock&&) noexcept = default;
@@ -72,10 +74,11 @@ class lock {
   /// start of that extension); failed extensions are retried while validity remains.
   ///
   /// When the lock can no longer be kept (a master says it is not ours, no quorum before the
-  /// deadline, or the cap is reached), it is *lost*: `async_wait_lost` completes and `loss_slot()`
-  /// is emitted, `opts.notify_margin` before the validity deadline at the latest, even when an
-  /// extension request is merely hanging. Timers only: no thread per lock. Calling it again
-  /// replaces the options. Does nothing on a handle that holds no lock.
+  /// deadline, or the cap is reached), it is *lost*: `async_wait_lost` completes,
+  /// `opts.notify_margin` before the validity deadline at the latest, even when an extension
+  /// request is merely hanging. One client-wide timer serves every kept-alive lock: no thread,
+  /// strand or timer per lock. Calling it again replaces the options. Does nothing on a handle
+  /// that holds no lock.
   void keep_alive(keep_alive_options opts = {});
 
   /// True once the lock was lost while held (see `keep_alive`, `async_wait_lost`).
@@ -84,27 +87,26 @@ class lock {
   /// `extension_limit`; empty while not lost.
   boost::system::error_code loss_reason() const;
 
+  /// The executor of the client that made this lock (its operations complete there when their
+  /// handler has no executor of its own); for a default-constructed handle, the system executor.
+  executor_type get_executor() const noexcept;
+
   /// @brief Waits until the lock is lost.
   ///
-  /// Handler: `void(boost::system::error_code)`: `error::lock_lost` when it is lost (the reason
-  /// in `loss_reason()`), `operation_aborted` when it is released first, `error::not_locked` on a
-  /// handle that holds nothing. Without `keep_alive`, the lock is lost when its validity runs
-  /// out (reason `validity_expired`). Several waits may be pending at once.
+  /// Handler: `void(boost::system::error_code)`. As with a timer, the awaited event is not an
+  /// error: success when the lock is lost (the reason in `loss_reason()`; also when it was lost
+  /// before the wait began), `operation_aborted` when it is released (or its handle dropped, or
+  /// the client closed) first, `error::not_locked` on a handle that never held a lock. Without
+  /// `keep_alive`, the lock is lost when its validity runs out (reason `validity_expired`).
+  /// Several waits may be pending at once. To stop guarded work when the lock is lost, race the
+  /// work against this wait (`with_lock` does it for a coroutine).
   ///
   /// @par Per-operation cancellation
   /// `terminal`, `partial`, `total`: completes with `operation_aborted`; the lock is unaffected.
   template <boost::asio::completion_token_for<void(boost::system::error_code)> Token = boost::asio::deferred_t>
   auto async_wait_lost(Token&& token = {}) {
-    return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
-        [this](lost_handler h) { start_wait_lost(std::move(h)); }, token);
+    return boost::asio::async_initiate<Token, void(boost::system::error_code)>(initiation{this}, token, wait_lost_op{});
   }
-
-  /// A cancellation slot that is emitted (`terminal`) when the lock is lost, to bind to the
-  /// operations the lock guards: `asio::bind_cancellation_slot(lock.loss_slot(), token)`.
-  /// It is emitted from the lock's internal strand: bind it only to an operation that tolerates
-  /// that (a coroutine's own cancellation is best reached through `async_wait_lost`, as
-  /// `with_lock` does). One operation at a time may be bound to it.
-  boost::asio::cancellation_slot loss_slot();
 
   /// @brief Releases the lock on every master (check-the-token script, so never someone else's).
   ///
@@ -121,8 +123,8 @@ class lock {
   template <
       boost::asio::completion_token_for<void(boost::system::error_code, std::size_t)> Token = boost::asio::deferred_t>
   auto async_unlock(Token&& token = {}) {
-    return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
-        [this](unlock_handler h) { start_unlock(std::move(h)); }, token);
+    return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(initiation{this}, token,
+                                                                                            unlock_op{});
   }
 
   /// @brief Extends the lock to `ttl` from now on a majority of masters (check-the-token script).
@@ -141,18 +143,32 @@ class lock {
   /// choice: the holder relies on the old one).
   template <boost::asio::completion_token_for<void(boost::system::error_code)> Token = boost::asio::deferred_t>
   auto async_extend(std::chrono::milliseconds ttl, Token&& token = {}) {
-    return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
-        [this](extend_handler h, std::chrono::milliseconds t) { start_extend(std::move(h), t); }, token, ttl);
+    return boost::asio::async_initiate<Token, void(boost::system::error_code)>(initiation{this}, token, ttl);
   }
 
  private:
   friend class detail::client_impl;
+  friend struct detail::lock_op;
   using unlock_handler = boost::asio::any_completion_handler<void(boost::system::error_code, std::size_t)>;
   using extend_handler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
   using lost_handler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
-  void start_wait_lost(lost_handler h);
+  struct wait_lost_op {};
+  struct unlock_op {};
+
+  // Carries the lock's executor, so that adapters such as `asio::cancel_after` and completion
+  // executor look-ups see it before the operation starts.
+  struct initiation {
+    lock* self;
+    using executor_type = lock::executor_type;
+    executor_type get_executor() const noexcept { return self->get_executor(); }
+    void operator()(lost_handler h, wait_lost_op) const { self->start_wait_lost(std::move(h)); }
+    void operator()(unlock_handler h, unlock_op) const { self->start_unlock(std::move(h)); }
+    void operator()(extend_handler h, std::chrono::milliseconds ttl) const { self->start_extend(std::move(h), ttl); }
+  };
+
   explicit lock(std::shared_ptr<detail::lock_state> state) noexcept : state_(std::move(state)) {}
   static lock make(std::shared_ptr<detail::lock_state> state) noexcept;
+  void start_wait_lost(lost_handler h);
   void start_unlock(unlock_handler h);
   void start_extend(extend_handler h, std::chrono::milliseconds ttl);
   void release_in_background() noexcept;

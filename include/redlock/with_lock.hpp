@@ -71,7 +71,7 @@ boost::asio::awaitable<work_result_t<Work>> with_lock_on_strand(client& c, std::
   auto st = std::make_shared<shared_state>(ex);
 
   held.async_wait_lost(asio::bind_executor(ex, [st](boost::system::error_code e) {
-    if (e == error::lock_lost) {
+    if (!e) {  // lost (operation_aborted: released first)
       st->lost = true;
       st->wake.cancel();
     }
@@ -128,8 +128,8 @@ boost::asio::awaitable<detail::work_result_t<Work>> with_lock(client& c, std::st
 /// @brief `with_lock` for any completion token: the handler signature is
 /// `void(std::exception_ptr, T)` (`void(std::exception_ptr)` for `T = void`), as `asio::co_spawn`'s.
 template <class Work, class Token>
-auto async_with_lock(client& c, std::string resource, std::chrono::milliseconds ttl, Work work,
-                     keep_alive_options opts, Token&& token) {
+auto async_with_lock(client& c, std::string resource, std::chrono::milliseconds ttl, Work work, keep_alive_options opts,
+                     Token&& token) {
   return boost::asio::co_spawn(boost::asio::make_strand(c.get_executor()),
                                detail::with_lock_on_strand(c, std::move(resource), ttl, std::move(work), opts),
                                std::forward<Token>(token));

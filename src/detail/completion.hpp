@@ -4,6 +4,8 @@
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/system_executor.hpp>
 
 #include <utility>
 
@@ -17,8 +19,20 @@ void complete_handler(Handler h, const Executor& fallback, Args... args) {
   auto slot = boost::asio::get_associated_cancellation_slot(h);
   if (slot.is_connected()) slot.clear();
   auto ex = boost::asio::get_associated_executor(h, fallback);
-  boost::asio::dispatch(ex, [h = std::move(h), ... args = std::move(args)]() mutable {
-    std::move(h)(std::move(args)...);
+  boost::asio::dispatch(ex,
+                        [h = std::move(h), ... args = std::move(args)]() mutable { std::move(h)(std::move(args)...); });
+}
+
+// Completes an operation that has no client to post through (an empty or failed handle): hops
+// through the system executor so as never to complete inline, holding outstanding work on the
+// handler's executor until the completion has been handed over (so its io_context cannot be torn
+// down meanwhile).
+template <class Handler, class... Args>
+void complete_without_client(Handler h, Args... args) {
+  auto work =
+      boost::asio::prefer(boost::asio::get_associated_executor(h), boost::asio::execution::outstanding_work.tracked);
+  boost::asio::post(boost::asio::system_executor(), [h = std::move(h), work = std::move(work), args...]() mutable {
+    complete_handler(std::move(h), work, std::move(args)...);
   });
 }
 

@@ -28,7 +28,7 @@ void log_now(const logger& lg, log_level level, fmt::format_string<Args...> form
 
 }  // namespace redlock::detail
 
-#define REDLOCK_LOG(lg, level, ...)                                                \
-  do {                                                                             \
+#define REDLOCK_LOG(lg, level, ...)                                                  \
+  do {                                                                               \
     if ((lg).enabled(level)) ::redlock::detail::log_now((lg), (level), __VA_ARGS__); \
   } while (false)

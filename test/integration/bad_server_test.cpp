@@ -70,7 +70,8 @@ request make(std::string_view cmd, const Args&... args) {
 
 // Answers every command named `name` with `action`; everything else as the built-in Redis would.
 fake_server::responder on(std::string name, reply_action action) {
-  return [name = std::move(name), action = std::move(action)](const fake_server::command& c) -> std::optional<reply_action> {
+  return [name = std::move(name),
+          action = std::move(action)](const fake_server::command& c) -> std::optional<reply_action> {
     if (!c.empty() && c.front() == name) return action;
     return std::nullopt;
   };
@@ -108,7 +109,7 @@ struct bad_reply {
   error_code request_error;
   // In a lock client: what the fake master's entry of `lock.masters()` says.
   master_status status;
-  error_code node_error;  // master_result::error
+  error_code node_error;    // master_result::error
   std::string server_text;  // master_result::server_text, and the response's text on a connection
   // Whether the stream can no longer be trusted, so that the connection must reconnect; and what
   // `connection_status::last_error` then says.
@@ -126,13 +127,28 @@ bad_reply stream_breaker(std::string name, reply_action answer, error e, error_c
 }
 
 bad_reply wrong_type(std::string name, std::string bytes) {
-  return {std::move(name), reply_action::send(std::move(bytes)), {}, master_status::failed,
-          make_error_code(error::unexpected_reply), "", false, {}, 0};
+  return {std::move(name),
+          reply_action::send(std::move(bytes)),
+          {},
+          master_status::failed,
+          make_error_code(error::unexpected_reply),
+          "",
+          false,
+          {},
+          0};
 }
 
 bad_reply error_reply(std::string name, std::string text) {
   const error_code ec = make_error_code(error::server_error);
-  return {std::move(name), reply_action::send("-" + text + "\r\n"), ec, master_status::server_error, ec, text, false, {}, 0};
+  return {std::move(name),
+          reply_action::send("-" + text + "\r\n"),
+          ec,
+          master_status::server_error,
+          ec,
+          text,
+          false,
+          {},
+          0};
 }
 
 std::vector<bad_reply> bad_replies() {
@@ -151,15 +167,29 @@ std::vector<bad_reply> bad_replies() {
   // The node hangs up mid-reply, or without replying: the outcome of the SET is unknown.
   v.push_back(stream_breaker("truncated_then_close", reply_action::send_and_close("$40\r\nabc"), error::connection_lost,
                              asio::error::eof));
-  v.push_back(stream_breaker("close_without_reply", reply_action::send_and_close(), error::connection_lost,
-                             asio::error::eof));
+  v.push_back(
+      stream_breaker("close_without_reply", reply_action::send_and_close(), error::connection_lost, asio::error::eof));
   // Two replies to one request: the first answers it, the second belongs to nobody, so the
   // stream cannot be trusted any more.
-  v.push_back({"unsolicited_extra_reply", reply_action::send("+OK\r\n+OK\r\n"), {}, master_status::granted, {}, "", true,
-               make_error_code(error::protocol_error), 0});
+  v.push_back({"unsolicited_extra_reply",
+               reply_action::send("+OK\r\n+OK\r\n"),
+               {},
+               master_status::granted,
+               {},
+               "",
+               true,
+               make_error_code(error::protocol_error),
+               0});
   // A RESP3 push message before the reply is out-of-band data, not the reply: skipped.
-  v.push_back({"push_before_reply", reply_action::send(">2\r\n$7\r\nmessage\r\n$2\r\nhi\r\n+OK\r\n"), {},
-               master_status::granted, {}, "", false, {}, 0});
+  v.push_back({"push_before_reply",
+               reply_action::send(">2\r\n$7\r\nmessage\r\n$2\r\nhi\r\n+OK\r\n"),
+               {},
+               master_status::granted,
+               {},
+               "",
+               false,
+               {},
+               0});
   // Valid RESP of a type SET never answers with: a failed master, the stream still in step.
   v.push_back(wrong_type("integer", ":42\r\n"));
   v.push_back(wrong_type("array", "*1\r\n+OK\r\n"));
@@ -171,7 +201,8 @@ std::vector<bad_reply> bad_replies() {
   v.push_back(error_reply("noauth_mid_session", "NOAUTH Authentication required."));
   v.push_back(error_reply("readonly", "READONLY You can't write against a read only replica."));
   v.push_back(error_reply("loading", "LOADING Redis is loading the dataset in memory"));
-  v.push_back(error_reply("busy", "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSCRIPT."));
+  v.push_back(
+      error_reply("busy", "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSCRIPT."));
   v.push_back(error_reply("oom", "OOM command not allowed when used memory > 'maxmemory'."));
   {
     auto blob = error_reply("blob_error", "SYNTAX invalid syntax");
@@ -180,8 +211,15 @@ std::vector<bad_reply> bad_replies() {
   }
   // An answer after the deadline: the request times out, the late reply is read and dropped, and
   // the socket stays open. (In a lock client the quorum decides before that master's deadline.)
-  v.push_back({"late_reply", reply_action::send("+OK\r\n", 600ms), make_error_code(error::master_timeout),
-               master_status::pending, {}, "", false, {}, 1});
+  v.push_back({"late_reply",
+               reply_action::send("+OK\r\n", 600ms),
+               make_error_code(error::master_timeout),
+               master_status::pending,
+               {},
+               "",
+               false,
+               {},
+               1});
   return v;
 }
 
@@ -355,8 +393,8 @@ struct bad_handshake {
   std::string name;
   std::string command;  // the handshake command answered wrongly: HELLO or SELECT
   reply_action answer;
-  error_code error;     // connection_status::last_error while the node refuses
-  std::string text;     // the start of connection_status::last_error_text
+  error_code error;  // connection_status::last_error while the node refuses
+  std::string text;  // the start of connection_status::last_error_text
 };
 
 void PrintTo(const bad_handshake& c, std::ostream* os) { *os << c.name; }
@@ -365,12 +403,14 @@ std::vector<bad_handshake> bad_handshakes() {
   const auto e = [](error x) { return make_error_code(x); };
   return {
       {"hello_noauth", "HELLO",
-       reply_action::send("-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH "
-                          "<user> <pass> option can be used to authenticate the client and select the RESP protocol "
-                          "version at the same time\r\n"),
+       reply_action::send(
+           "-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH "
+           "<user> <pass> option can be used to authenticate the client and select the RESP protocol "
+           "version at the same time\r\n"),
        e(error::auth_failed), "NOAUTH HELLO must be called"},
-      {"hello_wrongpass", "HELLO", reply_action::send("-WRONGPASS invalid username-password pair or user is disabled.\r\n"),
-       e(error::auth_failed), "WRONGPASS"},
+      {"hello_wrongpass", "HELLO",
+       reply_action::send("-WRONGPASS invalid username-password pair or user is disabled.\r\n"), e(error::auth_failed),
+       "WRONGPASS"},
       {"hello_other_error", "HELLO", reply_action::send("-ERR something went wrong\r\n"), e(error::handshake_failed),
        "ERR something went wrong"},
       {"hello_not_a_map", "HELLO", reply_action::send("+OK\r\n"), e(error::handshake_failed), ""},
@@ -432,7 +472,8 @@ struct fake_node_test : ::testing::Test {
 
 TEST_F(fake_node_test, server_without_hello_gets_resp2_auth_and_setname) {
   // A Redis older than 6 does not know HELLO: the connection falls back to AUTH and CLIENT SETNAME.
-  fake.set_responder(on("HELLO", reply_action::send("-ERR unknown command 'HELLO', with args beginning with: '3' \r\n")));
+  fake.set_responder(
+      on("HELLO", reply_action::send("-ERR unknown command 'HELLO', with args beginning with: '3' \r\n")));
   run_test(
       [&](asio::io_context& ioc) -> asio::awaitable<void> {
         auto cfg = node_config(fake.host(), fake.port());
@@ -468,8 +509,8 @@ TEST_F(fake_node_test, node_that_never_answers_times_out_and_a_new_connection_re
         EXPECT_GE(clock_type::now() - start, 100ms);
         fake.set_responder({});
         fake.close_connections();
-        co_await eventually(
-            [&] { return conn.status().state == connection_state::up && conn.status().connects == 2; }, "reconnected");
+        co_await eventually([&] { return conn.status().state == connection_state::up && conn.status().connects == 2; },
+                            "reconnected");
         auto [ec2, r2] = co_await conn.async_exec(make("SET", "k", "v2", "NX", "PX", 10000), 2s, use_tuple);
         EXPECT_FALSE(ec2) << ec2.message();
         EXPECT_TRUE(r2.size() == 1 && r2.front().value == "OK");
@@ -494,8 +535,8 @@ TEST_F(fake_node_test, oversized_bulk_reply_against_lowered_limits_fails_the_con
         auto [ec, r] = co_await conn.async_exec(make("GET", "big"), 2s, use_tuple);
         EXPECT_EQ(ec, error::reply_too_large) << ec.message();
         fake.set_responder({});
-        co_await eventually(
-            [&] { return conn.status().state == connection_state::up && conn.status().connects == 2; }, "reconnected");
+        co_await eventually([&] { return conn.status().state == connection_state::up && conn.status().connects == 2; },
+                            "reconnected");
         auto [ec2, r2] = co_await conn.async_exec(make("ECHO", std::string(1024, 'y')), 2s, use_tuple);
         EXPECT_FALSE(ec2) << ec2.message();
         EXPECT_TRUE(r2.size() == 1 && r2.front().value.size() == 1024);
@@ -530,7 +571,8 @@ struct real_error_test : five_masters {
   void make_fast(std::size_t i) { proxies[i]->set_latency(0ms); }
 
   static bool server_error_starting(const redlock::master_result& n, std::string_view prefix) {
-    return n.status == master_status::server_error && n.error == error::server_error && starts_with(n.server_text, prefix);
+    return n.status == master_status::server_error && n.error == error::server_error &&
+           starts_with(n.server_text, prefix);
   }
 };
 
@@ -713,7 +755,8 @@ TEST_F(real_error_test, noscript_for_eval_too_is_a_server_error_not_a_retry_loop
         });
         auto [eec] = co_await l.async_extend(20s, use_tuple);
         EXPECT_FALSE(eec) << eec.message();
-        EXPECT_TRUE(server_error_starting(l.masters().at(fake_index), "NOSCRIPT")) << l.masters().at(fake_index).server_text;
+        EXPECT_TRUE(server_error_starting(l.masters().at(fake_index), "NOSCRIPT"))
+            << l.masters().at(fake_index).server_text;
         EXPECT_EQ(fake.commands_seen("EVALSHA"), 1u);
         EXPECT_EQ(fake.commands_seen("EVAL"), 1u);
         fake.set_responder({});

@@ -15,9 +15,9 @@
 
 #include <atomic>
 #include <future>
-#include <thread>
 #include <set>
 #include <string>
+#include <thread>
 
 namespace {
 
@@ -116,7 +116,8 @@ TEST_F(client_test, acquire_extend_release_and_exclusion) {
     EXPECT_FALSE(eec) << eec.message();
     EXPECT_GT(l.validity_deadline(), old_deadline + 15s);
     std::size_t extended = 0;  // decided by a majority: the rest may still be on their way
-    for (std::size_t i = 0; i < 5; ++i) extended += std::stol(cluster[i].command({"PTTL", "orders:42"}).substr(1)) > 20000;
+    for (std::size_t i = 0; i < 5; ++i)
+      extended += std::stol(cluster[i].command({"PTTL", "orders:42"}).substr(1)) > 20000;
     EXPECT_GE(extended, 3u);
 
     auto [uec, held] = co_await l.async_unlock(use_tuple);
@@ -249,8 +250,8 @@ TEST_F(client_test, release_never_deletes_another_clients_lock_and_extend_fails_
     auto [ext] = co_await la.async_extend(10s, use_tuple);
     EXPECT_EQ(ext, error::validity_expired);  // too late: never extend past the validity
     auto [rel, held] = co_await la.async_unlock(use_tuple);
-    EXPECT_FALSE(rel);     // releasing an expired lock is not an error storm...
-    EXPECT_EQ(held, 0u);   // ...it says nobody held our token any more
+    EXPECT_FALSE(rel);                               // releasing an expired lock is not an error storm...
+    EXPECT_EQ(held, 0u);                             // ...it says nobody held our token any more
     EXPECT_EQ(holding("handover", lb.token()), 5u);  // b's lock untouched
 
     // The key changes hands behind b's back while b's validity still runs: extend refuses.
@@ -429,8 +430,13 @@ TEST_F(client_test, per_master_results_tell_contention_from_outage) {
     EXPECT_EQ(nodes.at(0).status, master_status::server_error);
     EXPECT_EQ(nodes.at(0).server_text.rfind("OOM", 0), 0u) << nodes.at(0).server_text;
     EXPECT_EQ(nodes.at(1).status, master_status::unreachable);
-    EXPECT_EQ(nodes.at(2).status, master_status::timeout);  // the first deadline made a quorum impossible
-    EXPECT_EQ(nodes.at(2).error, error::master_timeout);
+    // Masters 3 and 4 share one deadline: whichever timed out first made a quorum impossible, and
+    // the decision did not wait for the other.
+    const bool third_first = nodes.at(2).status == master_status::timeout;
+    const auto& first = nodes.at(third_first ? 2 : 3);
+    EXPECT_EQ(first.status, master_status::timeout);
+    EXPECT_EQ(first.error, error::master_timeout);
+    EXPECT_EQ(nodes.at(third_first ? 3 : 2).status, master_status::pending);
     EXPECT_EQ(nodes.at(4).status, master_status::granted);
     cluster[2].resume();
     cluster[3].resume();

@@ -54,8 +54,7 @@ asio::awaitable<void> wait_state(connection& c, connection_state want, clock_typ
   while (c.status().state != want) {
     if (clock_type::now() > until) {
       ADD_FAILURE() << "connection did not reach state " << static_cast<int>(want) << " (now "
-                    << static_cast<int>(c.status().state) << ", last error " << c.status().last_error.message()
-                    << ")";
+                    << static_cast<int>(c.status().state) << ", last error " << c.status().last_error.message() << ")";
       co_return;
     }
     co_await sleep_for(5ms);
@@ -392,7 +391,8 @@ struct auth_test : ::testing::Test {
 TEST_F(auth_test, password_and_acl_user_work_and_wrong_credentials_are_auth_errors) {
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
     auto cfg = config_for(node);
-    const auto try_cfg = [&](connection_config c) -> asio::awaitable<std::pair<error_code, redlock::connection_status>> {
+    const auto try_cfg =
+        [&](connection_config c) -> asio::awaitable<std::pair<error_code, redlock::connection_status>> {
       connection conn{ioc.get_executor(), std::move(c)};
       conn.async_run(asio::detached);
       auto [ec, r] = co_await exec(conn, make("PING"));

@@ -6,21 +6,21 @@
 
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <netinet/in.h>
 #include <optional>
 #include <set>
+#include <signal.h>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -59,10 +59,10 @@ std::size_t complete_reply_length(std::string_view buf) {
 }
 
 struct read_result {
-  std::string reply;   // one complete reply, when one arrived
+  std::string reply;  // one complete reply, when one arrived
   bool timed_out = false;
   bool eof = false;
-  int error = 0;       // errno of a failed recv
+  int error = 0;  // errno of a failed recv
 };
 
 /// A blocking loopback client with a receive timeout: the probe the tests look through.
@@ -478,7 +478,7 @@ TEST_F(fault_proxy_test, blackhole_swallows_everything_until_switched_off) {
   client after(proxy_.port());
   EXPECT_EQ(after.request({"PING"}), "+PONG\r\n");
   before.set_receive_timeout(5s);
-  EXPECT_EQ(before.request({"PING"}), "+PONG\r\n");  // new data flows again on old connections
+  EXPECT_EQ(before.request({"PING"}), "+PONG\r\n");                 // new data flows again on old connections
   EXPECT_EQ(cluster_[0].command({"GET", "swallowed"}), "$-1\r\n");  // never reached the server
 }
 

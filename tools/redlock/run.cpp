@@ -613,7 +613,7 @@ class runner {
   // ---- loss ----
 
   void on_lost(error_code ec) {
-    if (ec != error::lock_lost || phase_ != phase::running) return;
+    if (ec || phase_ != phase::running) return;  // success: the lock was lost
     lost_ = true;
     const auto reason = lock_.loss_reason();
     const auto why = reason == error::extension_limit

@@ -1,0 +1,418 @@
+// The lock client's shared machinery (see detail/client_state.hpp): configuration checks, sending
+// to every master, background releases, the keep-alive timer queue, counters and log messages.
+
+#include "detail/client_state.hpp"
+#include "detail/completion.hpp"
+#include "detail/log.hpp"
+#include <redlock/resp/request.hpp>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iterator>
+#include <set>
+
+namespace redlock {
+
+boost::system::error_code validate(const client_config& cfg, std::string* what) {
+  auto bad = [&](std::string field) {
+    if (what) *what = std::move(field);
+    return make_error_code(error::invalid_config);
+  };
+  if (cfg.masters.empty()) return bad("no masters");
+  if (cfg.masters.size() > 0xffff) return bad("more than 65535 masters");
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < cfg.masters.size(); ++i) {
+    const auto& m = cfg.masters[i];
+    std::string inner;
+    if (validate(m, &inner)) return bad("master " + std::to_string(i + 1) + ": " + inner);
+    const auto id = m.unix_socket.empty() ? m.host + ":" + std::to_string(m.port) : "unix:" + m.unix_socket;
+    // Two entries for one server would let one master cast two votes; another database of the same
+    // server is the same master. (Aliases of one host under different names cannot be seen here.)
+    if (!seen.insert(id).second) return bad("master listed twice: " + id);
+  }
+  if (cfg.request_timeout <= std::chrono::milliseconds::zero()) return bad("request_timeout is not positive");
+  if (cfg.release_timeout <= std::chrono::milliseconds::zero()) return bad("release_timeout is not positive");
+  if (!(cfg.drift.factor >= 0.0 && cfg.drift.factor < 1.0)) return bad("drift.factor outside [0, 1)");
+  if (cfg.drift.fixed < std::chrono::milliseconds::zero()) return bad("drift.fixed is negative");
+  if (cfg.retry.base_delay < std::chrono::milliseconds::zero() ||
+      cfg.retry.jitter < std::chrono::milliseconds::zero() || cfg.retry.max_wait < std::chrono::milliseconds::zero())
+    return bad("retry delays must not be negative");
+  if (cfg.max_resource_length == 0) return bad("max_resource_length is 0");
+  if (cfg.max_ttl <= std::chrono::milliseconds::zero() || cfg.max_ttl > std::chrono::hours{24 * 366})
+    return bad("max_ttl outside (0, 366 days]");
+  if (what) what->clear();
+  return {};
+}
+
+namespace detail {
+
+namespace {
+
+const resp::response no_reply;
+
+// Background releases are tagged with this round, which no acquisition round reaches.
+constexpr std::uint64_t release_round = 0x7fff'ffff'ffff;
+
+std::string_view status_text(master_status s) noexcept {
+  return s == master_status::server_error ? std::string_view{"server error"} : to_string(s);
+}
+
+}  // namespace
+
+// ---- log text -----------------------------------------------------------------------------------
+
+std::string lock_name(std::string_view resource, std::string_view token) {
+  std::string out = fmt::format("lock \"{}\"", printable(resource, 128));
+  if (!token.empty()) fmt::format_to(std::back_inserter(out), " [{}]", short_token(token));
+  return out;
+}
+
+// Server texts are untrusted: made printable, and the lock's token is redacted should a server
+// echo it.
+std::string describe_masters(const std::vector<master_result>& results, std::string_view token) {
+  std::string out;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const auto& n = results[i];
+    if (i) out += ", ";
+    fmt::format_to(std::back_inserter(out), "{} {}", i + 1, status_text(n.status));
+    if (n.status == master_status::server_error) {
+      fmt::format_to(std::back_inserter(out), " \"{}\"", printable(n.server_text, 160, {token}));
+    } else if (n.status == master_status::failed && n.error) {
+      fmt::format_to(std::back_inserter(out), " ({})", describe(n.error));
+    }
+    if (n.status != master_status::pending && n.status != master_status::unreachable) {
+      fmt::format_to(std::back_inserter(out), " {}", format_duration(n.latency));
+    }
+  }
+  return out;
+}
+
+std::string encode_script(const script& s, bool by_sha, std::string_view key, std::string_view token,
+                          std::optional<std::int64_t> ttl_ms) {
+  resp::request req;
+  const std::string_view cmd = by_sha ? "EVALSHA" : "EVAL";
+  const std::string_view body = by_sha ? s.sha1 : s.body;
+  if (ttl_ms) {
+    req.push(cmd, body, 1, key, token, *ttl_ms);
+  } else {
+    req.push(cmd, body, 1, key, token);
+  }
+  return std::move(req).take_payload();
+}
+
+// ---- lock state and watcher ---------------------------------------------------------------------
+
+void lock_state::on_reply(std::uint64_t tag, error_code ec, const resp::response& r) {
+  if (owner) owner->eval_instead(tag, ec, r, *this, release_script, std::nullopt, shared_from_this());
+}
+
+void watch::keep(const keep_alive_options& opts) {
+  auto st = state.lock();
+  if (!st) return;
+  fsm.keep(opts, clock_type::now());
+  st->owner->schedule(*this);
+}
+
+// ---- the client ---------------------------------------------------------------------------------
+
+client_impl::client_impl(asio::any_io_executor ex, client_config cfg)
+    : ex_(std::move(ex)),
+      strand_(asio::make_strand(ex_)),
+      cfg_(std::move(cfg)),
+      log_(cfg_.logging),
+      rng_(std::random_device{}()),
+      timer_(strand_) {
+  config_error_ = validate(cfg_, &config_problem_);
+  if (config_error_) {
+    REDLOCK_LOG(log_, log_level::error, "invalid configuration: {}", config_problem_);
+    return;
+  }
+  links_.reserve(cfg_.masters.size());
+  names_.reserve(cfg_.masters.size());
+  for (std::size_t i = 0; i < cfg_.masters.size(); ++i) {
+    auto m = cfg_.masters[i];
+    names_.push_back(fmt::format("master {} ({})", i + 1, address_of(m)));
+    // A master without a sink of its own logs through the client's, named in every message.
+    if (!m.logging.sink) {
+      m.logging = cfg_.logging;
+      m.logging.prefix = cfg_.logging.prefix.empty() ? names_.back() : cfg_.logging.prefix + ": " + names_.back();
+    } else if (m.logging.prefix.empty()) {
+      m.logging.prefix = names_.back();
+    }
+    links_.push_back(std::make_unique<master_link>(strand_, std::move(m)));
+  }
+  REDLOCK_LOG(log_, log_level::info, "client started: {} masters, quorum {}", size(), size() / 2 + 1);
+}
+
+client_impl::~client_impl() = default;
+
+void client_impl::start() {
+  for (auto& l : links_) l->run();
+}
+
+void client_impl::close() {
+  if (closed_.exchange(true)) return;
+  REDLOCK_LOG(log_, log_level::info, "client closed");
+  post([self = shared_from_this()] {
+    auto ops = std::move(self->ops_);
+    self->ops_.clear();
+    for (auto& w : ops) {
+      if (auto op = w.lock()) op->cancel();
+    }
+    self->wakes_.clear();
+    self->timer_.cancel();
+    for (auto& l : self->links_) l->close();
+  });
+}
+
+std::vector<connection_status> client_impl::statuses() const {
+  std::vector<connection_status> out;
+  out.reserve(links_.size());
+  for (const auto& l : links_) out.push_back(l->status());
+  return out;
+}
+
+client_stats client_impl::stats() const {
+  const auto& c = counters_;
+  client_stats s;
+  s.masters.reserve(links_.size());
+  for (const auto& l : links_) s.masters.push_back(l->stats());
+  // Outcomes before operations: operations are counted first.
+  s.locks_acquired = read(c.acquired);
+  s.locks_not_acquired = read(c.not_acquired);
+  s.locks_quorum_unavailable = read(c.quorum_unavailable);
+  s.locks_validity_expired = read(c.validity_expired);
+  s.locks_aborted = read(c.aborted);
+  s.locks_rejected = read(c.rejected);
+  s.lock_attempts = read(c.lock_attempts);
+  s.lock_operations = read(c.lock_operations);
+  s.extensions = read(c.extensions);
+  s.extension_failures = read(c.extension_failures);
+  s.locks_lost = read(c.lost);
+  s.releases = read(c.releases);
+  s.release_failures = read(c.release_failures);
+  s.background_releases = read(c.background_releases);
+  s.acquire_latency = c.acquire_latency.snapshot();
+  s.log_messages = log_.messages();
+  s.log_sink_errors = log_.sink_errors();
+  return s;
+}
+
+core::lock_rules client_impl::lock_rules(std::chrono::milliseconds ttl, bool retry) const noexcept {
+  return {links_.size(), ttl, cfg_.request_timeout, cfg_.drift, cfg_.retry, retry};
+}
+
+error_code client_impl::check_lock_args(const std::string& resource, std::chrono::milliseconds ttl) const {
+  if (config_error_) return config_error_;
+  if (resource.empty() || resource.size() > cfg_.max_resource_length) return error::invalid_argument;
+  return core::check_ttl(ttl, cfg_.max_ttl, cfg_.request_timeout, cfg_.drift);
+}
+
+void client_impl::enroll(const std::shared_ptr<op_base>& op) {
+  if (ops_.size() >= 2 * live_hint_ + 16) {
+    std::erase_if(ops_, [](const std::weak_ptr<op_base>& w) { return w.expired(); });
+    live_hint_ = ops_.size();
+  }
+  ops_.push_back(op);
+}
+
+// ---- sending ------------------------------------------------------------------------------------
+
+void client_impl::send_all(std::string_view payload, clock_type::time_point deadline,
+                           const std::shared_ptr<reply_sink>& sink, std::uint64_t round) {
+  std::vector<std::pair<std::size_t, error_code>> refused;  // allocates only when a master is down
+  for (std::size_t i = 0; i < links_.size(); ++i) {
+    if (auto ec = links_[i]->submit(payload, 1, deadline, sink, make_tag(round, i))) refused.emplace_back(i, ec);
+  }
+  for (const auto& [i, ec] : refused) sink->on_reply(make_tag(round, i), ec, no_reply);
+}
+
+void client_impl::release_everywhere(lock_state& st, const std::shared_ptr<reply_sink>& sink) {
+  const auto deadline = clock_type::now() + cfg_.release_timeout;
+  const auto& payload = st.release_payload();
+  for (std::size_t i = 0; i < links_.size(); ++i) {
+    // A master that is down has nothing of ours to release (nothing was sent to it since).
+    (void)links_[i]->submit(payload, 1, deadline, sink, make_tag(release_round, i));
+  }
+}
+
+bool client_impl::is_release(std::uint64_t tag) noexcept { return round_of(tag) == release_round; }
+
+bool client_impl::eval_instead(std::uint64_t tag, error_code ec, const resp::response& r, const lock_state& st,
+                               const script& s, std::optional<std::int64_t> ttl_ms,
+                               const std::shared_ptr<reply_sink>& sink) {
+  if (!sink || (tag & eval_flag) || !core::is_noscript(ec, r)) return false;
+  const auto i = master_of(tag);
+  if (i >= links_.size()) return false;
+  REDLOCK_LOG(log_, log_level::debug, "{}: script not in the server's cache (NOSCRIPT): sending it with EVAL",
+              names_[i]);
+  const auto timeout = ttl_ms ? cfg_.request_timeout : cfg_.release_timeout;
+  const auto payload = encode_script(s, false, st.key, st.token, ttl_ms);
+  return !links_[i]->submit(payload, 1, clock_type::now() + timeout, sink, tag | eval_flag);
+}
+
+// ---- watching -----------------------------------------------------------------------------------
+
+watch* client_impl::watcher_of(const std::shared_ptr<lock_state>& st) {
+  if (st->watcher) return st->watcher->fsm.finished() ? nullptr : st->watcher.get();
+  if (!st->held || closed_) return nullptr;
+  st->watcher = std::make_shared<watch>(st, cfg_.request_timeout, cfg_);
+  enroll(st->watcher);
+  schedule(*st->watcher);
+  return st->watcher.get();
+}
+
+void client_impl::stop_watching(lock_state& st) {
+  if (st.watcher) st.watcher->cancel();
+}
+
+void client_impl::deadline_moved(lock_state& st) {
+  if (!st.watcher) return;
+  st.watcher->fsm.deadline_moved(st.get_deadline());
+  schedule(*st.watcher);
+}
+
+void client_impl::add_waiter(const std::shared_ptr<lock_state>& st, lost_handler h) {
+  if (st->lost) return complete_handler(std::move(h), st->ex, error_code{});
+  watch* w = watcher_of(st);
+  if (!w) return complete_handler(std::move(h), st->ex, make_error_code(asio::error::operation_aborted));
+  const auto id = ++w->last_waiter;
+  auto slot = asio::get_associated_cancellation_slot(h);
+  if (slot.is_connected()) {
+    slot.assign([weak = std::weak_ptr<watch>(st->watcher), id, strand = strand_](asio::cancellation_type) {
+      asio::post(strand, [weak, id] {
+        auto self = weak.lock();
+        if (!self) return;
+        auto it = std::find_if(self->waiters.begin(), self->waiters.end(), [id](const auto& x) { return x.id == id; });
+        if (it == self->waiters.end()) return;
+        auto handler = std::move(it->handler);
+        self->waiters.erase(it);
+        complete_handler(std::move(handler), self->ex, make_error_code(asio::error::operation_aborted));
+      });
+    });
+  }
+  w->waiters.emplace_back(id, std::move(h));
+}
+
+// The keep-alive timer queue: a min-heap of wake-ups, one live entry per watcher (its
+// `scheduled` time); an entry whose time no longer matches is stale and skipped.
+void client_impl::schedule(watch& w) {
+  const auto never = clock_type::time_point::max();
+  const auto at = closed_ ? never : w.fsm.next_wake();
+  if (at == w.scheduled) return;
+  if (w.scheduled == never) ++live_watches_;
+  if (at == never) --live_watches_;
+  w.scheduled = at;
+  if (at == never) {
+    // Nothing left to wake: no timer stays armed behind the last watched lock.
+    if (live_watches_ == 0) {
+      wakes_.clear();
+      timer_.cancel();
+      timer_at_ = never;
+    }
+    return;
+  }
+  wakes_.push_back({at, std::static_pointer_cast<watch>(w.shared_from_this())});
+  std::push_heap(wakes_.begin(), wakes_.end(), [](const wake_entry& x, const wake_entry& y) { return x.at > y.at; });
+  if (at < timer_at_) arm_timer();
+}
+
+void client_impl::arm_timer() {
+  if (live_watches_ == 0) wakes_.clear();
+  if (wakes_.empty()) {
+    timer_at_ = clock_type::time_point::max();
+    return;
+  }
+  timer_at_ = wakes_.front().at;
+  timer_.expires_at(timer_at_);
+  timer_.async_wait([weak = weak_from_this()](error_code ec) {
+    if (auto self = weak.lock(); self && !ec) self->on_timer();
+  });
+}
+
+void client_impl::on_timer() {
+  const auto now = clock_type::now();
+  const auto later = [](const wake_entry& a, const wake_entry& b) { return a.at > b.at; };
+  while (!wakes_.empty() && wakes_.front().at <= now) {
+    std::pop_heap(wakes_.begin(), wakes_.end(), later);
+    auto e = std::move(wakes_.back());
+    wakes_.pop_back();
+    auto w = e.w.lock();
+    if (!w || w->scheduled != e.at) continue;  // stale
+    w->scheduled = clock_type::time_point::max();
+    --live_watches_;
+    w->wake(now);  // reschedules itself
+  }
+  arm_timer();
+}
+
+// ---- counting and logging -----------------------------------------------------------------------
+
+void client_impl::note_lock_outcome(error_code ec, clock_type::time_point started) {
+  auto& c = counters_;
+  if (!ec) {
+    bump<true>(c.acquired);
+    c.acquire_latency.record(clock_type::now() - started);
+  } else if (ec == error::not_acquired) {
+    bump<true>(c.not_acquired);
+  } else if (ec == error::quorum_unavailable) {
+    bump<true>(c.quorum_unavailable);
+  } else if (ec == error::validity_expired) {
+    bump<true>(c.validity_expired);
+  } else if (ec == error::invalid_argument || ec == error::invalid_config) {
+    bump<true>(c.rejected);
+  } else {
+    bump<true>(c.aborted);
+  }
+}
+
+void client_impl::note_extension(const lock_state& st, error_code ec, std::chrono::milliseconds ttl,
+                                 const core::extend_fsm& f, bool keep_alive) {
+  bump<true>(ec ? counters_.extension_failures : counters_.extensions);
+  const char* what = keep_alive ? "keep-alive extension" : "extension";
+  const auto& t = f.table();
+  if (!ec) {
+    REDLOCK_LOG(log_, log_level::debug, "{}: {} to {} ms done in {}; masters: {}", lock_name(st.resource, st.token),
+                what, ttl.count(), format_duration(t.decided_at() - t.start()),
+                describe_masters(t.results(), st.token));
+  } else if (f.decided()) {
+    REDLOCK_LOG(log_, log_level::warning, "{}: {} failed: {}; masters: {}", lock_name(st.resource, st.token), what,
+                describe(ec), describe_masters(t.results(), st.token));
+  } else {
+    REDLOCK_LOG(log_, log_level::warning, "{}: {} failed: {} (the validity had already run out)",
+                lock_name(st.resource, st.token), what, describe(ec));
+  }
+}
+
+void client_impl::note_loss(const lock_state& st, error_code reason) {
+  bump<true>(counters_.lost);
+  REDLOCK_LOG(log_, log_level::warning, "{}: lost ({}); the holder must stop relying on it",
+              lock_name(st.resource, st.token), describe(reason));
+}
+
+void client_impl::note_release(const lock_state& st, error_code ec, std::size_t held, const core::round_table& t) {
+  bump<true>(ec ? counters_.release_failures : counters_.releases);
+  if (!ec) {
+    REDLOCK_LOG(log_, log_level::debug, "{}: released in {} ({} master(s) still held it); masters: {}",
+                lock_name(st.resource, st.token), format_duration(t.decided_at() - t.start()), held,
+                describe_masters(t.results(), st.token));
+  } else {
+    REDLOCK_LOG(log_, log_level::warning,
+                "{}: release answered by too few masters (the rest expire with the ttl); masters: {}",
+                lock_name(st.resource, st.token), describe_masters(t.results(), st.token));
+  }
+}
+
+void client_impl::note_background_release(const lock_state& st) {
+  bump<true>(counters_.background_releases);
+  REDLOCK_LOG(log_, log_level::debug, "{}: handle dropped while held: releasing in the background",
+              lock_name(st.resource, st.token));
+}
+
+}  // namespace detail
+}  // namespace redlock
+
+#undef REDLOCK_LOG

@@ -1,0 +1,251 @@
+#pragma once
+// The lock client's internals (private to src/): the shared state behind a lock handle, the
+// client-wide machinery the operations use (sending to every master, the keep-alive timer,
+// counters, logging), and the per-lock watcher. The operations themselves are in src/client.cpp.
+
+#include "master_link.hpp"
+#include <redlock/client.hpp>
+#include <redlock/core/extend_fsm.hpp>
+#include <redlock/core/keep_alive_fsm.hpp>
+#include <redlock/core/lock_fsm.hpp>
+#include <redlock/detail/observe.hpp>
+#include <redlock/detail/scripts.hpp>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace redlock::detail {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using clock_type = std::chrono::steady_clock;
+using strand_type = asio::strand<asio::any_io_executor>;
+using lock_handler = asio::any_completion_handler<void(error_code, lock)>;
+using unlock_handler = asio::any_completion_handler<void(error_code, std::size_t)>;
+using extend_handler = asio::any_completion_handler<void(error_code)>;
+using lost_handler = asio::any_completion_handler<void(error_code)>;
+
+class client_impl;
+struct watch;
+
+// The tag of an internal request: the round it belongs to, whether it is the EVAL fallback of an
+// EVALSHA (which gets no fallback of its own), and the master it went to.
+constexpr std::uint64_t eval_flag = std::uint64_t{1} << 16;
+constexpr std::uint64_t make_tag(std::uint64_t round, std::size_t master) noexcept { return round << 17 | master; }
+constexpr std::size_t master_of(std::uint64_t tag) noexcept { return static_cast<std::size_t>(tag & 0xffff); }
+constexpr std::uint64_t round_of(std::uint64_t tag) noexcept { return tag >> 17; }
+
+// Something on the client's strand that `close()` must reach: an operation or a watcher.
+struct op_base : reply_sink, std::enable_shared_from_this<op_base> {
+  virtual void cancel() = 0;  // on the strand
+  virtual ~op_base() = default;
+};
+
+// "lock "orders:42" [1f2e3d4c]": the resource (made printable, cut) and the first 8 hex digits of
+// the token, never the whole token (it would let anyone release the lock).
+std::string lock_name(std::string_view resource, std::string_view token);
+// What each master answered: "1 granted 412 us, 2 taken 380 us, 3 server error "WRONGTYPE..."".
+std::string describe_masters(const std::vector<master_result>& results, std::string_view token);
+// `EVALSHA sha 1 key token [ttl]` (or `EVAL body ...`) as RESP bytes.
+std::string encode_script(const script& s, bool by_sha, std::string_view key, std::string_view token,
+                          std::optional<std::int64_t> ttl_ms = std::nullopt);
+
+// The state behind a lock handle, shared by the handle and the operations on it. Fields set
+// before the handle is returned are read-only afterwards; the rest are atomics or under `mutex`.
+struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
+  lock_state(std::shared_ptr<client_impl> c, asio::any_io_executor e) : owner(std::move(c)), ex(std::move(e)) {}
+
+  std::shared_ptr<client_impl> owner;  // reset when the acquisition fails
+  asio::any_io_executor ex;            // the client's executor: completions without their own
+  std::string resource;
+  std::string key;
+  std::string token;
+  std::chrono::milliseconds ttl{0};
+  std::size_t attempts = 0;
+  std::atomic<clock_type::rep> deadline{0};
+  std::atomic<bool> held{false};
+  std::atomic<bool> lost{false};
+  std::atomic<std::size_t> extensions{0};
+  mutable std::mutex mutex;  // guards results and loss_reason
+  std::vector<master_result> results;
+  error_code loss_reason;
+  std::shared_ptr<watch> watcher;  // on the strand only; made on demand
+  std::string release_;            // the release script's payload, encoded on first use (strand)
+
+  void set_results(std::vector<master_result> r) {
+    std::lock_guard guard{mutex};
+    results = std::move(r);
+  }
+  void set_deadline(clock_type::time_point tp) noexcept {
+    deadline.store(tp.time_since_epoch().count(), std::memory_order_release);
+  }
+  clock_type::time_point get_deadline() const noexcept {
+    return clock_type::time_point{clock_type::duration{deadline.load(std::memory_order_acquire)}};
+  }
+  const std::string& release_payload() {
+    if (release_.empty()) release_ = encode_script(release_script, true, key, token);
+    return release_;
+  }
+  // Background releases (failed rounds, dropped handles): nobody waits, but a master that lost
+  // its script cache gets the script again.
+  void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override;
+};
+
+// Watches one held lock: its keep-alive machine, the extension it may be running, and whoever
+// waits for the loss. Woken by the client's single keep-alive timer.
+struct watch final : op_base {
+  struct waiter {
+    std::uint64_t id;
+    lost_handler handler;
+    waiter(std::uint64_t i, lost_handler h) noexcept : id(i), handler(std::move(h)) {}
+    waiter(waiter&& o) noexcept : id(o.id), handler(std::move(o.handler)) {}
+    // Boost 1.81's any_completion_handler move assignment recurses: destroy + construct instead.
+    waiter& operator=(waiter&& o) noexcept {
+      if (this != &o) {
+        id = o.id;
+        handler.~lost_handler();
+        new (&handler) lost_handler(std::move(o.handler));
+      }
+      return *this;
+    }
+  };
+
+  watch(const std::shared_ptr<lock_state>& st, std::chrono::milliseconds request_timeout, const client_config& cfg)
+      : state(st),
+        ex(st->ex),
+        fsm(st->ttl, st->get_deadline(), request_timeout),
+        ext(cfg.masters.size(), st->ttl, request_timeout, cfg.drift, st->get_deadline()) {}
+
+  std::weak_ptr<lock_state> state;  // weak: the state owns the watcher
+  asio::any_io_executor ex;
+  core::keep_alive_fsm fsm;
+  core::extend_fsm ext;  // reused by every extension
+  std::uint64_t ext_round = 0;
+  std::string payload;  // the extend script for `payload_ttl`
+  std::chrono::milliseconds payload_ttl{-1};
+  clock_type::time_point scheduled = clock_type::time_point::max();  // in the client's timer queue
+  bool cap_logged = false;
+  std::uint64_t last_waiter = 0;
+  std::vector<waiter> waiters;
+
+  void keep(const keep_alive_options& opts);
+  void wake(clock_type::time_point now);
+  void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override;
+  void on_extension_done(lock_state& st, error_code ec, clock_type::time_point now);
+  void declare_lost(lock_state& st, error_code reason);
+  void finish_waiters(error_code ec);
+  void cancel() override;
+};
+
+// The client's counters: written on its strand only (one writer), read by stats() from anywhere.
+struct client_counters {
+  using counter = std::atomic<std::uint64_t>;
+  counter lock_operations{0}, lock_attempts{0}, acquired{0}, not_acquired{0}, quorum_unavailable{0},
+      validity_expired{0}, aborted{0}, rejected{0};
+  counter extensions{0}, extension_failures{0}, lost{0}, releases{0}, release_failures{0}, background_releases{0};
+  live_histogram<true> acquire_latency;
+};
+
+class client_impl : public std::enable_shared_from_this<client_impl> {
+ public:
+  client_impl(asio::any_io_executor ex, client_config cfg);
+  ~client_impl();
+
+  void start();
+  void close();
+
+  const asio::any_io_executor& executor() const noexcept { return ex_; }
+  const strand_type& strand() const noexcept { return strand_; }
+  const client_config& config() const noexcept { return cfg_; }
+  const logger& log() const noexcept { return log_; }
+  std::size_t size() const noexcept { return links_.size(); }
+  bool closed() const noexcept { return closed_; }
+  std::vector<connection_status> statuses() const;
+  client_stats stats() const;
+
+  // Runs `f` on the strand, later (never inline: initiating functions must not complete inline).
+  template <class F>
+  void post(F&& f) {
+    asio::post(strand_, std::forward<F>(f));
+  }
+
+  // ---- on the strand ------------------------------------------------------------------------
+  core::lock_rules lock_rules(std::chrono::milliseconds ttl, bool retry) const noexcept;
+  error_code check_lock_args(const std::string& resource, std::chrono::milliseconds ttl) const;
+  void enroll(const std::shared_ptr<op_base>& op);
+  double unit_random() { return std::uniform_real_distribution<double>{0.0, 1.0}(rng_); }
+
+  // Queues `payload` on every master; a master that is down answers at once (not_connected)
+  // through `sink`, after the others were queued.
+  void send_all(std::string_view payload, clock_type::time_point deadline, const std::shared_ptr<reply_sink>& sink,
+                std::uint64_t round);
+  // The release script on every master, nobody waiting (failed attempts, dropped handles); the
+  // answers go to `sink`, tagged so that `is_release` recognises them.
+  void release_everywhere(lock_state& st, const std::shared_ptr<reply_sink>& sink);
+  static bool is_release(std::uint64_t tag) noexcept;
+  // A NOSCRIPT answer to EVALSHA: sends the script again with EVAL on the same master (queued
+  // after whatever was sent before it) and returns true; false for any other answer.
+  bool eval_instead(std::uint64_t tag, error_code ec, const resp::response& r, const lock_state& st, const script& s,
+                    std::optional<std::int64_t> ttl_ms, const std::shared_ptr<reply_sink>& sink);
+
+  watch* watcher_of(const std::shared_ptr<lock_state>& st);
+  void stop_watching(lock_state& st);
+  void deadline_moved(lock_state& st);
+  void add_waiter(const std::shared_ptr<lock_state>& st, lost_handler h);
+  void schedule(watch& w);
+
+  // ---- counting and logging (on the strand) -----------------------------------------------
+  void note_operation() noexcept { bump<false>(counters_.lock_operations); }
+  void note_attempt() noexcept { bump<true>(counters_.lock_attempts); }
+  void note_lock_outcome(error_code ec, clock_type::time_point started);
+  void note_extension(const lock_state& st, error_code ec, std::chrono::milliseconds ttl, const core::extend_fsm& f,
+                      bool keep_alive);
+  void note_loss(const lock_state& st, error_code reason);
+  void note_release(const lock_state& st, error_code ec, std::size_t held, const core::round_table& t);
+  void note_background_release(const lock_state& st);
+
+ private:
+  void on_timer();
+  void arm_timer();
+
+  asio::any_io_executor ex_;
+  strand_type strand_;
+  client_config cfg_;
+  error_code config_error_;
+  std::string config_problem_;
+  logger log_;
+  std::vector<std::unique_ptr<master_link>> links_;
+  std::vector<std::string> names_;  // "master N (address)", for log messages
+  std::atomic<bool> closed_{false};
+  client_counters counters_;
+  std::minstd_rand rng_;
+
+  // Operations and watchers in progress, so that close() reaches them.
+  std::vector<std::weak_ptr<op_base>> ops_;
+  std::size_t live_hint_ = 0;
+
+  // The keep-alive timer: one for every watched lock, armed at the earliest wake-up.
+  struct wake_entry {
+    clock_type::time_point at;
+    std::weak_ptr<watch> w;
+  };
+  std::vector<wake_entry> wakes_;
+  std::size_t live_watches_ = 0;  // watchers with a wake-up due  // a min-heap on `at`; stale entries are skipped
+  asio::steady_timer timer_;
+  clock_type::time_point timer_at_ = clock_type::time_point::max();
+};
+
+}  // namespace redlock::detail
