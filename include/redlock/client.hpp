@@ -33,6 +33,8 @@ class client_impl;
 ///
 /// @par Thread safety
 /// Distinct objects: safe. Shared objects: safe; operations may be started from any thread.
+/// All of a client's operations and its masters' connections run on one strand of `ex`, so one
+/// client uses one thread at a time; for lock traffic on several threads, use several clients.
 class client {
  public:
   using executor_type = boost::asio::any_io_executor;

@@ -236,7 +236,7 @@ struct client_stats {
   std::uint64_t extensions = 0;
   /// Failed extensions (no quorum, not the owner, too late); cancelled ones are not counted.
   std::uint64_t extension_failures = 0;
-  /// Held locks lost (the loss signalled by `async_wait_lost` / `loss_slot`).
+  /// Held locks lost (the loss signalled by `async_wait_lost`).
   std::uint64_t locks_lost = 0;
   /// `lock::async_unlock` calls that reached a majority of masters.
   std::uint64_t releases = 0;
