@@ -59,8 +59,12 @@ class extend_script {
   }
   extend_script& reply(std::size_t master, resp::response r, clock::duration t,
                        std::source_location loc = std::source_location::current()) {
-    return push(
+    push(
         "reply m" + std::to_string(master), [=](extend_fsm& f) { return f.on_reply(master, {}, r, at(t)); }, loc);
+    steps_.back().as_failure = [=](extend_fsm& f) {
+      return f.on_reply(master, redlock::error::connection_lost, no_reply(), at(t));
+    };
+    return *this;
   }
   extend_script& fail(std::size_t master, redlock::error e, clock::duration t,
                       std::source_location loc = std::source_location::current()) {
@@ -147,6 +151,28 @@ class extend_script {
     }
   }
 
+  /// Each reply replaced, in turn, by a lost connection: never a success, the deadline stays the
+  /// old one, and where the reply decided a failure, the failure decides too.
+  void run_failing_each_reply() const {
+    for (std::size_t k = 0; k < steps_.size(); ++k) {
+      const auto& s = steps_[k];
+      if (!s.as_failure) continue;
+      auto f = make();
+      for (std::size_t i = 0; i < k; ++i) steps_[i].event(f);
+      const auto where = "step " + std::to_string(k) + ": " + s.label + " lost";
+      const auto deadline = f.validity_deadline();
+      const auto a = s.as_failure(f);
+      EXPECT_NE(a.what, extend_action::type::extend) << where;
+      if (a.what == extend_action::type::complete) {
+        EXPECT_TRUE(a.ec) << where << ": success";
+      }
+      if (s.expected.what == extend_action::type::complete && s.expected.ec) {
+        EXPECT_EQ(a.what, extend_action::type::complete) << where;
+      }
+      EXPECT_EQ(describe(f.validity_deadline()), describe(deadline)) << where;
+    }
+  }
+
  private:
   struct step {
     std::string label;
@@ -154,6 +180,7 @@ class extend_script {
     std::source_location loc;
     extend_action expected{};
     std::function<void(const extend_fsm&)> check{};
+    std::function<extend_action(extend_fsm&)> as_failure{};  // the same reply, lost with the connection
   };
 
   extend_script& push(std::string label, std::function<extend_action(extend_fsm&)> event, std::source_location loc) {
@@ -198,6 +225,23 @@ extend_script extended_by_a_majority() {
 TEST(extend_fsm, a_majority_within_the_old_validity_extends_from_the_round_start) { extended_by_a_majority().run(); }
 
 TEST(extend_fsm, cancel_at_each_step) { extended_by_a_majority().run_cancelling_at_each_step(); }
+
+TEST(extend_fsm, a_lost_connection_at_each_reply) {
+  extended_by_a_majority().run_failing_each_reply();
+  extend_script s{5};
+  s.start(100ms)
+      .extend(350ms)
+      .reply(0, int_reply("1"), 101ms)
+      .reply(1, int_reply("0"), 102ms)
+      .reply(2, int_reply("1"), 103ms)
+      .fail(3, redlock::error::master_timeout, 350ms)
+      .wait()
+      .reply(4, int_reply("0"), 350ms)
+      .complete(redlock::error::not_owner);
+  s.run();
+  s.run_failing_each_reply();
+  s.run_cancelling_at_each_step();
+}
 
 TEST(extend_fsm, the_per_master_deadline_is_cut_to_the_remaining_validity) {
   extend_script{}.start(249ms).extend(499ms).run();  // 250 ms fit

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <source_location>
 #include <string>
 #include <utility>
@@ -90,9 +91,14 @@ class lock_script {
   /// A reply of the round in progress.
   lock_script& reply(std::size_t master, resp::response r, clock::duration t, double rnd = 0.5,
                      std::source_location loc = std::source_location::current()) {
-    return push(
+    push(
         "reply m" + std::to_string(master),
         [=](lock_fsm& f) { return f.on_reply(f.round(), master, {}, r, at(t), rnd); }, loc);
+    steps_.back().master = master;
+    steps_.back().as_failure = [=](lock_fsm& f) {
+      return f.on_reply(f.round(), master, redlock::error::connection_lost, no_reply(), at(t), rnd);
+    };
+    return *this;
   }
   /// A failure (no reply) of the round in progress.
   lock_script& fail(std::size_t master, redlock::error e, clock::duration t, double rnd = 0.5,
@@ -185,6 +191,46 @@ class lock_script {
     }
   }
 
+  /// Each reply of the transcript replaced, in turn, by a lost connection. Such an answer can only
+  /// make a majority impossible: the machine waits, or fails the round (sleep or complete with an
+  /// error, always releasing); it never succeeds, and where the reply decided the round, the
+  /// failure decides it too.
+  void run_failing_each_reply() const {
+    for (std::size_t k = 0; k < steps_.size(); ++k) {
+      const auto& s = steps_[k];
+      if (!s.as_failure) continue;
+      lock_fsm f{rules_};
+      for (std::size_t i = 0; i < k; ++i) steps_[i].event(f);
+      const bool waiting =
+          !f.done() && f.table().results()[*s.master].status == master_status::pending && !f.table().decided();
+      const auto where = "step " + std::to_string(k) + ": " + s.label + " lost";
+      const auto a = s.as_failure(f);
+      switch (a.what) {
+        case lock_action::type::wait:
+          break;
+        case lock_action::type::acquire:
+          ADD_FAILURE() << where << ": a new round";
+          break;
+        case lock_action::type::sleep:
+          EXPECT_TRUE(a.release) << where;
+          break;
+        case lock_action::type::complete:
+          EXPECT_TRUE(a.ec) << where << ": success";
+          EXPECT_TRUE(a.release) << where;
+          break;
+      }
+      const bool decisive_failure = s.expected.what == lock_action::type::sleep ||
+                                    (s.expected.what == lock_action::type::complete && s.expected.ec);
+      if (decisive_failure) {
+        EXPECT_EQ(a.what, s.expected.what) << where;
+      }
+      if (waiting) {
+        EXPECT_EQ(f.table().results()[*s.master].status, master_status::failed) << where;
+        EXPECT_EQ(f.table().results()[*s.master].error, redlock::error::connection_lost) << where;
+      }
+    }
+  }
+
  private:
   struct step {
     std::string label;
@@ -192,6 +238,8 @@ class lock_script {
     std::source_location loc;
     lock_action expected{};
     std::function<void(const lock_fsm&)> check{};
+    std::optional<std::size_t> master{};                 // for replies of the round in progress
+    std::function<lock_action(lock_fsm&)> as_failure{};  // the same reply, lost with the connection
   };
 
   lock_script& push(std::string label, std::function<lock_action(lock_fsm&)> event, std::source_location loc) {
@@ -255,6 +303,44 @@ lock_script granted_by_a_majority() {
 TEST(lock_fsm, majority_granted_completes_with_validity_from_the_round_start) { granted_by_a_majority().run(); }
 
 TEST(lock_fsm, cancel_at_each_step_of_a_granted_round) { granted_by_a_majority().run_cancelling_at_each_step(); }
+
+TEST(lock_fsm, a_lost_connection_at_each_reply_of_a_granted_round) { granted_by_a_majority().run_failing_each_reply(); }
+
+TEST(lock_fsm, a_lost_connection_at_each_reply_of_five_masters) {
+  lock_script s{rules(5)};
+  s.start(0ms)
+      .acquire(250ms)
+      .reply(4, nil_reply(), 1ms)
+      .reply(0, ok_reply(), 2ms)
+      .reply(3, ok_reply(), 3ms)
+      .reply(1, nil_reply(), 4ms)
+      .wait()  // 2 yes, 2 no: the last master decides
+      .reply(2, ok_reply(), 5ms)
+      .complete({}, false);
+  s.run();
+  s.run_failing_each_reply();
+  s.run_cancelling_at_each_step();
+}
+
+TEST(lock_fsm, a_timer_that_is_not_the_retry_delay_does_nothing) {
+  lock_script{rules()}
+      .timer(0ms)
+      .wait()  // before start
+      .start(0ms)
+      .acquire(250ms)
+      .timer(100ms)
+      .wait()  // while waiting for replies: no new round
+      .then([](const lock_fsm& f) {
+        EXPECT_EQ(f.round(), 1u);
+        EXPECT_EQ(f.attempts(), 1u);
+      })
+      .reply(0, ok_reply(), 110ms)
+      .reply(1, ok_reply(), 120ms)
+      .complete({}, false)
+      .timer(200ms)
+      .wait()  // after the end
+      .run();
+}
 
 TEST(lock_fsm, a_second_reply_of_the_same_master_is_no_second_vote) {
   lock_script{rules()}
@@ -461,6 +547,8 @@ lock_script retried_then_granted() {
 TEST(lock_fsm, failed_round_is_released_then_retried_after_a_random_delay) { retried_then_granted().run(); }
 
 TEST(lock_fsm, cancel_at_each_step_of_a_retried_lock) { retried_then_granted().run_cancelling_at_each_step(); }
+
+TEST(lock_fsm, a_lost_connection_at_each_reply_of_a_retried_lock) { retried_then_granted().run_failing_each_reply(); }
 
 // BUG: last_error() is documented as "empty after success", but a success after a failed round
 // keeps the failed round's error (finish({}, ...) does not clear last_error_).

@@ -51,8 +51,12 @@ class unlock_script {
   }
   unlock_script& reply(std::size_t master, resp::response r, clock::duration t,
                        std::source_location loc = std::source_location::current()) {
-    return push(
+    push(
         "reply m" + std::to_string(master), [=](unlock_fsm& f) { return f.on_reply(master, {}, r, at(t)); }, loc);
+    steps_.back().as_failure = [=](unlock_fsm& f) {
+      return f.on_reply(master, redlock::error::connection_lost, no_reply(), at(t));
+    };
+    return *this;
   }
   unlock_script& fail(std::size_t master, redlock::error e, clock::duration t,
                       std::source_location loc = std::source_location::current()) {
@@ -117,6 +121,30 @@ class unlock_script {
     }
   }
 
+  /// Each reply replaced, in turn, by a lost connection: it can only make the quorum impossible,
+  /// so the machine waits or completes with quorum_unavailable; held() does not grow.
+  void run_failing_each_reply() const {
+    for (std::size_t k = 0; k < steps_.size(); ++k) {
+      const auto& s = steps_[k];
+      if (!s.as_failure) continue;
+      unlock_fsm f{masters_, timeout_};
+      for (std::size_t i = 0; i < k; ++i) steps_[i].event(f);
+      const auto where = "step " + std::to_string(k) + ": " + s.label + " lost";
+      const bool was_done = f.done();
+      const auto a = s.as_failure(f);
+      if (was_done) {
+        EXPECT_EQ(describe(a), "wait") << where;
+        continue;
+      }
+      if (a.what != unlock_action::type::wait) {
+        EXPECT_EQ(describe(a),
+                  describe(unlock_action{unlock_action::type::complete, {}, redlock::error::quorum_unavailable}))
+            << where;
+        EXPECT_LE(f.held(), masters_ - majority(masters_)) << where;
+      }
+    }
+  }
+
  private:
   struct step {
     std::string label;
@@ -124,6 +152,7 @@ class unlock_script {
     std::source_location loc;
     unlock_action expected{};
     std::function<void(const unlock_fsm&)> check{};
+    std::function<unlock_action(unlock_fsm&)> as_failure{};  // the same reply, lost with the connection
   };
 
   unlock_script& push(std::string label, std::function<unlock_action(unlock_fsm&)> event, std::source_location loc) {
@@ -168,6 +197,24 @@ unlock_script released_by_a_majority() {
 TEST(unlock_fsm, a_majority_of_clean_answers_is_success) { released_by_a_majority().run(); }
 
 TEST(unlock_fsm, cancel_at_each_step) { released_by_a_majority().run_cancelling_at_each_step(); }
+
+TEST(unlock_fsm, a_lost_connection_at_each_reply) {
+  released_by_a_majority().run_failing_each_reply();
+  unlock_script s{5};
+  s.start(0ms)
+      .release(200ms)
+      .fail(0, redlock::error::master_timeout, 200ms)
+      .reply(1, int_reply("1"), 1ms)
+      .reply(2, int_reply("0"), 2ms)
+      .fail(3, redlock::error::not_connected, 3ms)
+      .wait()
+      .reply(4, int_reply("1"), 4ms)
+      .complete({})
+      .then([](const unlock_fsm& f) { EXPECT_EQ(f.held(), 2u); });
+  s.run();
+  s.run_failing_each_reply();
+  s.run_cancelling_at_each_step();
+}
 
 TEST(unlock_fsm, start_twice_sends_once) {
   unlock_script{3}.start(0ms).release(200ms).start(1ms).wait().run();
