@@ -45,6 +45,7 @@ class extend_fsm {
     old_deadline_ = old_deadline;
     state_ = state::idle;
     ok_ = false;
+    decided_ = false;
   }
 
   extend_action start(clock::time_point now) {
@@ -61,6 +62,7 @@ class extend_fsm {
                          clock::time_point now) {
     if (state_ != state::waiting) return {};
     if (!table_.record(master, classify(command::extend, ec, reply), now)) return {};
+    decided_ = true;
     if (table_.state() == quorum_state::reached) {
       if (now < old_deadline_ && validity<clock>(ttl_, table_.start(), now, drift_) > clock::duration::zero()) {
         new_deadline_ = core::validity_deadline<clock>(ttl_, table_.start(), drift_);
@@ -81,7 +83,7 @@ class extend_fsm {
 
   bool done() const noexcept { return state_ == state::done; }
   /// Whether a round was sent and decided by the masters (not refused up front, not cancelled).
-  bool decided() const noexcept { return table_.decided(); }
+  bool decided() const noexcept { return decided_; }
   /// The new validity deadline after success; the old one otherwise.
   clock::time_point validity_deadline() const noexcept { return ok_ ? new_deadline_ : old_deadline_; }
   const round_table& table() const noexcept { return table_; }
@@ -104,6 +106,7 @@ class extend_fsm {
   clock::time_point new_deadline_{};
   state state_ = state::idle;
   bool ok_ = false;
+  bool decided_ = false;
   round_table table_;
 };
 

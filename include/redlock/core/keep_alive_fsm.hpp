@@ -84,9 +84,10 @@ class keep_alive_fsm {
     if (finished()) return;
     opts_ = resolve(opts, ttl_);
     margin_ = opts_.notify_margin;
-    if (!keeping_) hold_start_ = now;
+    if (capped_) return;  // the caps count from the first call: a capped lock is not revived
+    if (!started_) hold_start_ = now;
+    started_ = true;
     keeping_ = true;
-    capped_ = false;
     next_try_ = deadline_ - opts_.renew_below;
   }
 
@@ -176,6 +177,7 @@ class keep_alive_fsm {
   clock::time_point next_try_ = clock::time_point::max();
   boost::system::error_code pending_;  // why the coming loss will be declared, when known before it
   std::size_t extensions_ = 0;
+  bool started_ = false;
   bool keeping_ = false;
   bool extending_ = false;
   bool capped_ = false;

@@ -81,6 +81,7 @@ class lock_fsm {
     if (table_.state() == quorum_state::reached) {
       if (validity<clock>(rules_.ttl, table_.start(), now, rules_.drift) > clock::duration::zero()) {
         deadline_ = core::validity_deadline<clock>(rules_.ttl, table_.start(), rules_.drift);
+        last_error_.clear();
         return finish({}, false);
       }
       // A majority said yes, but too late to rely on it: as good as a failure.

@@ -49,7 +49,7 @@ TEST_P(quorum_orderings, decides_exactly_when_the_outcome_is_certain) {
       const std::size_t left = n - yes - no;
       const bool surely_yes = yes >= need;
       const bool surely_no = yes + left < need;
-      const auto expected = surely_yes ? quorum_state::reached
+      const auto expected = surely_yes  ? quorum_state::reached
                             : surely_no ? quorum_state::impossible
                                         : quorum_state::pending;
       ASSERT_EQ(q.state(), expected) << "n=" << n << " code=" << code << " step=" << i;

@@ -33,15 +33,16 @@ TEST(validity, drift_is_one_percent_plus_two_ms_by_default) {
 
 TEST(validity, is_ttl_minus_elapsed_minus_drift) {
   const tp start{5s};
-  EXPECT_EQ(validity<manual_clock>(10'000'000us, start, start + 3ms, drift_policy{}), 10'000'000us - 3'000us - 102'000us);
+  EXPECT_EQ(validity<manual_clock>(10'000'000us, start, start + 3ms, drift_policy{}),
+            10'000'000us - 3'000us - 102'000us);
   EXPECT_EQ(validity_deadline<manual_clock>(10'000'000us, start, drift_policy{}), start + 10'000'000us - 102'000us);
 }
 
 TEST(validity, expires_exactly_at_the_edge) {
   const tp start{0s};
-  const auto ttl = 100'000us;                 // drift 3 ms → usable 97 ms
+  const auto ttl = 100'000us;  // drift 3 ms → usable 97 ms
   EXPECT_GT(validity<manual_clock>(ttl, start, start + 96'999us, drift_policy{}), 0us);
-  EXPECT_EQ(validity<manual_clock>(ttl, start, start + 97'000us, drift_policy{}), 0us);  // not usable
+  EXPECT_EQ(validity<manual_clock>(ttl, start, start + 97'000us, drift_policy{}), 0us);   // not usable
   EXPECT_LT(validity<manual_clock>(ttl, start, start + 120'000us, drift_policy{}), 0us);  // slow majority
 }
 
