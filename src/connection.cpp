@@ -145,7 +145,9 @@ class connection::impl : public std::enable_shared_from_this<impl> {
       : ex_(std::move(ex)),
         strand_(std::move(strand)),
         cfg_(std::move(cfg)),
-        socket_(strand_),
+        // On the strand's inner executor, not the strand: see enter_strand().
+        socket_(strand_.get_inner_executor()),
+        serve_done_(strand_),
         deadline_timer_(strand_),
         aux_timer_(strand_),
         mux_(cfg_.limits),
@@ -622,9 +624,22 @@ class connection::impl : public std::enable_shared_from_this<impl> {
 
   // ---- serving: one reader, one writer ----------------------------------------------------
 
+  // Runs the reader and the writer until the stream fails; returns why.
   asio::awaitable<error_code> serve() {
-    start_write();  // what was queued while connecting
-    error_code ec = co_await read_loop();
+    reading_ = true;
+    read_error_ = {};
+    start_write();                         // what was queued while connecting
+    if (auto perr = dispatch_replies()) {  // bytes that came with the handshake
+      read_error_ = perr;
+      reading_ = false;
+    } else {
+      start_read();
+    }
+    while (reading_) {
+      serve_done_.expires_at(clock::time_point::max());
+      co_await serve_done_.async_wait(use_tuple);
+    }
+    error_code ec = read_error_;
     error_code ignored;
     socket_.close(ignored);  // a write in progress ends too
     if (write_error_ && (!ec || ec == asio::error::operation_aborted)) ec = write_error_;
@@ -632,9 +647,20 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     co_return ec;
   }
 
+  // The hot path's completion handlers (socket reads and writes) have no associated executor: the
+  // socket lives on the strand's inner executor, so Asio calls them straight from the scheduler,
+  // and they enter the strand here (inline when the strand is free). Binding them to the strand
+  // instead would cost a heap allocation per completion in Boost 1.81: strand<any_io_executor>'s
+  // execute() queries its inner executor's blocking property, and any_executor returns such a
+  // query's result through `new`.
+  template <class F>
+  void enter_strand(F&& f) {
+    strand_.dispatch(std::forward<F>(f), std::allocator<void>{});
+  }
+
   // The writer: no coroutine and no wake-up timer. Queuing a request starts the write at once when
-  // none is in progress (so queuing costs no scheduler pass); otherwise the write's completion
-  // takes everything that queued meanwhile, in one write.
+  // none is in progress (no scheduler pass is spent waking a writer); the write's completion takes
+  // everything that queued meanwhile, in one write.
   void start_write() {
     if (writing_ || state_ != connection_state::up || !mux_.has_waiting()) return;
     const auto in_flight_before = mux_.in_flight();
@@ -643,10 +669,12 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     inc(stats_.written, batch);
     REDLOCK_LOG(log_, log_level::trace, "writing {} request(s), {} bytes", batch, bytes.size());
     writing_ = true;
-    asio::async_write(socket_, asio::buffer(bytes),
-                      [self = shared_from_this(), generation = stream_generation_](error_code ec, std::size_t n) {
-                        self->on_written(generation, ec, n);
-                      });
+    asio::async_write(
+        socket_, asio::buffer(bytes),
+        [self = shared_from_this(), generation = stream_generation_](error_code ec, std::size_t n) {
+          auto* me = self.get();
+          me->enter_strand([self = std::move(self), generation, ec, n] { self->on_written(generation, ec, n); });
+        });
   }
 
   void on_written(std::uint64_t generation, error_code ec, std::size_t n) {
@@ -662,18 +690,34 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     start_write();
   }
 
-  // The reader: read, hand the bytes to the multiplexer, let it route what is complete.
-  asio::awaitable<error_code> read_loop() {
-    if (auto perr = dispatch_replies()) co_return perr;  // bytes that came with the handshake
-    for (;;) {
-      const auto space = mux_.read_space();
-      auto [ec, n] = co_await socket_.async_read_some(asio::buffer(space.data(), space.size()), use_tuple);
-      if (ec) co_return ec;
-      if (closing_) co_return asio::error::operation_aborted;
+  // The reader: read, hand the bytes to the multiplexer, let it route what is complete. One reply
+  // costs one scheduler pass: the read's completion, which runs the replies' sinks in place.
+  void start_read() {
+    const auto space = mux_.read_space();
+    socket_.async_read_some(
+        asio::buffer(space.data(), space.size()),
+        [self = shared_from_this(), generation = stream_generation_](error_code ec, std::size_t n) {
+          auto* me = self.get();
+          me->enter_strand([self = std::move(self), generation, ec, n] { self->on_read(generation, ec, n); });
+        });
+  }
+
+  void on_read(std::uint64_t generation, error_code ec, std::size_t n) {
+    if (generation != stream_generation_) return;
+    if (!ec && closing_) ec = asio::error::operation_aborted;
+    if (!ec) {
       inc(stats_.bytes_read, n);
       mux_.commit_read(n);
-      if (auto perr = dispatch_replies()) co_return perr;
+      ec = dispatch_replies();
+      if (!ec && !closing_) {
+        start_read();
+        return;
+      }
+      if (!ec) ec = asio::error::operation_aborted;
     }
+    read_error_ = ec;
+    reading_ = false;
+    serve_done_.cancel();
   }
 
   error_code dispatch_replies() {
@@ -718,6 +762,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   }
 
   socket_type socket_;
+  asio::steady_timer serve_done_;  // wakes serve() when the reader stops
   asio::steady_timer deadline_timer_;
   asio::steady_timer aux_timer_;  // connect timeout, then reconnect backoff
   detail::multiplexer<pending> mux_;
@@ -729,6 +774,8 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   connection_state state_ = connection_state::idle;
   bool closing_ = false;
   bool writing_ = false;                 // an async_write is in progress
+  bool reading_ = false;                 // the reader runs (serve() waits for it)
+  error_code read_error_;                // why the reader stopped
   std::uint64_t stream_generation_ = 0;  // bumped when the stream resets
   std::uint64_t connect_generation_ = 0;
   bool connect_timed_out_ = false;
