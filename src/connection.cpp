@@ -196,6 +196,8 @@ class connection::impl : public std::enable_shared_from_this<impl> {
         REDLOCK_LOG(self->log_, log_level::error, "invalid configuration: {}", what);
         self->record_error(ec, what);
         self->set_state(connection_state::closed);
+        // Internal requests may have queued since master_link::run() (never public ones).
+        self->fail_all_requests(make_error_code(error::not_connected), make_error_code(error::not_connected));
         self->complete_run(std::move(h), ec);
         return;
       }
@@ -215,6 +217,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
 
   // master_link::run: async_run without a caller to tell.
   void run_detached() {
+    run_requested_.store(true, std::memory_order_relaxed);
     run(run_handler{[](error_code) {}});
   }
 
@@ -226,7 +229,10 @@ class connection::impl : public std::enable_shared_from_this<impl> {
       inc(stats_.invalid);
       return make_error_code(error::invalid_argument);
     }
-    if ((state_ != connection_state::up && state_ != connection_state::connecting) || closing_) {
+    // Requests queue while (re)connecting, and from run() on: its post may not have reached the
+    // strand yet, and a caller that just started the link should not see it as down.
+    const bool starting = state_ == connection_state::idle && run_requested_.load(std::memory_order_relaxed);
+    if ((state_ != connection_state::up && state_ != connection_state::connecting && !starting) || closing_) {
       inc(stats_.not_connected);
       return make_error_code(error::not_connected);
     }
@@ -295,6 +301,11 @@ class connection::impl : public std::enable_shared_from_this<impl> {
         complete(std::move(p.handler), ec, std::move(r));
       }
     };
+  }
+
+  // Finishes every queued request (see multiplexer::fail_all).
+  void fail_all_requests(error_code written_ec, error_code waiting_ec) {
+    mux_.fail_all(written_ec, waiting_ec, completer());
   }
 
   // Every request given to the multiplexer ends here (through `completer`), exactly once.
@@ -480,6 +491,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     closing_ = true;
     if (state_ == connection_state::idle) {
       set_state(connection_state::closed);
+      mux_.fail_all(asio::error::operation_aborted, asio::error::operation_aborted, completer());
       return;
     }
     error_code ignored;
@@ -780,7 +792,8 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   std::uint64_t connect_generation_ = 0;
   bool connect_timed_out_ = false;
   std::atomic<std::uint64_t> next_id_{0};
-  int protocol_ = 3;  // RESP version of the current connection
+  std::atomic<bool> run_requested_{false};  // master_link::run() was called
+  int protocol_ = 3;                        // RESP version of the current connection
 
   mutable std::mutex status_mutex_;
   connection_status status_;

@@ -168,6 +168,32 @@ TEST_F(master_link_test, replies_reach_the_sink_in_order_with_their_tags_and_are
   run_until([&] { return link.status().state == connection_state::closed; });
 }
 
+TEST_F(master_link_test, requests_submitted_right_after_run_wait_for_the_connection) {
+  master_link link{strand, config()};
+  error_code ec;
+  asio::post(strand, [&] {
+    link.run();  // its own post has not reached the strand yet
+    ec = link.submit(encode("PING"), 1, clock_type::now() + 5s, sink, 1);
+  });
+  run_until([&] { return sink->calls.size() == 1; });
+  EXPECT_FALSE(ec);
+  EXPECT_FALSE(sink->calls[0].ec);
+  EXPECT_EQ(sink->calls[0].r.at(0).value, "PONG");
+}
+
+TEST_F(master_link_test, invalid_config_fails_requests_queued_since_run) {
+  auto cfg = config();
+  cfg.port = 0;
+  master_link link{strand, cfg};
+  asio::post(strand, [&] {
+    link.run();
+    EXPECT_FALSE(link.submit(encode("PING"), 1, clock_type::now() + 5s, sink, 1));
+  });
+  run_until([&] { return sink->calls.size() == 1; });
+  EXPECT_EQ(sink->calls[0].ec, error::not_connected);
+  EXPECT_EQ(link.status().state, connection_state::closed);
+}
+
 TEST_F(master_link_test, refusals_return_at_once_without_calling_the_sink) {
   master_link link{strand, config()};
   EXPECT_EQ(submit_on_strand(link, encode("PING"), 1, 1), error::not_connected);  // not running yet
