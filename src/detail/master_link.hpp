@@ -59,7 +59,7 @@ class master_link {
   /// payload, `replies == 0` or a null `sink`: then nothing was queued and `sink` will not be
   /// called. Otherwise `sink->on_reply(tag, ...)` comes later, once, never from inside this call,
   /// and `sink` is kept alive until then. Counted in `stats()` like a public request. No
-  /// allocation in steady state (the queue's deque allocates a block every few requests).
+  /// allocation in steady state.
   boost::system::error_code submit(std::string_view payload, std::size_t replies, clock::time_point deadline,
                                    std::shared_ptr<reply_sink> sink, std::uint64_t tag);
 

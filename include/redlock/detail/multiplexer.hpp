@@ -18,7 +18,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <optional>
 #include <span>
 #include <string>
@@ -247,9 +246,9 @@ class multiplexer {
   /// The read side is not touched (see `reset_read`).
   template <class F>
   void fail_all(boost::system::error_code written_ec, boost::system::error_code waiting_ec, F&& complete) {
-    auto all = std::move(queue_);
+    ring all;  // takes the storage: `complete` may add requests to the emptied queue
+    all.swap(queue_);
     const std::size_t written = written_;
-    queue_.clear();
     written_ = 0;
     waiting_bytes_.clear();
     for (std::size_t i = 0; i < all.size(); ++i) {
@@ -262,13 +261,58 @@ class multiplexer {
 
  private:
   struct entry {
-    id_type id;
-    std::size_t size;  // bytes of its payload (in waiting_bytes_ while it waits)
-    std::size_t replies_left;
-    clock::time_point deadline;
+    id_type id = 0;
+    std::size_t size = 0;  // bytes of its payload (in waiting_bytes_ while it waits)
+    std::size_t replies_left = 0;
+    clock::time_point deadline{};
     resp::response response;  // replies so far of a pipelined request
-    bool error_reply;
+    bool error_reply = false;
     std::optional<Completion> completion;  // empty once abandoned
+  };
+
+  // The queue's storage: a ring of entries that grows by doubling and never shrinks, so that a
+  // connection's steady state allocates nothing (a deque allocates a block every few requests).
+  class ring {
+   public:
+    std::size_t size() const noexcept { return count_; }
+    bool empty() const noexcept { return count_ == 0; }
+    entry& operator[](std::size_t i) noexcept { return slots_[(head_ + i) & (slots_.size() - 1)]; }
+    const entry& operator[](std::size_t i) const noexcept { return slots_[(head_ + i) & (slots_.size() - 1)]; }
+    entry& front() noexcept { return (*this)[0]; }
+
+    void push_back(entry e) {
+      if (count_ == slots_.size()) grow();
+      (*this)[count_] = std::move(e);
+      ++count_;
+    }
+    void pop_front() {
+      front() = entry{};
+      head_ = (head_ + 1) & (slots_.size() - 1);
+      --count_;
+    }
+    // Removes entry `i`, keeping the order of the others.
+    void erase(std::size_t i) {
+      for (; i + 1 < count_; ++i) (*this)[i] = std::move((*this)[i + 1]);
+      (*this)[count_ - 1] = entry{};
+      --count_;
+    }
+    void swap(ring& other) noexcept {
+      slots_.swap(other.slots_);
+      std::swap(head_, other.head_);
+      std::swap(count_, other.count_);
+    }
+
+   private:
+    void grow() {
+      std::vector<entry> bigger(slots_.empty() ? 8 : slots_.size() * 2);  // a power of two
+      for (std::size_t i = 0; i < count_; ++i) bigger[i] = std::move((*this)[i]);
+      slots_.swap(bigger);
+      head_ = 0;
+    }
+
+    std::vector<entry> slots_;
+    std::size_t head_ = 0;
+    std::size_t count_ = 0;
   };
 
   void pop_front() {
@@ -280,7 +324,7 @@ class multiplexer {
   Completion remove_waiting(std::size_t i, std::size_t offset) {
     waiting_bytes_.erase(offset, queue_[i].size);
     Completion c = std::move(*queue_[i].completion);
-    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
+    queue_.erase(i);
     return c;
   }
 
@@ -293,8 +337,8 @@ class multiplexer {
 
   reply_reader reader_;
   // One queue in request order: [0, written_) are in flight (written, replies due), the rest wait.
-  // One deque rather than two, so that writing moves nothing and block allocations amortise.
-  std::deque<entry> queue_;
+  // One queue rather than two, so that writing moves nothing.
+  ring queue_;
   std::size_t written_ = 0;
   std::string waiting_bytes_;  // the payloads of the waiting requests, in order
   std::string write_buffer_;

@@ -346,4 +346,40 @@ TEST(multiplexer, write_batch_cap_takes_a_prefix_and_keeps_the_rest_waiting) {
   EXPECT_EQ(mux.in_flight(), 4u);
 }
 
+// The queue is a ring: it must keep the order when it wraps around and when it grows while
+// wrapped, and when an entry is removed from the middle of a wrapped ring.
+TEST(multiplexer, queue_keeps_order_across_wrap_around_growth_and_removal) {
+  harness h;
+  int next_tag = 0;
+  for (int round = 0; round < 50; ++round) {
+    const int batch = 1 + round % 13;  // crosses the initial capacity (8) at various offsets
+    for (int i = 0; i < batch; ++i, ++next_tag) {
+      h.mux.add(static_cast<std::uint64_t>(next_tag), std::to_string(next_tag) + ";", 1, h.t0 + 1s, next_tag);
+    }
+    if (round % 5 == 0) {  // remove one waiting request from the middle
+      const int victim = next_tag - 1 - batch / 2;
+      ASSERT_TRUE(
+          h.mux.cancel(static_cast<std::uint64_t>(victim), false, boost::asio::error::operation_aborted, h.sink()));
+    }
+    const std::string written{h.mux.prepare_write()};
+    std::string want;
+    for (int t = next_tag - batch; t < next_tag; ++t) {
+      if (round % 5 == 0 && t == next_tag - 1 - batch / 2) continue;
+      want += std::to_string(t) + ";";
+    }
+    ASSERT_EQ(written, want);
+    while (h.mux.in_flight() > static_cast<std::size_t>(round % 3)) {
+      ASSERT_EQ(h.feed("r"), redlock::detail::reply_outcome::completed);
+    }
+  }
+  while (h.mux.in_flight() > 0) h.feed("r");
+  std::vector<int> completed;
+  for (const auto& f : h.finished) {
+    if (!f.ec) completed.push_back(f.tag);
+  }
+  ASSERT_FALSE(completed.empty());
+  EXPECT_TRUE(std::is_sorted(completed.begin(), completed.end()));
+  EXPECT_TRUE(h.mux.empty());
+}
+
 }  // namespace
