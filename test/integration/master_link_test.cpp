@@ -23,6 +23,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 // Counts every allocation of this test binary (the steady-state test reads it).
@@ -257,6 +258,56 @@ TEST_F(master_link_test, the_sink_may_submit_again_from_inside_its_call) {
   EXPECT_FALSE(submit_on_strand(link, encode("PING"), 1, 1));
   run_until([&] { return sink->calls.size() == 5; });
   for (std::uint64_t i = 0; i < 5; ++i) EXPECT_EQ(sink->calls[i].tag, i + 1);
+}
+
+// Two threads run the io_context; four chains of requests share the link (and its strand). Under
+// TSan this checks that the hot path's completions, which start outside the strand, enter it.
+TEST_F(master_link_test, chains_of_requests_on_two_threads_share_the_strand) {
+  master_link link{strand, config()};
+  link.run();
+  wait_up(link);
+  constexpr std::uint64_t chains = 4;
+  constexpr std::uint64_t per_chain = 300;
+  std::atomic<std::uint64_t> done{0};
+  std::atomic<std::uint64_t> failed{0};
+  class chain_sink final : public reply_sink {
+   public:
+    explicit chain_sink(std::function<void(std::uint64_t, error_code, const response&)> f) : f_(std::move(f)) {}
+    void on_reply(std::uint64_t tag, error_code ec, const response& r) override { f_(tag, ec, r); }
+
+   private:
+    std::function<void(std::uint64_t, error_code, const response&)> f_;
+  };
+  std::vector<std::uint64_t> seen(chains, 0);  // touched on the strand only
+  std::shared_ptr<reply_sink> next;
+  next = std::make_shared<chain_sink>([&](std::uint64_t tag, error_code ec, const response& r) {
+    const std::uint64_t chain = tag % chains;
+    const std::uint64_t step = tag / chains;
+    if (ec || r.size() != 1 || r[0].value != std::to_string(tag)) ++failed;
+    if (step != seen[chain]++) ++failed;  // each chain's replies in order
+    if (step + 1 < per_chain) {
+      const std::uint64_t t = tag + chains;
+      if (link.submit(encode("ECHO", t), 1, clock_type::now() + 10s, next, t)) ++failed;
+    } else {
+      ++done;
+    }
+  });
+  asio::post(strand, [&] {
+    for (std::uint64_t c = 0; c < chains; ++c) {
+      if (link.submit(encode("ECHO", c), 1, clock_type::now() + 10s, next, c)) ++failed;
+    }
+  });
+  ioc.restart();
+  std::thread other{[&] { ioc.run_for(30s); }};
+  const auto until = clock_type::now() + 30s;
+  while (done < chains && clock_type::now() < until) ioc.run_for(10ms);
+  link.close();
+  ioc.stop();
+  other.join();
+  next.reset();
+  EXPECT_EQ(done.load(), chains);
+  EXPECT_EQ(failed.load(), 0u);
+  EXPECT_EQ(link.stats().ok, chains * per_chain);
 }
 
 // One request after another, each submitted from the previous one's reply (as a lock operation
