@@ -78,7 +78,8 @@ class handshake_fsm {
       case state::hello_written:
         return read(state::hello_read);
       case state::hello_read: {
-        if (const std::string_view refusal = first_error(replies); !refusal.empty()) {
+        if (const resp::node* e = first_error(replies)) {
+          const std::string_view refusal = e->value;
           if (is_auth_refusal(refusal)) return fail(error::auth_failed, refusal);
           if (!starts_with(refusal, "NOPROTO") && refusal.find("unknown command") == std::string_view::npos)
             return fail(error::handshake_failed, refusal);
@@ -95,14 +96,13 @@ class handshake_fsm {
       case state::legacy_written:
         return read(state::legacy_read);
       case state::legacy_read:
-        if (const std::string_view refusal = first_error(replies); !refusal.empty())
-          return fail(is_auth_refusal(refusal) ? error::auth_failed : error::handshake_failed, refusal);
+        if (const resp::node* e = first_error(replies))
+          return fail(is_auth_refusal(e->value) ? error::auth_failed : error::handshake_failed, e->value);
         return select();
       case state::select_written:
         return read(state::select_read);
       case state::select_read:
-        if (const std::string_view refusal = first_error(replies); !refusal.empty())
-          return fail(error::handshake_failed, refusal);
+        if (const resp::node* e = first_error(replies)) return fail(error::handshake_failed, e->value);
         return succeed();
       case state::finished:
         break;
@@ -137,14 +137,12 @@ class handshake_fsm {
     return s.substr(0, prefix.size()) == prefix;
   }
 
-  // The text of the first error reply among `replies` (one per depth-0 value), or empty.
-  static std::string_view first_error(const resp::response& replies) noexcept {
+  // The first error reply among `replies` (one per depth-0 value), or null.
+  static const resp::node* first_error(const resp::response& replies) noexcept {
     for (const auto& n : replies) {
-      if (n.depth == 0 && resp::is_error(n.data_type)) {
-        return n.value.empty() ? std::string_view{"(empty error)"} : std::string_view{n.value};
-      }
+      if (n.depth == 0 && resp::is_error(n.data_type)) return &n;
     }
-    return {};
+    return nullptr;
   }
 
   // Copies `text` with every occurrence of the password replaced by "***".

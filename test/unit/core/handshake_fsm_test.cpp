@@ -247,6 +247,11 @@ TEST(handshake_fsm, resp2_setname_refusal_after_good_auth_is_handshake_failed) {
       .expect_done(error::handshake_failed, 0, "ERR Client names cannot contain spaces");
 }
 
+TEST(handshake_fsm, an_empty_error_reply_is_still_a_refusal) {
+  transcript t{{}};
+  t.expect_write(encode("HELLO", "3")).expect_read(1).reply(err("")).expect_done(error::handshake_failed, 0, "");
+}
+
 TEST(handshake_fsm, io_error_at_any_step_ends_with_that_error) {
   const error_code broken = boost::asio::error::connection_reset;
   // Step i: the i-th resume after the first gets the I/O error (write, read, write, read...).
