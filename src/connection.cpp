@@ -35,8 +35,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <iterator>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
