@@ -1,13 +1,16 @@
 // The I/O shell of one node connection. Decisions about which request a reply belongs to, what
-// times out and what a failure means for each request live in detail::multiplexer; this file
-// moves bytes, runs timers and reconnects.
-
-#include <redlock/connection.hpp>
-#include <redlock/detail/multiplexer.hpp>
-#include <redlock/detail/observe.hpp>
+// times out and what a failure means for each request live in detail::multiplexer (with the read
+// path, detail::reply_reader), and the handshake's in core::handshake_fsm; this file moves bytes,
+// runs timers and reconnects. It also implements detail::master_link, the lock client's path to a
+// connection that runs on the client's own strand.
 
 #include "detail/completion.hpp"
 #include "detail/log.hpp"
+#include "detail/master_link.hpp"
+#include <redlock/connection.hpp>
+#include <redlock/core/handshake_fsm.hpp>
+#include <redlock/detail/multiplexer.hpp>
+#include <redlock/detail/observe.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
@@ -25,14 +28,15 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+
 #include <fmt/format.h>
 
 #include <sys/un.h>
 
 #include <algorithm>
 #include <atomic>
-#include <iterator>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
@@ -87,8 +91,8 @@ log_options with_default_prefix(log_options opts, const connection_config& cfg) 
 // detail::bump<true>: relaxed load + store), read by stats() from any thread.
 struct counters {
   using counter = std::atomic<std::uint64_t>;
-  counter requests{0}, ok{0}, server_errors{0}, timeouts{0}, not_connected{0}, connection_lost{0},
-      protocol_errors{0}, cancelled{0}, aborted{0}, invalid{0};
+  counter requests{0}, ok{0}, server_errors{0}, timeouts{0}, not_connected{0}, connection_lost{0}, protocol_errors{0},
+      cancelled{0}, aborted{0}, invalid{0};
   counter written{0}, replies{0}, dropped_replies{0}, pushes{0}, bytes_written{0}, bytes_read{0};
   counter connect_attempts{0}, connects{0}, connect_failures{0}, auth_failures{0}, disconnects{0};
   detail::live_histogram<true> latency;
@@ -100,21 +104,28 @@ using handler_type = asio::any_completion_handler<void(error_code, resp::respons
 using strand_type = asio::strand<asio::any_io_executor>;
 using socket_type = asio::generic::stream_protocol::socket;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
-constexpr std::size_t min_read_size = 16 * 1024;
 
-// What the multiplexer completes: the caller's handler.
+// What the multiplexer completes: the public caller's type-erased handler, or (the lock client's
+// internal path, issue 11) a reply sink and its tag, which cost no allocation and are called in
+// place on the strand.
 // Boost 1.81's any_completion_handler move *assignment* re-wraps the source instead of moving it
 // (unbounded recursion), and the queue move-assigns when it erases from the middle, so assignment
 // here is destroy + move-construct.
 struct pending {
-  handler_type handler;
+  handler_type handler;                      // empty for an internal request
+  std::shared_ptr<detail::reply_sink> sink;  // set for an internal request
+  std::uint64_t tag = 0;
   std::chrono::steady_clock::time_point start;  // reached the strand: its latency counts from here
   pending(handler_type h, std::chrono::steady_clock::time_point t) noexcept : handler(std::move(h)), start(t) {}
+  pending(std::shared_ptr<detail::reply_sink> s, std::uint64_t t, std::chrono::steady_clock::time_point at) noexcept
+      : sink(std::move(s)), tag(t), start(at) {}
   pending(pending&&) noexcept = default;
   pending& operator=(pending&& other) noexcept {
     if (this != &other) {
       handler.~handler_type();
       new (&handler) handler_type(std::move(other.handler));
+      sink = std::move(other.sink);
+      tag = other.tag;
       start = other.start;
     }
     return *this;
@@ -122,28 +133,24 @@ struct pending {
   ~pending() = default;
 };
 
-bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
-
-// The text of the error reply at the front of `r`, if any.
-std::string_view error_text(const resp::response& r) {
-  const auto* v = resp::reply_value(r);
-  return (v && resp::is_error(v->data_type)) ? std::string_view{v->value} : std::string_view{};
-}
-
 }  // namespace
 
 class connection::impl : public std::enable_shared_from_this<impl> {
  public:
-  impl(asio::any_io_executor ex, connection_config cfg)
+  // The public connection: a strand of its own on `ex`.
+  impl(asio::any_io_executor ex, connection_config cfg) : impl(ex, asio::make_strand(ex), std::move(cfg)) {}
+  // A master_link: on the strand it is given, shared with the lock client's operations.
+  impl(strand_type strand, connection_config cfg) : impl(strand.get_inner_executor(), strand, std::move(cfg)) {}
+  impl(asio::any_io_executor ex, strand_type strand, connection_config cfg)
       : ex_(std::move(ex)),
-        strand_(asio::make_strand(ex_)),
+        strand_(std::move(strand)),
         cfg_(std::move(cfg)),
-        socket_(strand_),
-        writer_wake_(strand_),
-        writer_done_(strand_),
+        // On the strand's inner executor, not the strand: see enter_strand().
+        socket_(strand_.get_inner_executor()),
+        serve_done_(strand_),
         deadline_timer_(strand_),
         aux_timer_(strand_),
-        parser_(cfg_.limits),
+        mux_(cfg_.limits),
         rng_(std::random_device{}()),
         log_(with_default_prefix(cfg_.logging, cfg_)) {}
 
@@ -189,6 +196,8 @@ class connection::impl : public std::enable_shared_from_this<impl> {
         REDLOCK_LOG(self->log_, log_level::error, "invalid configuration: {}", what);
         self->record_error(ec, what);
         self->set_state(connection_state::closed);
+        // Internal requests may have queued since master_link::run() (never public ones).
+        self->fail_all_requests(make_error_code(error::not_connected), make_error_code(error::not_connected));
         self->complete_run(std::move(h), ec);
         return;
       }
@@ -204,6 +213,34 @@ class connection::impl : public std::enable_shared_from_this<impl> {
 
   void close() {
     asio::post(strand_, [self = shared_from_this()] { self->close_on_strand(); });
+  }
+
+  // master_link::run: async_run without a caller to tell.
+  void run_detached() {
+    run_requested_.store(true, std::memory_order_relaxed);
+    run(run_handler{[](error_code) {}});
+  }
+
+  // master_link::submit, on the strand: no erased handler, no post, no allocation in steady state.
+  error_code submit(std::string_view payload, std::size_t replies, clock::time_point deadline,
+                    std::shared_ptr<detail::reply_sink> sink, std::uint64_t tag) {
+    inc(stats_.requests);
+    if (payload.empty() || replies == 0 || !sink) {
+      inc(stats_.invalid);
+      return make_error_code(error::invalid_argument);
+    }
+    // Requests queue while (re)connecting, and from run() on: its post may not have reached the
+    // strand yet, and a caller that just started the link should not see it as down.
+    const bool starting = state_ == connection_state::idle && run_requested_.load(std::memory_order_relaxed);
+    if ((state_ != connection_state::up && state_ != connection_state::connecting && !starting) || closing_) {
+      inc(stats_.not_connected);
+      return make_error_code(error::not_connected);
+    }
+    const auto id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
+    mux_.add(id, payload, replies, deadline, pending{std::move(sink), tag, clock::now()});
+    arm_deadline(deadline);
+    start_write();
+    return {};
   }
 
   connection_status status() const {
@@ -254,10 +291,21 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   void complete_run(run_handler h, error_code ec) { detail::complete_handler(std::move(h), ex_, ec); }
 
   auto completer() {
-    return [this](pending&& p, error_code ec, resp::response&& r) {
+    return [this](pending&& p, error_code ec, resp::response& r) {
       count_outcome(p.start, ec);
-      complete(std::move(p.handler), ec, std::move(r));
+      if (p.sink) {
+        // In place: the sink reads the nodes where the read path left them.
+        const auto sink = std::move(p.sink);
+        sink->on_reply(p.tag, ec, r);
+      } else {
+        complete(std::move(p.handler), ec, std::move(r));
+      }
     };
+  }
+
+  // Finishes every queued request (see multiplexer::fail_all).
+  void fail_all_requests(error_code written_ec, error_code waiting_ec) {
+    mux_.fail_all(written_ec, waiting_ec, completer());
   }
 
   // Every request given to the multiplexer ends here (through `completer`), exactly once.
@@ -300,12 +348,9 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     const auto now = clock::now();
     const auto deadline = (timeout >= clock::time_point::max() - now) ? clock::time_point::max() : now + timeout;
     const std::size_t replies = req.commands();
-    mux_.add(id, std::move(req).take_payload(), replies, deadline, pending{std::move(h), now});
+    mux_.add(id, req.payload(), replies, deadline, pending{std::move(h), now});
     arm_deadline(deadline);
-    if (state_ == connection_state::up && writer_idle_) {
-      writer_idle_ = false;
-      writer_wake_.cancel();
-    }
+    start_write();
   }
 
   void cancel_request(std::uint64_t id, asio::cancellation_type type) {
@@ -342,7 +387,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     std::uint32_t attempt = 0;
     std::uint64_t failed_attempts = 0;  // since the connection was last up
     bool was_up = false;
-    bool went_down = false;  // the last failure was of a live connection (already logged)
+    bool went_down = false;   // the last failure was of a live connection (already logged)
     error_code last_failure;  // the last connect failure, logged above debug; repeats go to debug
     while (!closing_) {
       set_state(connection_state::connecting);
@@ -377,8 +422,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
       detail::redact(server_text, {cfg_.password});
       record_error(ec, server_text);
       // Whatever was written may or may not have run on the node; whatever waits was never sent.
-      const error_code written_ec =
-          (ec.category() == error_category()) ? ec : make_error_code(error::connection_lost);
+      const error_code written_ec = (ec.category() == error_category()) ? ec : make_error_code(error::connection_lost);
       set_state(connection_state::down);
       // Counted before the requests complete, so that their handlers see counters that agree.
       if (connected) {
@@ -447,12 +491,12 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     closing_ = true;
     if (state_ == connection_state::idle) {
       set_state(connection_state::closed);
+      mux_.fail_all(asio::error::operation_aborted, asio::error::operation_aborted, completer());
       return;
     }
     error_code ignored;
     socket_.close(ignored);  // reader and writer finish with operation_aborted
     aux_timer_.cancel();
-    writer_wake_.cancel();
     // Complete now rather than when the run loop unwinds: close() promises prompt completion.
     mux_.fail_all(asio::error::operation_aborted, asio::error::operation_aborted, completer());
   }
@@ -460,9 +504,11 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   void reset_stream() {
     error_code ignored;
     socket_.close(ignored);
-    parser_.reset();
-    scratch_.clear();
-    rpos_ = rend_ = 0;
+    mux_.reset_read();
+    // A write still pending on the old socket completes with an error that is no longer news.
+    ++stream_generation_;
+    writing_ = false;
+    write_error_ = {};
   }
 
   // ---- connect and handshake --------------------------------------------------------------
@@ -524,221 +570,193 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     co_return ec;
   }
 
+  // Carries out the actions of core::handshake_fsm, which decides everything.
   asio::awaitable<error_code> handshake(std::string& server_text) {
-    // HELLO 3 authenticates, names the client and selects RESP3 in one round trip.
-    resp::request hello;
-    std::vector<std::string_view> args{"3"};
-    if (!cfg_.password.empty()) {
-      args.insert(args.end(), {"AUTH", cfg_.username.empty() ? std::string_view{"default"} : cfg_.username,
-                               cfg_.password});
-    }
-    if (!cfg_.client_name.empty()) args.insert(args.end(), {"SETNAME", cfg_.client_name});
-    hello.push_range("HELLO", args);
-    resp::response reply;
-    error_code ec = co_await roundtrip(hello, reply);
-    if (ec) co_return ec;
-    if (auto text = error_text(reply); !text.empty()) {
-      server_text = text;
-      if (starts_with(text, "WRONGPASS") || starts_with(text, "NOAUTH") || starts_with(text, "NOPERM"))
-        co_return error::auth_failed;
-      if (!starts_with(text, "NOPROTO") && text.find("unknown command") == std::string_view::npos)
-        co_return error::handshake_failed;
-      // A server older than Redis 6: plain RESP2 with AUTH and CLIENT SETNAME. (Such a server may
-      // echo HELLO's arguments, the password among them, in its error: redacted.)
-      REDLOCK_LOG(log_, log_level::debug, "the server refused HELLO 3 ({}): falling back to RESP2",
-                  detail::printable(text, 256, {cfg_.password}));
-      protocol_ = 2;
-      resp::request legacy;
-      if (!cfg_.password.empty()) {
-        if (cfg_.username.empty()) {
-          legacy.push("AUTH", cfg_.password);
-        } else {
-          legacy.push("AUTH", cfg_.username, cfg_.password);
-        }
-      }
-      if (!cfg_.client_name.empty()) legacy.push("CLIENT", "SETNAME", cfg_.client_name);
-      if (!legacy.empty()) {
-        ec = co_await roundtrip(legacy, reply);
-        if (ec) co_return ec;
-        if (auto t = error_text(reply); !t.empty()) {
-          server_text = t;
-          co_return starts_with(t, "ERR invalid password") || starts_with(t, "WRONGPASS") ? error::auth_failed
-                                                                                          : error::handshake_failed;
-        }
-        for (const auto& n : reply) {
-          if (n.depth == 0 && resp::is_error(n.data_type)) {
-            server_text = n.value;
-            co_return error::handshake_failed;
-          }
-        }
-      }
-    } else if (const auto* v = resp::reply_value(reply);
-               !v || (v->data_type != resp::type::map && v->data_type != resp::type::array)) {
-      co_return error::handshake_failed;
-    } else {
-      protocol_ = 3;
-    }
-    server_text.clear();
-    if (cfg_.database != 0) {
-      resp::request select;
-      select.push("SELECT", cfg_.database);
-      ec = co_await roundtrip(select, reply);
-      if (ec) co_return ec;
-      if (auto text = error_text(reply); !text.empty()) {
-        server_text = text;
-        co_return error::handshake_failed;
-      }
-    }
-    co_return error_code{};
-  }
-
-  // Writes `req` and reads exactly its replies (handshake only: nothing else is in flight).
-  asio::awaitable<error_code> roundtrip(const resp::request& req, resp::response& out) {
-    out.clear();
-    auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(req.payload()), use_tuple);
-    inc(stats_.bytes_written, n);
-    if (ec) co_return ec;
-    for (std::size_t got = 0; got < req.commands();) {
-      resp::response one;
-      ec = co_await read_reply(one);
-      if (ec) co_return ec;
-      if (is_push(one)) continue;
-      out.insert(out.end(), std::make_move_iterator(one.begin()), std::make_move_iterator(one.end()));
-      ++got;
-    }
-    co_return error_code{};
-  }
-
-  asio::awaitable<error_code> read_reply(resp::response& out) {
+    core::handshake_fsm fsm{{cfg_.username, cfg_.password, cfg_.client_name, cfg_.database}};
+    resp::response replies;
+    error_code ec;
+    bool fallback_logged = false;
     for (;;) {
+      const core::handshake_action a = fsm.resume(ec, replies);
+      ec.clear();
+      switch (a.type) {
+        case core::handshake_action::kind::write: {
+          if (!fallback_logged && !fsm.fallback_reason().empty()) {
+            fallback_logged = true;
+            REDLOCK_LOG(log_, log_level::debug, "the server refused HELLO 3 ({}): falling back to RESP2",
+                        detail::printable(fsm.fallback_reason(), 256, {cfg_.password}));
+          }
+          auto [wec, n] = co_await asio::async_write(socket_, asio::buffer(a.bytes), use_tuple);
+          inc(stats_.bytes_written, n);
+          ec = wec;
+          break;
+        }
+        case core::handshake_action::kind::read:
+          replies.clear();
+          ec = co_await read_replies(a.replies, replies);
+          break;
+        case core::handshake_action::kind::done:
+          if (!fallback_logged && !fsm.fallback_reason().empty()) {
+            REDLOCK_LOG(log_, log_level::debug, "the server refused HELLO 3 ({}): falling back to RESP2",
+                        detail::printable(fsm.fallback_reason(), 256, {cfg_.password}));
+          }
+          if (!a.ec) protocol_ = a.protocol;
+          server_text = a.server_text;
+          co_return a.ec;
+      }
+    }
+  }
+
+  // Reads `count` replies (handshake only: nothing else is in flight), skipping push messages.
+  asio::awaitable<error_code> read_replies(std::size_t count, resp::response& out) {
+    detail::reply_reader& reader = mux_.reader();
+    for (std::size_t got = 0; got < count;) {
       error_code ec;
-      if (rpos_ < rend_) {
-        rpos_ += parser_.consume(std::string_view{rbuf_.data() + rpos_, rend_ - rpos_}, out, ec);
-        if (ec) co_return ec;
-        if (parser_.done()) {
-          parser_.reset();
-          co_return error_code{};
+      switch (reader.next(ec)) {
+        case detail::reply_reader::status::reply:
+          out.insert(out.end(), reader.reply().begin(), reader.reply().end());
+          ++got;
+          break;
+        case detail::reply_reader::status::push:
+          break;
+        case detail::reply_reader::status::error:
+          co_return ec;
+        case detail::reply_reader::status::need_more: {
+          const auto space = reader.read_space();
+          auto [rec, n] = co_await socket_.async_read_some(asio::buffer(space.data(), space.size()), use_tuple);
+          if (rec) co_return rec;
+          inc(stats_.bytes_read, n);
+          reader.commit_read(n);
+          break;
         }
       }
-      std::size_t n = 0;
-      std::tie(ec, n) = co_await socket_.async_read_some(read_space(), use_tuple);
-      if (ec) co_return ec;
-      inc(stats_.bytes_read, n);
-      rend_ += n;
     }
+    co_return error_code{};
   }
 
   // ---- serving: one reader, one writer ----------------------------------------------------
 
+  // Runs the reader and the writer until the stream fails; returns why.
   asio::awaitable<error_code> serve() {
-    writer_running_ = true;
-    asio::co_spawn(strand_, write_loop(), [self = shared_from_this()](std::exception_ptr) {
-      self->writer_running_ = false;
-      self->writer_done_.cancel();
-    });
-    error_code ec = co_await read_loop();
-    // Stop the writer and wait for it, so the next connection starts with a clean slate.
-    error_code ignored;
-    socket_.close(ignored);
-    writer_wake_.cancel();
-    while (writer_running_) {
-      writer_done_.expires_at(clock::time_point::max());
-      co_await writer_done_.async_wait(use_tuple);
+    reading_ = true;
+    read_error_ = {};
+    start_write();                         // what was queued while connecting
+    if (auto perr = dispatch_replies()) {  // bytes that came with the handshake
+      read_error_ = perr;
+      reading_ = false;
+    } else {
+      start_read();
     }
+    while (reading_) {
+      serve_done_.expires_at(clock::time_point::max());
+      co_await serve_done_.async_wait(use_tuple);
+    }
+    error_code ec = read_error_;
+    error_code ignored;
+    socket_.close(ignored);  // a write in progress ends too
     if (write_error_ && (!ec || ec == asio::error::operation_aborted)) ec = write_error_;
     write_error_ = {};
     co_return ec;
   }
 
-  asio::awaitable<void> write_loop() {
-    while (socket_.is_open() && !closing_) {
-      if (!mux_.has_waiting()) {
-        writer_idle_ = true;
-        writer_wake_.expires_at(clock::time_point::max());
-        co_await writer_wake_.async_wait(use_tuple);
-        writer_idle_ = false;
-        continue;
-      }
-      const auto in_flight_before = mux_.in_flight();
-      const std::string_view bytes = mux_.prepare_write();
-      const auto batch = mux_.in_flight() - in_flight_before;
-      inc(stats_.written, batch);
-      REDLOCK_LOG(log_, log_level::trace, "writing {} request(s), {} bytes", batch, bytes.size());
-      auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(bytes), use_tuple);
-      inc(stats_.bytes_written, n);
-      if (ec) {
-        write_error_ = ec;
-        error_code ignored;
-        socket_.close(ignored);  // the reader notices and the connection resets
-        co_return;
-      }
-    }
+  // The hot path's completion handlers (socket reads and writes) have no associated executor: the
+  // socket lives on the strand's inner executor, so Asio calls them straight from the scheduler,
+  // and they enter the strand here (inline when the strand is free). Binding them to the strand
+  // instead would cost a heap allocation per completion in Boost 1.81: strand<any_io_executor>'s
+  // execute() queries its inner executor's blocking property, and any_executor returns such a
+  // query's result through `new`.
+  template <class F>
+  void enter_strand(F&& f) {
+    strand_.dispatch(std::forward<F>(f), std::allocator<void>{});
   }
 
-  asio::awaitable<error_code> read_loop() {
-    if (auto perr = dispatch_replies()) co_return perr;  // bytes that came with the handshake
-    for (;;) {
-      auto [ec, n] = co_await socket_.async_read_some(read_space(), use_tuple);
-      if (ec) co_return ec;
+  // The writer: no coroutine and no wake-up timer. Queuing a request starts the write at once when
+  // none is in progress (no scheduler pass is spent waking a writer); the write's completion takes
+  // everything that queued meanwhile, in one write.
+  void start_write() {
+    if (writing_ || state_ != connection_state::up || !mux_.has_waiting()) return;
+    const auto in_flight_before = mux_.in_flight();
+    const std::string_view bytes = mux_.prepare_write();
+    const auto batch = mux_.in_flight() - in_flight_before;
+    inc(stats_.written, batch);
+    REDLOCK_LOG(log_, log_level::trace, "writing {} request(s), {} bytes", batch, bytes.size());
+    writing_ = true;
+    asio::async_write(
+        socket_, asio::buffer(bytes),
+        [self = shared_from_this(), generation = stream_generation_](error_code ec, std::size_t n) {
+          auto* me = self.get();
+          me->enter_strand([self = std::move(self), generation, ec, n] { self->on_written(generation, ec, n); });
+        });
+  }
+
+  void on_written(std::uint64_t generation, error_code ec, std::size_t n) {
+    if (generation != stream_generation_) return;  // the stream it wrote to was reset
+    writing_ = false;
+    inc(stats_.bytes_written, n);
+    if (ec) {
+      write_error_ = ec;
+      error_code ignored;
+      socket_.close(ignored);  // the reader notices and the connection resets
+      return;
+    }
+    start_write();
+  }
+
+  // The reader: read, hand the bytes to the multiplexer, let it route what is complete. One reply
+  // costs one scheduler pass: the read's completion, which runs the replies' sinks in place.
+  void start_read() {
+    const auto space = mux_.read_space();
+    socket_.async_read_some(
+        asio::buffer(space.data(), space.size()),
+        [self = shared_from_this(), generation = stream_generation_](error_code ec, std::size_t n) {
+          auto* me = self.get();
+          me->enter_strand([self = std::move(self), generation, ec, n] { self->on_read(generation, ec, n); });
+        });
+  }
+
+  void on_read(std::uint64_t generation, error_code ec, std::size_t n) {
+    if (generation != stream_generation_) return;
+    if (!ec && closing_) ec = asio::error::operation_aborted;
+    if (!ec) {
       inc(stats_.bytes_read, n);
-      rend_ += n;
-      if (auto perr = dispatch_replies()) co_return perr;
+      mux_.commit_read(n);
+      ec = dispatch_replies();
+      if (!ec && !closing_) {
+        start_read();
+        return;
+      }
+      if (!ec) ec = asio::error::operation_aborted;
     }
+    read_error_ = ec;
+    reading_ = false;
+    serve_done_.cancel();
   }
 
-  // Hands every complete reply in the read buffer to the multiplexer.
   error_code dispatch_replies() {
-    while (rpos_ < rend_) {
-      error_code ec;
-      rpos_ += parser_.consume(std::string_view{rbuf_.data() + rpos_, rend_ - rpos_}, scratch_, ec);
-      if (ec) return ec;
-      if (!parser_.done()) break;
-      parser_.reset();
-      if (is_push(scratch_)) {
-        scratch_.clear();
-        inc(stats_.pushes);
-        std::lock_guard lock{status_mutex_};
-        ++status_.pushes;
-        continue;
-      }
-      inc(stats_.replies);  // before the reply reaches its handler, which may run inline
-      switch (mux_.on_reply(scratch_, completer())) {
-        case detail::reply_outcome::unsolicited:
-          REDLOCK_LOG(log_, log_level::error, "the node sent a reply nobody asked for: dropping the connection");
-          return error::protocol_error;  // a reply nobody asked for: the stream cannot be trusted
-        case detail::reply_outcome::dropped: {
+    return mux_.dispatch(completer(), [this](detail::read_event e) {
+      switch (e) {
+        case detail::read_event::push: {
+          inc(stats_.pushes);
+          std::lock_guard lock{status_mutex_};
+          ++status_.pushes;
+          break;
+        }
+        case detail::read_event::reply:
+          inc(stats_.replies);
+          break;  // before its handler runs
+        case detail::read_event::dropped: {
           inc(stats_.dropped_replies);
           REDLOCK_LOG(log_, log_level::debug, "dropped a late reply (its request had timed out or been cancelled)");
           std::lock_guard lock{status_mutex_};
           ++status_.dropped_replies;
           break;
         }
-        case detail::reply_outcome::completed:
-        case detail::reply_outcome::partial: break;
+        case detail::read_event::unsolicited:
+          // A reply nobody asked for: the stream cannot be trusted.
+          REDLOCK_LOG(log_, log_level::error, "the node sent a reply nobody asked for: dropping the connection");
+          break;
       }
-    }
-    if (rpos_ == rend_) rpos_ = rend_ = 0;
-    return {};
-  }
-
-  static bool is_push(const resp::response& r) {
-    const auto* v = resp::reply_value(r);
-    return v && v->data_type == resp::type::push;
-  }
-
-  // Free space at the end of the read buffer: compacts, then grows, but only as far as the parser's
-  // limits let a reply be (the parser rejects anything larger before we would buffer it).
-  asio::mutable_buffer read_space() {
-    if (rbuf_.size() - rend_ < min_read_size) {
-      if (rpos_ > 0) {
-        std::copy(rbuf_.begin() + static_cast<std::ptrdiff_t>(rpos_), rbuf_.begin() + static_cast<std::ptrdiff_t>(rend_),
-                  rbuf_.begin());
-        rend_ -= rpos_;
-        rpos_ = 0;
-      }
-      if (rbuf_.size() - rend_ < min_read_size) rbuf_.resize(std::max(rbuf_.size() * 2, rend_ + min_read_size));
-    }
-    return asio::buffer(rbuf_.data() + rend_, rbuf_.size() - rend_);
+    });
   }
 
   // ---- status -----------------------------------------------------------------------------
@@ -756,16 +774,10 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   }
 
   socket_type socket_;
-  asio::steady_timer writer_wake_;
-  asio::steady_timer writer_done_;
+  asio::steady_timer serve_done_;  // wakes serve() when the reader stops
   asio::steady_timer deadline_timer_;
   asio::steady_timer aux_timer_;  // connect timeout, then reconnect backoff
   detail::multiplexer<pending> mux_;
-  resp::parser parser_;
-  resp::response scratch_;
-  std::vector<char> rbuf_;
-  std::size_t rpos_ = 0;  // first unparsed byte
-  std::size_t rend_ = 0;  // end of received bytes
   std::minstd_rand rng_;
   std::optional<run_handler> run_handler_;
   error_code write_error_;
@@ -773,12 +785,15 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   std::uint64_t deadline_generation_ = 0;
   connection_state state_ = connection_state::idle;
   bool closing_ = false;
-  bool writer_idle_ = false;
-  bool writer_running_ = false;
+  bool writing_ = false;                 // an async_write is in progress
+  bool reading_ = false;                 // the reader runs (serve() waits for it)
+  error_code read_error_;                // why the reader stopped
+  std::uint64_t stream_generation_ = 0;  // bumped when the stream resets
   std::uint64_t connect_generation_ = 0;
   bool connect_timed_out_ = false;
   std::atomic<std::uint64_t> next_id_{0};
-  int protocol_ = 3;  // RESP version of the current connection
+  std::atomic<bool> run_requested_{false};  // master_link::run() was called
+  int protocol_ = 3;                        // RESP version of the current connection
 
   mutable std::mutex status_mutex_;
   connection_status status_;
@@ -808,6 +823,34 @@ void connection::close() { impl_->close(); }
 connection_status connection::status() const { return impl_->status(); }
 
 connection_stats connection::stats() const { return impl_->stats(); }
+
+// ---- detail::master_link ----------------------------------------------------------------------
+
+namespace detail {
+
+master_link::master_link(strand_type strand, connection_config cfg)
+    : impl_(std::make_shared<connection::impl>(std::move(strand), std::move(cfg))) {}
+
+master_link::~master_link() {
+  if (impl_) impl_->close();
+}
+
+void master_link::run() { impl_->run_detached(); }
+
+void master_link::close() { impl_->close(); }
+
+error_code master_link::submit(std::string_view payload, std::size_t replies, clock::time_point deadline,
+                               std::shared_ptr<reply_sink> sink, std::uint64_t tag) {
+  return impl_->submit(payload, replies, deadline, std::move(sink), tag);
+}
+
+connection_status master_link::status() const { return impl_->status(); }
+
+connection_stats master_link::stats() const { return impl_->stats(); }
+
+const connection_config& master_link::config() const noexcept { return impl_->cfg_; }
+
+}  // namespace detail
 
 #undef REDLOCK_LOG
 

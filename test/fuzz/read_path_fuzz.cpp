@@ -1,8 +1,9 @@
 // libFuzzer target for a connection's read path, without a socket: the bytes a node sends go
-// through a resp::parser into a detail::multiplexer the way src/connection.cpp moves them
-// (complete top-level replies only, RESP3 pushes skipped, an unsolicited reply or a parser error
-// resets the connection), while the same input scripts what callers do in between: add requests,
-// write them, cancel them, let deadlines pass, break the socket, re-enter from a completion.
+// through the real read path of detail::multiplexer (read_space/commit_read/dispatch, with its
+// reply_reader: complete top-level replies only, RESP3 pushes skipped, an unsolicited reply or a
+// parser error fails the stream) exactly as src/connection.cpp drives it, while the same input
+// scripts what callers do in between: add requests, write them, cancel them, let deadlines pass,
+// break the socket, re-enter from a completion.
 //
 // A small model of the queue's documented semantics predicts every outcome, so the fuzzer checks
 // more than "no crash": each request completes exactly once, with exactly its replies, in the
@@ -30,6 +31,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <limits>
 #include <optional>
@@ -41,9 +43,9 @@
 namespace {
 
 using boost::system::error_code;
+using redlock::detail::read_event;
 using redlock::detail::reply_outcome;
 using redlock::resp::node;
-using redlock::resp::parser;
 using redlock::resp::parser_limits;
 using redlock::resp::response;
 using redlock::resp::type;
@@ -130,8 +132,7 @@ struct finished {
 
 class harness {
  public:
-  explicit harness(std::size_t max_write_batch)
-      : mux_(max_write_batch), max_write_batch_(max_write_batch), parser_(limits) {}
+  explicit harness(std::size_t max_write_batch) : mux_(limits, max_write_batch), max_write_batch_(max_write_batch) {}
 
   // ---- what callers do ----------------------------------------------------------------------
 
@@ -166,8 +167,8 @@ class harness {
     bool want = false;
     if (id >= 1 && id <= requests_.size()) {
       request_model& m = model(id);
-      if (m.live && (m.at == request_model::where::waiting ||
-                     (allow_after_write && m.at == request_model::where::in_flight))) {
+      if (m.live &&
+          (m.at == request_model::where::waiting || (allow_after_write && m.at == request_model::where::in_flight))) {
         if (m.at == request_model::where::waiting) {
           std::erase(waiting_, id);
           m.at = request_model::where::gone;
@@ -219,47 +220,66 @@ class harness {
     in_flight_.clear();
     waiting_.clear();
     mux_.fail_all(written, waiting, completer());
-    parser_.reset();
-    scratch_.clear();
-    rbuf_.clear();
-    rpos_ = 0;
+    mux_.reset_read();
   }
 
-  // ---- what the node sends: src/connection.cpp's read_loop/dispatch_replies, sans I/O -------
+  // ---- what the node sends: src/connection.cpp's read_loop, sans I/O ------------------------
 
+  // One read of `bytes` (split further only if the free space is smaller), then dispatch.
   void deliver(std::string_view bytes) {
-    rbuf_.append(bytes);
-    while (rpos_ < rbuf_.size()) {
-      error_code ec;
-      const std::size_t available = rbuf_.size() - rpos_;
-      const std::size_t used = parser_.consume(std::string_view{rbuf_}.substr(rpos_), scratch_, ec);
-      check(used <= available);
-      rpos_ += used;
+    while (!bytes.empty()) {
+      const auto space = mux_.read_space();
+      check(!space.empty());
+      const std::size_t n = std::min(space.size(), bytes.size());
+      std::memcpy(space.data(), bytes.data(), n);
+      bytes.remove_prefix(n);
+      mux_.commit_read(n);
+      wants_.clear();
+      events_.clear();
+      const error_code ec = mux_.dispatch(completer(), [this](read_event e) { on_event(e); });
+      // The observer heard, for each reply, "reply" then what became of it, as the model predicted
+      // (pushes in between were checked as they came).
+      std::erase(events_, read_event::push);
+      std::size_t at = 0;
+      for (const reply_outcome want : wants_) {
+        check(at < events_.size() && events_[at++] == read_event::reply);
+        if (want == reply_outcome::dropped) check(at < events_.size() && events_[at++] == read_event::dropped);
+        if (want == reply_outcome::unsolicited) check(at < events_.size() && events_[at++] == read_event::unsolicited);
+      }
+      check(at == events_.size());
+      const bool unsolicited = !wants_.empty() && wants_.back() == reply_outcome::unsolicited;
+      if (unsolicited) {  // a reply nobody asked for: the stream is not ours
+        check(ec == redlock::error::protocol_error);
+        reset_connection(redlock::error::protocol_error, redlock::error::not_connected);
+        return;
+      }
       if (ec) {
         check(is_parser_error(ec));
         reset_connection(ec, redlock::error::not_connected);
         return;
       }
-      if (!parser_.done()) {
-        check(rpos_ == rbuf_.size());  // "need more" takes every byte: nothing to keep
-        break;
-      }
-      parser_.reset();
-      if (is_push(scratch_)) {  // out of band: never matched to a request
-        scratch_.clear();
-        continue;
-      }
-      const reply_outcome want = route(scratch_);
-      const reply_outcome got = mux_.on_reply(scratch_, completer());
-      check(got == want);
-      if (got == reply_outcome::unsolicited) {  // a reply nobody asked for: the stream is not ours
-        reset_connection(redlock::error::protocol_error, redlock::error::not_connected);
-        return;
-      }
-      check(scratch_.empty());  // consumed: the next reply must not be glued to this one
+      check(mux_.reader().buffered() == 0);  // "need more" took every byte: nothing to keep
     }
-    rbuf_.clear();
-    rpos_ = 0;
+  }
+
+  // What dispatch tells its observer; a reply is still in the reader when it is told.
+  void on_event(read_event e) {
+    const response& current = mux_.reader().reply();
+    switch (e) {
+      case read_event::push:
+        check(is_push(current));
+        ++pushes_;
+        break;
+      case read_event::reply:
+        check(!is_push(current));
+        check(!current.empty());
+        wants_.push_back(route(current));
+        break;
+      case read_event::dropped:
+      case read_event::unsolicited:
+        break;
+    }
+    events_.push_back(e);
   }
 
   // ---- checks -------------------------------------------------------------------------------
@@ -350,11 +370,11 @@ class harness {
   // What the multiplexer is given to finish requests with.
   struct completer_fn {
     harness* self;
-    void operator()(completion&& c, error_code ec, response&& r) const { self->on_complete(c, ec, std::move(r)); }
+    void operator()(completion&& c, error_code ec, response& r) const { self->on_complete(c, ec, r); }
   };
   completer_fn completer() { return completer_fn{this}; }
 
-  void on_complete(const completion& c, error_code ec, response&& r) {
+  void on_complete(const completion& c, error_code ec, response& r) {
     check(c.id >= 1 && c.id <= requests_.size());
     request_model& m = model(c.id);
     check(++m.completions == 1);  // exactly once: never twice, whatever path finishes it
@@ -374,10 +394,9 @@ class harness {
 
   redlock::detail::multiplexer<completion> mux_;
   std::size_t max_write_batch_ = 0;
-  parser parser_;
-  response scratch_;
-  std::string rbuf_;
-  std::size_t rpos_ = 0;
+  std::vector<reply_outcome> wants_;  // the model's outcome of each reply of one dispatch
+  std::vector<read_event> events_;    // what that dispatch told its observer
+  std::size_t pushes_ = 0;
   clock_type::time_point now_ = clock_type::time_point{} + std::chrono::seconds{1};
 
   std::vector<request_model> requests_;  // by id - 1
@@ -396,8 +415,10 @@ void run_op(harness& h, std::uint8_t op, reader& in, reader& stream) {
       h.add(1 + x % 3, h.deadline_after(x / 3));
       break;
     }
-    case 'w': h.write(); break;  // the writer takes what waits
-    case 'c': {                  // a caller cancels: bit 7 says partial/terminal (may abandon)
+    case 'w':
+      h.write();
+      break;     // the writer takes what waits
+    case 'c': {  // a caller cancels: bit 7 says partial/terminal (may abandon)
       const std::uint8_t x = in.byte();
       h.cancel(h.pick(x & 0x7f), (x & 0x80) != 0);
       break;
@@ -410,13 +431,17 @@ void run_op(harness& h, std::uint8_t op, reader& in, reader& stream) {
     case 'r':  // the socket breaks
       h.reset_connection(redlock::error::connection_lost, redlock::error::not_connected);
       break;
-    case 'e': h.arm_nested(in.byte()); break;  // the next completion re-enters the queue
-    case 'd': {                                 // one read of 1..255 bytes, or all that is left
+    case 'e':
+      h.arm_nested(in.byte());
+      break;     // the next completion re-enters the queue
+    case 'd': {  // one read of 1..255 bytes, or all that is left
       const std::uint8_t x = in.byte();
       h.deliver(stream.take(x == 0 ? stream.data.size() : x));
       break;
     }
-    default: h.deliver(stream.take(1 + op % 16)); break;  // any other byte: a short read
+    default:
+      h.deliver(stream.take(1 + op % 16));
+      break;  // any other byte: a short read
   }
   h.settle();
 }

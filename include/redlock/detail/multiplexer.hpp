@@ -3,28 +3,30 @@
 /// The reply queue of one node connection (sans-I/O): requests wait, are written in order, and
 /// replies are matched to them first-in first-out. A request that is cancelled or times out after
 /// it was written stays in the queue as *abandoned* so that its late reply is read and dropped and
-/// the stream never falls out of step.
+/// the stream never falls out of step. The queue also owns the connection's read side (a
+/// `reply_reader`), so that the I/O layer only moves bytes: read into `read_space()`,
+/// `commit_read(n)`, `dispatch()`.
 
+#include <redlock/detail/reply_reader.hpp>
 #include <redlock/error.hpp>
 #include <redlock/resp/node.hpp>
+#include <redlock/resp/parser.hpp>
 
 #include <boost/system/error_code.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace redlock::detail {
 
-/// @tparam Completion what the I/O layer completes a request with (movable). The multiplexer never
-/// invokes it: every function that finishes requests hands each one to the functor `complete`
-/// as `complete(Completion&&, error_code, resp::response&&)`, after the queue is consistent again,
-/// so `complete` may re-enter the multiplexer.
 /// What became of one reply handed to `multiplexer::on_reply`.
 enum class reply_outcome {
   completed,    ///< it was the last reply of a live request, which was completed
@@ -33,71 +35,149 @@ enum class reply_outcome {
   unsolicited,  ///< no request was in flight: the stream cannot be trusted any more
 };
 
+/// What `multiplexer::dispatch` tells its observer, for counters and logs.
+enum class read_event {
+  push,         ///< a RESP3 push message was skipped
+  reply,        ///< a reply was read; told before it reaches its request's completion
+  dropped,      ///< the reply belonged to an abandoned request and was dropped
+  unsolicited,  ///< a reply came while no request was in flight (dispatch then fails)
+};
+
+/// @tparam Completion what the I/O layer completes a request with (movable). The multiplexer never
+/// invokes it: every function that finishes requests hands each one to the functor `complete`
+/// as `complete(Completion&&, error_code, resp::response&)`, after the queue is consistent again,
+/// so `complete` may re-enter the multiplexer (add requests, cancel others; not read). The
+/// response is the request's replies; `complete` may move them out. For a request of one reply it
+/// is the read side's own reply storage, passed without a copy: it is cleared after `complete`
+/// returns and keeps its capacity unless `complete` moved it away.
 template <class Completion>
 class multiplexer {
  public:
   using clock = std::chrono::steady_clock;
   using id_type = std::uint64_t;
 
+  /// @param limits bounds on each reply (see `resp::parser_limits`).
   /// @param max_write_batch soft cap on the bytes coalesced into one write (a single larger
   /// request is still written whole).
-  explicit multiplexer(std::size_t max_write_batch = 256 * 1024) noexcept : max_write_batch_(max_write_batch) {}
+  explicit multiplexer(resp::parser_limits limits = {}, std::size_t max_write_batch = 256 * 1024)
+      : reader_(limits), max_write_batch_(max_write_batch) {}
 
-  /// Queues a request of `replies` pipelined commands (encoded in `payload`) under `id`, which
-  /// the caller chose (the I/O layer picks ids before it reaches the queue's thread, so that a
-  /// cancellation can name the request right away).
-  void add(id_type id, std::string payload, std::size_t replies, clock::time_point deadline, Completion c) {
-    waiting_.push_back(entry{id, std::move(payload), replies, deadline, {}, false, std::move(c)});
+  // ---- write side ---------------------------------------------------------------------------
+
+  /// Queues a request of `replies` pipelined commands (encoded in `payload`, copied into the
+  /// queue's own byte buffer, which keeps its capacity: no allocation per request in steady state)
+  /// under `id`, which the caller chose (the I/O layer picks ids before it reaches the queue's
+  /// thread, so that a cancellation can name the request right away).
+  void add(id_type id, std::string_view payload, std::size_t replies, clock::time_point deadline, Completion c) {
+    waiting_bytes_.append(payload);
+    queue_.push_back(entry{id, payload.size(), replies, deadline, {}, false, std::move(c)});
   }
 
-  bool has_waiting() const noexcept { return !waiting_.empty(); }
-  std::size_t waiting() const noexcept { return waiting_.size(); }
+  bool has_waiting() const noexcept { return queue_.size() > written_; }
+  std::size_t waiting() const noexcept { return queue_.size() - written_; }
   /// Written requests whose replies are still due, abandoned ones included.
-  std::size_t in_flight() const noexcept { return in_flight_.size(); }
-  bool empty() const noexcept { return waiting_.empty() && in_flight_.empty(); }
+  std::size_t in_flight() const noexcept { return written_; }
+  bool empty() const noexcept { return queue_.empty(); }
 
   /// Moves waiting requests into flight, in order, and returns their bytes to write in one go
-  /// (valid until the next call). They count as written from now on: a reply can be read before
-  /// the write's completion is seen, and after a failed write the connection is reset anyway.
+  /// (valid until the next call: do not call again before that write finished). They count as
+  /// written from now on: a reply can be read before the write's completion is seen, and after a
+  /// failed write the connection is reset anyway.
   std::string_view prepare_write() {
     write_buffer_.clear();
-    while (!waiting_.empty() && (write_buffer_.empty() || write_buffer_.size() < max_write_batch_)) {
-      entry& e = waiting_.front();
-      write_buffer_ += e.payload;
-      std::string{}.swap(e.payload);  // the bytes live in the write buffer now
-      in_flight_.push_back(std::move(e));
-      waiting_.pop_front();
+    std::size_t bytes = 0;
+    std::size_t end = written_;
+    while (end < queue_.size() && (bytes == 0 || bytes < max_write_batch_)) bytes += queue_[end++].size;
+    if (bytes == waiting_bytes_.size()) {
+      write_buffer_.swap(waiting_bytes_);  // the usual case: everything waiting, no copy
+    } else {
+      write_buffer_.assign(waiting_bytes_, 0, bytes);
+      waiting_bytes_.erase(0, bytes);
     }
+    written_ = end;
     return write_buffer_;
   }
 
-  /// Routes one complete top-level reply to the oldest request in flight (consuming `reply`).
+  // ---- read side ----------------------------------------------------------------------------
+
+  /// Free space for the next read (see `reply_reader::read_space`).
+  std::span<char> read_space() { return reader_.read_space(); }
+  /// `n` bytes were read into the last `read_space()`.
+  void commit_read(std::size_t n) noexcept { reader_.commit_read(n); }
+
+  /// Routes every complete reply buffered to its request (`on_reply`), skipping push messages.
+  /// `note(read_event)` is told about each message (before its completion runs). Returns the
+  /// parser's error for bytes that are not valid RESP, `error::protocol_error` for a reply nobody
+  /// asked for (both mean: drop the connection), or nothing once it needs more bytes.
+  template <class F, class N>
+  boost::system::error_code dispatch(F&& complete, N&& note) {
+    for (;;) {
+      boost::system::error_code ec;
+      switch (reader_.next(ec)) {
+        case reply_reader::status::need_more:
+          return {};
+        case reply_reader::status::error:
+          return ec;
+        case reply_reader::status::push:
+          note(read_event::push);
+          break;
+        case reply_reader::status::reply:
+          note(read_event::reply);
+          switch (on_reply(reader_.reply(), complete)) {
+            case reply_outcome::unsolicited:
+              note(read_event::unsolicited);
+              return error::protocol_error;
+            case reply_outcome::dropped:
+              note(read_event::dropped);
+              break;
+            case reply_outcome::completed:
+            case reply_outcome::partial:
+              break;
+          }
+          break;
+      }
+    }
+  }
+
+  /// Forgets buffered bytes and any partial reply (the stream was reset).
+  void reset_read() noexcept { reader_.reset(); }
+
+  /// The read side itself, for a handshake that reads replies before any request is queued.
+  reply_reader& reader() noexcept { return reader_; }
+
+  /// Routes one complete top-level reply to the oldest request in flight. `reply` is consumed:
+  /// it is empty when this returns (with its capacity, unless `complete` moved it).
   template <class F>
   reply_outcome on_reply(resp::response& reply, F&& complete) {
-    if (in_flight_.empty()) return reply_outcome::unsolicited;
-    entry& e = in_flight_.front();
+    if (written_ == 0) return reply_outcome::unsolicited;
+    entry& e = queue_.front();
     if (!e.completion) {  // abandoned: read and drop
-      if (--e.replies_left == 0) in_flight_.pop_front();
+      if (--e.replies_left == 0) pop_front();
       reply.clear();
       return reply_outcome::dropped;
     }
     if (const auto* v = resp::reply_value(reply); v && resp::is_error(v->data_type)) e.error_reply = true;
-    if (e.response.empty()) {
-      e.response.swap(reply);
-    } else {
-      e.response.insert(e.response.end(), std::make_move_iterator(reply.begin()),
-                        std::make_move_iterator(reply.end()));
+    if (e.replies_left == 1 && e.response.empty()) {
+      // The whole response is `reply`: hand it over where it lies.
+      Completion c = std::move(*e.completion);
+      const bool failed = e.error_reply;
+      pop_front();
+      complete(std::move(c), failed ? make_error_code(error::server_error) : boost::system::error_code{}, reply);
+      reply.clear();
+      return reply_outcome::completed;
     }
+    e.response.insert(e.response.end(), std::make_move_iterator(reply.begin()), std::make_move_iterator(reply.end()));
     reply.clear();
     if (--e.replies_left != 0) return reply_outcome::partial;
     Completion c = std::move(*e.completion);
     resp::response r = std::move(e.response);
     const bool failed = e.error_reply;
-    in_flight_.pop_front();
-    complete(std::move(c), failed ? make_error_code(error::server_error) : boost::system::error_code{},
-             std::move(r));
+    pop_front();
+    complete(std::move(c), failed ? make_error_code(error::server_error) : boost::system::error_code{}, r);
     return reply_outcome::completed;
   }
+
+  // ---- finishing early ----------------------------------------------------------------------
 
   /// Cancels request `id` with `ec`. A waiting request is removed. A written one is abandoned
   /// (its reply will be dropped) only if `allow_after_write`: once written, the node may execute
@@ -105,19 +185,22 @@ class multiplexer {
   /// Returns true if the request was found and finished.
   template <class F>
   bool cancel(id_type id, bool allow_after_write, boost::system::error_code ec, F&& complete) {
-    for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
-      if (it->id == id) {
-        Completion c = std::move(*it->completion);
-        waiting_.erase(it);
-        complete(std::move(c), ec, resp::response{});
+    std::size_t offset = 0;  // of the request's bytes in waiting_bytes_
+    for (std::size_t i = written_; i < queue_.size(); offset += queue_[i].size, ++i) {
+      if (queue_[i].id == id) {
+        Completion c = remove_waiting(i, offset);
+        resp::response none;
+        complete(std::move(c), ec, none);
         return true;
       }
     }
     if (!allow_after_write) return false;
-    for (entry& e : in_flight_) {
+    for (std::size_t i = 0; i < written_; ++i) {
+      entry& e = queue_[i];
       if (e.id == id && e.completion) {
         Completion c = abandon(e);
-        complete(std::move(c), ec, resp::response{});
+        resp::response none;
+        complete(std::move(c), ec, none);
         return true;
       }
     }
@@ -130,18 +213,20 @@ class multiplexer {
   template <class F>
   clock::time_point expire(clock::time_point now, boost::system::error_code ec, F&& complete) {
     // Collect first, complete after: `complete` may add requests.
-    std::deque<Completion> expired;
+    std::vector<Completion> expired;  // no allocation when nothing expires
     auto next = clock::time_point::max();
-    for (auto it = waiting_.begin(); it != waiting_.end();) {
-      if (it->deadline <= now) {
-        expired.push_back(std::move(*it->completion));
-        it = waiting_.erase(it);
+    std::size_t offset = 0;
+    for (std::size_t i = written_; i < queue_.size();) {
+      if (queue_[i].deadline <= now) {
+        expired.push_back(remove_waiting(i, offset));
       } else {
-        next = std::min(next, it->deadline);
-        ++it;
+        next = std::min(next, queue_[i].deadline);
+        offset += queue_[i].size;
+        ++i;
       }
     }
-    for (entry& e : in_flight_) {
+    for (std::size_t i = 0; i < written_; ++i) {
+      entry& e = queue_[i];
       if (!e.completion) continue;
       if (e.deadline <= now) {
         expired.push_back(abandon(e));
@@ -149,34 +234,99 @@ class multiplexer {
         next = std::min(next, e.deadline);
       }
     }
-    for (Completion& c : expired) complete(std::move(c), ec, resp::response{});
+    for (Completion& c : expired) {
+      resp::response none;
+      complete(std::move(c), ec, none);
+    }
     return next;
   }
 
   /// Finishes every request (the connection is gone): written ones with `written_ec` (their
   /// outcome is unknown), waiting ones with `waiting_ec` (never sent). The queue is empty after.
+  /// The read side is not touched (see `reset_read`).
   template <class F>
   void fail_all(boost::system::error_code written_ec, boost::system::error_code waiting_ec, F&& complete) {
-    auto in_flight = std::move(in_flight_);
-    auto waiting = std::move(waiting_);
-    in_flight_.clear();
-    waiting_.clear();
-    for (entry& e : in_flight) {
-      if (e.completion) complete(std::move(*e.completion), written_ec, resp::response{});
+    ring all;  // takes the storage: `complete` may add requests to the emptied queue
+    all.swap(queue_);
+    const std::size_t written = written_;
+    written_ = 0;
+    waiting_bytes_.clear();
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      entry& e = all[i];
+      if (!e.completion) continue;
+      resp::response none;
+      complete(std::move(*e.completion), i < written ? written_ec : waiting_ec, none);
     }
-    for (entry& e : waiting) complete(std::move(*e.completion), waiting_ec, resp::response{});
   }
 
  private:
   struct entry {
-    id_type id;
-    std::string payload;
-    std::size_t replies_left;
-    clock::time_point deadline;
-    resp::response response;
-    bool error_reply;
+    id_type id = 0;
+    std::size_t size = 0;  // bytes of its payload (in waiting_bytes_ while it waits)
+    std::size_t replies_left = 0;
+    clock::time_point deadline{};
+    resp::response response;  // replies so far of a pipelined request
+    bool error_reply = false;
     std::optional<Completion> completion;  // empty once abandoned
   };
+
+  // The queue's storage: a ring of entries that grows by doubling and never shrinks, so that a
+  // connection's steady state allocates nothing (a deque allocates a block every few requests).
+  class ring {
+   public:
+    std::size_t size() const noexcept { return count_; }
+    bool empty() const noexcept { return count_ == 0; }
+    entry& operator[](std::size_t i) noexcept { return slots_[(head_ + i) & (slots_.size() - 1)]; }
+    const entry& operator[](std::size_t i) const noexcept { return slots_[(head_ + i) & (slots_.size() - 1)]; }
+    entry& front() noexcept { return (*this)[0]; }
+
+    void push_back(entry e) {
+      if (count_ == slots_.size()) grow();
+      (*this)[count_] = std::move(e);
+      ++count_;
+    }
+    void pop_front() {
+      front() = entry{};
+      head_ = (head_ + 1) & (slots_.size() - 1);
+      --count_;
+    }
+    // Removes entry `i`, keeping the order of the others.
+    void erase(std::size_t i) {
+      for (; i + 1 < count_; ++i) (*this)[i] = std::move((*this)[i + 1]);
+      (*this)[count_ - 1] = entry{};
+      --count_;
+    }
+    void swap(ring& other) noexcept {
+      slots_.swap(other.slots_);
+      std::swap(head_, other.head_);
+      std::swap(count_, other.count_);
+    }
+
+   private:
+    void grow() {
+      std::vector<entry> bigger(slots_.empty() ? 8 : slots_.size() * 2);  // a power of two
+      for (std::size_t i = 0; i < count_; ++i) bigger[i] = std::move((*this)[i]);
+      slots_.swap(bigger);
+      head_ = 0;
+    }
+
+    std::vector<entry> slots_;
+    std::size_t head_ = 0;
+    std::size_t count_ = 0;
+  };
+
+  void pop_front() {
+    queue_.pop_front();
+    --written_;
+  }
+
+  // Removes the waiting request at `i`, whose bytes start at `offset` in waiting_bytes_.
+  Completion remove_waiting(std::size_t i, std::size_t offset) {
+    waiting_bytes_.erase(offset, queue_[i].size);
+    Completion c = std::move(*queue_[i].completion);
+    queue_.erase(i);
+    return c;
+  }
 
   static Completion abandon(entry& e) {
     Completion c = std::move(*e.completion);
@@ -185,8 +335,12 @@ class multiplexer {
     return c;
   }
 
-  std::deque<entry> waiting_;
-  std::deque<entry> in_flight_;
+  reply_reader reader_;
+  // One queue in request order: [0, written_) are in flight (written, replies due), the rest wait.
+  // One queue rather than two, so that writing moves nothing.
+  ring queue_;
+  std::size_t written_ = 0;
+  std::string waiting_bytes_;  // the payloads of the waiting requests, in order
   std::string write_buffer_;
   std::size_t max_write_batch_;
 };

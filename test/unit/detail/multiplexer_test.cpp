@@ -3,7 +3,10 @@
 #include <boost/asio/error.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -28,7 +31,7 @@ struct harness {
   clock_type::time_point t0{};
 
   auto sink() {
-    return [this](int tag, error_code ec, response&& r) { finished.push_back({tag, ec, std::move(r)}); };
+    return [this](int tag, error_code ec, response& r) { finished.push_back({tag, ec, std::move(r)}); };
   }
   static response reply(std::string v, type t = type::simple_string) { return {node{t, 0, 0, std::move(v)}}; }
   redlock::detail::reply_outcome feed(std::string v, type t = type::simple_string) {
@@ -49,7 +52,7 @@ TEST(multiplexer, coalesces_waiting_requests_into_one_write_in_order) {
 }
 
 TEST(multiplexer, write_batch_cap_still_writes_one_oversized_request) {
-  multiplexer<int> mux{4};
+  multiplexer<int> mux{{}, 4};
   mux.add(1, std::string(10, 'x'), 1, {}, 1);
   mux.add(2, "yy", 1, {}, 2);
   EXPECT_EQ(mux.prepare_write().size(), 10u);
@@ -155,7 +158,7 @@ TEST(multiplexer, expire_times_out_due_requests_only_and_returns_the_next_deadli
   EXPECT_EQ(h.finished[1].ec, redlock::error::master_timeout);
   EXPECT_EQ(next, h.t0 + 20ms);
   EXPECT_EQ(h.mux.prepare_write(), "D");  // C never reaches the wire
-  h.feed("late a");                        // A's late reply is dropped
+  h.feed("late a");                       // A's late reply is dropped
   h.feed("b");
   ASSERT_EQ(h.finished.size(), 3u);
   EXPECT_EQ(h.finished[2].tag, 2);
@@ -180,8 +183,203 @@ TEST(multiplexer, completion_may_reenter_the_queue) {
   h.mux.add(1, "A", 1, h.t0 + 1s, 1);
   h.mux.prepare_write();
   auto r = harness::reply("a");
-  h.mux.on_reply(r, [&](int, error_code, response&&) { h.mux.add(2, "B", 1, h.t0 + 1s, 2); });
+  h.mux.on_reply(r, [&](int, error_code, response&) { h.mux.add(2, "B", 1, h.t0 + 1s, 2); });
   EXPECT_EQ(h.mux.prepare_write(), "B");
+}
+
+// ---- the read path: bytes in, replies routed -------------------------------------------------
+
+using redlock::detail::read_event;
+
+// Drives the multiplexer's read side as the connection does: read into read_space(),
+// commit_read(), dispatch(); `chunk` bytes per read.
+struct reading {
+  harness h;
+  std::vector<read_event> events;
+
+  error_code deliver(std::string_view bytes, std::size_t chunk) {
+    while (!bytes.empty()) {
+      auto space = h.mux.read_space();
+      EXPECT_FALSE(space.empty());
+      const std::size_t n = std::min({chunk, bytes.size(), space.size()});
+      std::memcpy(space.data(), bytes.data(), n);
+      bytes.remove_prefix(n);
+      h.mux.commit_read(n);
+      if (auto ec = h.mux.dispatch(h.sink(), [this](read_event e) { events.push_back(e); })) return ec;
+    }
+    return {};
+  }
+  std::size_t count(read_event e) const {
+    return static_cast<std::size_t>(std::count(events.begin(), events.end(), e));
+  }
+};
+
+// Three requests (the second pipelines two commands) and their replies, with a push message and an
+// attribute in between, split at every byte offset into two reads, then read one byte at a time.
+TEST(multiplexer_read_path, replies_split_at_every_offset_reach_their_requests) {
+  const std::string stream =
+      "+OK\r\n"
+      ">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$5\r\nhello\r\n"  // push: skipped
+      ":1\r\n"
+      "*2\r\n$1\r\na\r\n_\r\n"
+      "|1\r\n+ttl\r\n:3\r\n-ERR boom\r\n";
+  for (std::size_t split = 0; split <= stream.size(); ++split) {
+    for (std::size_t chunk : {stream.size(), std::size_t{1}}) {
+      SCOPED_TRACE(testing::Message() << "split " << split << " chunk " << chunk);
+      reading rd;
+      rd.h.mux.add(1, "A", 1, rd.h.t0 + 1s, 1);
+      rd.h.mux.add(2, "BB", 2, rd.h.t0 + 1s, 2);
+      rd.h.mux.add(3, "C", 1, rd.h.t0 + 1s, 3);
+      rd.h.mux.prepare_write();
+      ASSERT_FALSE(rd.deliver(std::string_view{stream}.substr(0, split), chunk));
+      ASSERT_FALSE(rd.deliver(std::string_view{stream}.substr(split), chunk));
+      ASSERT_EQ(rd.h.finished.size(), 3u);
+      EXPECT_EQ(rd.h.finished[0].tag, 1);
+      EXPECT_EQ(rd.h.finished[0].r, harness::reply("OK"));
+      EXPECT_EQ(rd.h.finished[1].tag, 2);
+      EXPECT_FALSE(rd.h.finished[1].ec);
+      EXPECT_EQ(rd.h.finished[1].r, (response{node{type::integer, 0, 0, "1"}, node{type::array, 2, 0, ""},
+                                              node{type::blob_string, 0, 1, "a"}, node{type::null, 0, 1, ""}}));
+      EXPECT_EQ(rd.h.finished[2].tag, 3);
+      EXPECT_EQ(rd.h.finished[2].ec, redlock::error::server_error);
+      EXPECT_EQ(redlock::resp::reply_value(rd.h.finished[2].r)->value, "ERR boom");
+      EXPECT_EQ(rd.count(read_event::push), 1u);
+      EXPECT_EQ(rd.count(read_event::reply), 4u);
+      EXPECT_TRUE(rd.h.mux.empty());
+      EXPECT_EQ(rd.h.mux.reader().buffered(), 0u);
+    }
+  }
+}
+
+TEST(multiplexer_read_path, reply_with_nothing_in_flight_is_an_error) {
+  reading rd;
+  rd.h.mux.add(1, "A", 1, rd.h.t0 + 1s, 1);  // queued but not written: its reply cannot be due
+  EXPECT_EQ(rd.deliver("+OK\r\n", 64), redlock::error::protocol_error);
+  EXPECT_EQ(rd.count(read_event::unsolicited), 1u);
+  EXPECT_TRUE(rd.h.finished.empty());
+}
+
+TEST(multiplexer_read_path, a_push_alone_is_not_a_reply) {
+  reading rd;
+  EXPECT_FALSE(rd.deliver(">2\r\n+invalidate\r\n_\r\n", 64));
+  EXPECT_EQ(rd.count(read_event::push), 1u);
+  EXPECT_EQ(rd.count(read_event::reply), 0u);
+}
+
+TEST(multiplexer_read_path, bad_bytes_fail_the_stream_until_reset) {
+  reading rd;
+  rd.h.mux.add(1, "A", 1, rd.h.t0 + 1s, 1);
+  rd.h.mux.prepare_write();
+  EXPECT_EQ(rd.deliver("?what\r\n", 64), redlock::error::protocol_error);
+  EXPECT_TRUE(rd.h.finished.empty());
+  EXPECT_TRUE(rd.deliver("+OK\r\n", 64));  // sticky
+  rd.h.mux.reset_read();
+  EXPECT_FALSE(rd.deliver("+OK\r\n", 64));
+  ASSERT_EQ(rd.h.finished.size(), 1u);
+}
+
+TEST(multiplexer_read_path, late_reply_of_an_abandoned_request_is_dropped) {
+  reading rd;
+  rd.h.mux.add(1, "A", 1, rd.h.t0 + 10ms, 1);
+  rd.h.mux.add(2, "B", 1, rd.h.t0 + 1s, 2);
+  rd.h.mux.prepare_write();
+  rd.h.mux.expire(rd.h.t0 + 10ms, redlock::error::master_timeout, rd.h.sink());
+  EXPECT_FALSE(rd.deliver("+late\r\n+b\r\n", 64));
+  EXPECT_EQ(rd.count(read_event::dropped), 1u);
+  ASSERT_EQ(rd.h.finished.size(), 2u);
+  EXPECT_EQ(rd.h.finished[1].tag, 2);
+  EXPECT_EQ(rd.h.finished[1].r, harness::reply("b"));
+}
+
+// A single-reply request is handed the read side's reply storage itself, and nothing the steady
+// state does makes the read buffer or that storage give up their capacity.
+TEST(multiplexer_read_path, buffer_and_reply_storage_keep_their_capacity) {
+  multiplexer<int> mux;
+  std::size_t completions = 0;
+  auto complete = [&](int, error_code ec, response& r) {
+    EXPECT_FALSE(ec);
+    EXPECT_EQ(&r, &mux.reader().reply());  // not a copy
+    ++completions;
+  };
+  auto ignore = [](read_event) {};
+  std::size_t buffer = 0;
+  std::size_t reply = 0;
+  for (int round = 0; round < 100; ++round) {
+    mux.add(1, "PING", 1, {}, round);
+    mux.add(2, "PING", 1, {}, round);
+    mux.prepare_write();
+    const std::string_view bytes = "*2\r\n+a\r\n+b\r\n*2\r\n+c\r\n+d\r\n";
+    auto space = mux.read_space();
+    std::memcpy(space.data(), bytes.data(), bytes.size());
+    mux.commit_read(bytes.size());
+    ASSERT_FALSE(mux.dispatch(complete, ignore));
+    if (round == 0) {
+      buffer = mux.reader().buffer_capacity();
+      reply = mux.reader().reply_capacity();
+      EXPECT_GE(reply, 3u);
+    }
+    EXPECT_EQ(mux.reader().buffer_capacity(), buffer);
+    EXPECT_EQ(mux.reader().reply_capacity(), reply);
+  }
+  EXPECT_EQ(completions, 200u);
+}
+
+TEST(multiplexer, cancelled_waiting_request_leaves_the_others_bytes_intact) {
+  harness h;
+  h.mux.add(1, "AAA", 1, h.t0 + 1s, 1);
+  h.mux.add(2, "BB", 1, h.t0 + 5ms, 2);
+  h.mux.add(3, "C", 1, h.t0 + 1s, 3);
+  h.mux.add(4, "DDDD", 1, h.t0 + 1s, 4);
+  EXPECT_TRUE(h.mux.cancel(3, false, boost::asio::error::operation_aborted, h.sink()));
+  h.mux.expire(h.t0 + 5ms, redlock::error::master_timeout, h.sink());
+  EXPECT_EQ(h.mux.prepare_write(), "AAADDDD");
+}
+
+TEST(multiplexer, write_batch_cap_takes_a_prefix_and_keeps_the_rest_waiting) {
+  multiplexer<int> mux{{}, 3};
+  mux.add(1, "AA", 1, {}, 1);
+  mux.add(2, "BB", 1, {}, 2);
+  mux.add(3, "CC", 1, {}, 3);
+  EXPECT_EQ(mux.prepare_write(), "AABB");  // under the cap after "AA": takes one more
+  mux.add(4, "DD", 1, {}, 4);
+  EXPECT_EQ(mux.prepare_write(), "CCDD");
+  EXPECT_EQ(mux.in_flight(), 4u);
+}
+
+// The queue is a ring: it must keep the order when it wraps around and when it grows while
+// wrapped, and when an entry is removed from the middle of a wrapped ring.
+TEST(multiplexer, queue_keeps_order_across_wrap_around_growth_and_removal) {
+  harness h;
+  int next_tag = 0;
+  for (int round = 0; round < 50; ++round) {
+    const int batch = 1 + round % 13;  // crosses the initial capacity (8) at various offsets
+    for (int i = 0; i < batch; ++i, ++next_tag) {
+      h.mux.add(static_cast<std::uint64_t>(next_tag), std::to_string(next_tag) + ";", 1, h.t0 + 1s, next_tag);
+    }
+    if (round % 5 == 0) {  // remove one waiting request from the middle
+      const int victim = next_tag - 1 - batch / 2;
+      ASSERT_TRUE(
+          h.mux.cancel(static_cast<std::uint64_t>(victim), false, boost::asio::error::operation_aborted, h.sink()));
+    }
+    const std::string written{h.mux.prepare_write()};
+    std::string want;
+    for (int t = next_tag - batch; t < next_tag; ++t) {
+      if (round % 5 == 0 && t == next_tag - 1 - batch / 2) continue;
+      want += std::to_string(t) + ";";
+    }
+    ASSERT_EQ(written, want);
+    while (h.mux.in_flight() > static_cast<std::size_t>(round % 3)) {
+      ASSERT_EQ(h.feed("r"), redlock::detail::reply_outcome::completed);
+    }
+  }
+  while (h.mux.in_flight() > 0) h.feed("r");
+  std::vector<int> completed;
+  for (const auto& f : h.finished) {
+    if (!f.ec) completed.push_back(f.tag);
+  }
+  ASSERT_FALSE(completed.empty());
+  EXPECT_TRUE(std::is_sorted(completed.begin(), completed.end()));
+  EXPECT_TRUE(h.mux.empty());
 }
 
 }  // namespace

@@ -1,0 +1,369 @@
+// The lock client's private path to one master (src/detail/master_link.hpp) against a real
+// redis-server: requests queued by a plain call on the shared strand, replies handed to a sink in
+// place, counted like public requests, and no allocation per request in steady state.
+
+#include "detail/master_link.hpp"
+
+#include <redlock/connection.hpp>
+#include <redlock/error.hpp>
+#include <redlock/resp/request.hpp>
+#include <redlock_test/redis_cluster.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+// Counts every allocation of this test binary (the steady-state test reads it).
+namespace {
+std::atomic<std::size_t> allocations{0};
+
+void* counted_alloc(std::size_t n, std::size_t align) {
+  allocations.fetch_add(1, std::memory_order_relaxed);
+  if (n == 0) n = 1;
+  void* p =
+      align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align) : std::malloc(n);
+  if (!p) throw std::bad_alloc{};
+  return p;
+}
+}  // namespace
+
+void* operator new(std::size_t n) { return counted_alloc(n, 0); }
+void* operator new[](std::size_t n) { return counted_alloc(n, 0); }
+void* operator new(std::size_t n, std::align_val_t a) { return counted_alloc(n, static_cast<std::size_t>(a)); }
+void* operator new[](std::size_t n, std::align_val_t a) { return counted_alloc(n, static_cast<std::size_t>(a)); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+namespace {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using boost::system::error_code;
+using redlock::connection_config;
+using redlock::connection_state;
+using redlock::error;
+using redlock::detail::master_link;
+using redlock::detail::reply_sink;
+using redlock::resp::request;
+using redlock::resp::response;
+using clock_type = std::chrono::steady_clock;
+
+struct call {
+  std::uint64_t tag;
+  error_code ec;
+  response r;
+};
+
+// Records every reply; checks it never runs inside submit, and runs `then` (on the strand) after.
+class recorder final : public reply_sink {
+ public:
+  void on_reply(std::uint64_t tag, error_code ec, const response& r) override {
+    EXPECT_FALSE(inside_submit) << "the sink ran inline from submit";
+    calls.push_back({tag, ec, r});
+    if (then) then(tag, ec, r);
+  }
+  std::vector<call> calls;
+  bool inside_submit = false;
+  std::function<void(std::uint64_t, error_code, const response&)> then;
+};
+
+template <class... Args>
+std::string encode(std::string_view cmd, const Args&... args) {
+  request r;
+  r.push(cmd, args...);
+  return r.payload();
+}
+
+struct master_link_test : ::testing::Test {
+  redlock::test::redis_cluster cluster{1};
+  asio::io_context ioc;
+  master_link::strand_type strand{asio::any_io_executor{ioc.get_executor()}};
+  std::shared_ptr<recorder> sink = std::make_shared<recorder>();
+
+  connection_config config() {
+    connection_config cfg;
+    cfg.host = cluster[0].host();
+    cfg.port = cluster[0].port();
+    cfg.connect_timeout = 500ms;
+    cfg.reconnect = {10ms, 50ms, 0.5};
+    return cfg;
+  }
+
+  // Runs the io_context until `done()` or fails after `limit`.
+  template <class Pred>
+  void run_until(Pred done, clock_type::duration limit = 10s) {
+    const auto until = clock_type::now() + limit;
+    while (!done()) {
+      ASSERT_LT(clock_type::now(), until) << "timed out";
+      ioc.restart();
+      ioc.run_for(2ms);
+    }
+  }
+
+  // Calls submit on the strand, as the lock client does, and returns its result.
+  error_code submit_on_strand(master_link& link, std::string payload, std::size_t replies, std::uint64_t tag,
+                              clock_type::duration timeout = 5s) {
+    bool done = false;
+    error_code result;
+    asio::post(strand, [&] {
+      sink->inside_submit = true;
+      result = link.submit(payload, replies, clock_type::now() + timeout, sink, tag);
+      payload.assign(payload.size(), 'x');  // the link copied the bytes: the caller may reuse them
+      sink->inside_submit = false;
+      done = true;
+    });
+    run_until([&] { return done; });
+    return result;
+  }
+
+  void wait_up(master_link& link) {
+    run_until([&] { return link.status().state == connection_state::up; });
+  }
+};
+
+TEST_F(master_link_test, replies_reach_the_sink_in_order_with_their_tags_and_are_counted) {
+  master_link link{strand, config()};
+  link.run();
+  wait_up(link);
+  EXPECT_FALSE(submit_on_strand(link, encode("SET", "k", "v"), 1, 11));
+  std::string pipelined = encode("GET", "k") + encode("INCR", "k");  // two replies, the second an error
+  EXPECT_FALSE(submit_on_strand(link, pipelined, 2, 12));
+  EXPECT_FALSE(submit_on_strand(link, encode("GET", "k"), 1, 13));
+  run_until([&] { return sink->calls.size() == 3; });
+  ASSERT_EQ(sink->calls.size(), 3u);
+  EXPECT_EQ(sink->calls[0].tag, 11u);
+  EXPECT_FALSE(sink->calls[0].ec);
+  EXPECT_EQ(sink->calls[0].r.at(0).value, "OK");
+  EXPECT_EQ(sink->calls[1].tag, 12u);
+  EXPECT_EQ(sink->calls[1].ec, error::server_error);
+  ASSERT_EQ(sink->calls[1].r.size(), 2u);
+  EXPECT_EQ(sink->calls[1].r[0].value, "v");
+  EXPECT_EQ(sink->calls[2].tag, 13u);
+  EXPECT_EQ(sink->calls[2].r.at(0).value, "v");
+  const auto s = link.stats();
+  EXPECT_EQ(s.requests, 3u);
+  EXPECT_EQ(s.ok, 2u);
+  EXPECT_EQ(s.server_errors, 1u);
+  EXPECT_EQ(s.replies, 4u);
+  EXPECT_EQ(s.latency.count, 3u);
+  link.close();
+  run_until([&] { return link.status().state == connection_state::closed; });
+}
+
+TEST_F(master_link_test, requests_submitted_right_after_run_wait_for_the_connection) {
+  master_link link{strand, config()};
+  error_code ec;
+  asio::post(strand, [&] {
+    link.run();  // its own post has not reached the strand yet
+    ec = link.submit(encode("PING"), 1, clock_type::now() + 5s, sink, 1);
+  });
+  run_until([&] { return sink->calls.size() == 1; });
+  EXPECT_FALSE(ec);
+  EXPECT_FALSE(sink->calls[0].ec);
+  EXPECT_EQ(sink->calls[0].r.at(0).value, "PONG");
+}
+
+TEST_F(master_link_test, invalid_config_fails_requests_queued_since_run) {
+  auto cfg = config();
+  cfg.port = 0;
+  master_link link{strand, cfg};
+  asio::post(strand, [&] {
+    link.run();
+    EXPECT_FALSE(link.submit(encode("PING"), 1, clock_type::now() + 5s, sink, 1));
+  });
+  run_until([&] { return sink->calls.size() == 1; });
+  EXPECT_EQ(sink->calls[0].ec, error::not_connected);
+  EXPECT_EQ(link.status().state, connection_state::closed);
+}
+
+TEST_F(master_link_test, refusals_return_at_once_without_calling_the_sink) {
+  master_link link{strand, config()};
+  EXPECT_EQ(submit_on_strand(link, encode("PING"), 1, 1), error::not_connected);  // not running yet
+  link.run();
+  wait_up(link);
+  EXPECT_EQ(submit_on_strand(link, "", 1, 2), error::invalid_argument);
+  EXPECT_EQ(submit_on_strand(link, encode("PING"), 0, 3), error::invalid_argument);
+  cluster[0].kill();
+  run_until([&] { return link.status().state == connection_state::down; });
+  EXPECT_EQ(submit_on_strand(link, encode("PING"), 1, 4), error::not_connected);
+  ioc.restart();
+  ioc.run_for(20ms);
+  EXPECT_TRUE(sink->calls.empty());
+  const auto s = link.stats();
+  EXPECT_EQ(s.requests, 4u);
+  EXPECT_EQ(s.invalid, 2u);
+  EXPECT_EQ(s.not_connected, 2u);
+}
+
+TEST_F(master_link_test, deadline_abandons_the_request_and_the_late_reply_is_dropped) {
+  master_link link{strand, config()};
+  link.run();
+  wait_up(link);
+  cluster[0].pause();
+  EXPECT_FALSE(submit_on_strand(link, encode("SET", "k", "late"), 1, 1, 50ms));
+  run_until([&] { return sink->calls.size() == 1; });
+  EXPECT_EQ(sink->calls[0].ec, error::master_timeout);
+  EXPECT_TRUE(sink->calls[0].r.empty());
+  cluster[0].resume();
+  EXPECT_FALSE(submit_on_strand(link, encode("GET", "k"), 1, 2));
+  run_until([&] { return sink->calls.size() == 2; });
+  EXPECT_FALSE(sink->calls[1].ec);
+  EXPECT_EQ(sink->calls[1].r.at(0).value, "late");  // the abandoned SET still ran, before the GET
+  EXPECT_EQ(link.stats().timeouts, 1u);
+  EXPECT_EQ(link.stats().dropped_replies, 1u);
+}
+
+TEST_F(master_link_test, close_completes_pending_requests_with_operation_aborted) {
+  master_link link{strand, config()};
+  link.run();
+  wait_up(link);
+  cluster[0].pause();
+  EXPECT_FALSE(submit_on_strand(link, encode("PING"), 1, 7));
+  link.close();
+  run_until([&] { return sink->calls.size() == 1; });
+  EXPECT_EQ(sink->calls[0].tag, 7u);
+  EXPECT_EQ(sink->calls[0].ec, asio::error::operation_aborted);
+  cluster[0].resume();
+  EXPECT_EQ(submit_on_strand(link, encode("PING"), 1, 8), error::not_connected);
+}
+
+TEST_F(master_link_test, the_sink_may_submit_again_from_inside_its_call) {
+  master_link link{strand, config()};
+  link.run();
+  wait_up(link);
+  sink->then = [&](std::uint64_t tag, error_code, const response&) {
+    if (tag < 5) {
+      EXPECT_FALSE(link.submit(encode("PING"), 1, clock_type::now() + 5s, sink, tag + 1));
+    }
+  };
+  EXPECT_FALSE(submit_on_strand(link, encode("PING"), 1, 1));
+  run_until([&] { return sink->calls.size() == 5; });
+  for (std::uint64_t i = 0; i < 5; ++i) EXPECT_EQ(sink->calls[i].tag, i + 1);
+}
+
+// Two threads run the io_context; four chains of requests share the link (and its strand). Under
+// TSan this checks that the hot path's completions, which start outside the strand, enter it.
+TEST_F(master_link_test, chains_of_requests_on_two_threads_share_the_strand) {
+  master_link link{strand, config()};
+  link.run();
+  wait_up(link);
+  constexpr std::uint64_t chains = 4;
+  constexpr std::uint64_t per_chain = 300;
+  std::atomic<std::uint64_t> done{0};
+  std::atomic<std::uint64_t> failed{0};
+  class chain_sink final : public reply_sink {
+   public:
+    explicit chain_sink(std::function<void(std::uint64_t, error_code, const response&)> f) : f_(std::move(f)) {}
+    void on_reply(std::uint64_t tag, error_code ec, const response& r) override { f_(tag, ec, r); }
+
+   private:
+    std::function<void(std::uint64_t, error_code, const response&)> f_;
+  };
+  std::vector<std::uint64_t> seen(chains, 0);  // touched on the strand only
+  std::shared_ptr<reply_sink> next;
+  next = std::make_shared<chain_sink>([&](std::uint64_t tag, error_code ec, const response& r) {
+    const std::uint64_t chain = tag % chains;
+    const std::uint64_t step = tag / chains;
+    if (ec || r.size() != 1 || r[0].value != std::to_string(tag)) ++failed;
+    if (step != seen[chain]++) ++failed;  // each chain's replies in order
+    if (step + 1 < per_chain) {
+      const std::uint64_t t = tag + chains;
+      if (link.submit(encode("ECHO", t), 1, clock_type::now() + 10s, next, t)) ++failed;
+    } else {
+      ++done;
+    }
+  });
+  asio::post(strand, [&] {
+    for (std::uint64_t c = 0; c < chains; ++c) {
+      if (link.submit(encode("ECHO", c), 1, clock_type::now() + 10s, next, c)) ++failed;
+    }
+  });
+  ioc.restart();
+  std::thread other{[&] { ioc.run_for(30s); }};
+  const auto until = clock_type::now() + 30s;
+  while (done < chains && clock_type::now() < until) ioc.run_for(10ms);
+  link.close();
+  ioc.stop();
+  other.join();
+  next.reset();
+  EXPECT_EQ(done.load(), chains);
+  EXPECT_EQ(failed.load(), 0u);
+  EXPECT_EQ(link.stats().ok, chains * per_chain);
+}
+
+// One request after another, each submitted from the previous one's reply (as a lock operation
+// does). After warm-up: no allocation at all, and three io_context handlers per request: the read's
+// completion (which runs the sink in place), the write's completion, and the reactor waking for
+// the socket's edge-triggered EPOLLOUT when the send buffer drains (Asio keeps EPOLLOUT registered
+// once a connect has waited for it; that handler finds nothing to do).
+TEST_F(master_link_test, steady_state_allocates_nothing_per_request) {
+  master_link link{strand, config()};
+  link.run();
+  wait_up(link);
+  constexpr std::uint64_t warm_up = 200;
+  constexpr std::uint64_t measured = 2000;
+  const std::string payload =
+      encode("SET", "lock:resource", "0123456789abcdef0123456789abcdef01234567", "NX", "PX", 30000);
+  std::size_t replies = 0;
+  std::size_t allocations_at_start = 0;
+  std::size_t handlers = 0;
+  bool counting = false;
+  // The sink only counts: storing each reply would allocate.
+  class counter final : public reply_sink {
+   public:
+    explicit counter(std::function<void(std::uint64_t, error_code)> f) : f_(std::move(f)) {}
+    void on_reply(std::uint64_t tag, error_code ec, const response&) override { f_(tag, ec); }
+
+   private:
+    std::function<void(std::uint64_t, error_code)> f_;
+  };
+  std::shared_ptr<reply_sink> chain;
+  chain = std::make_shared<counter>([&](std::uint64_t tag, error_code ec) {
+    ASSERT_TRUE(!ec || ec == error::server_error) << ec.message();
+    ++replies;
+    if (tag == warm_up) {
+      allocations_at_start = allocations.load();
+      counting = true;
+    }
+    if (tag < warm_up + measured) {
+      ASSERT_FALSE(link.submit(payload, 1, clock_type::now() + 10s, chain, tag + 1));
+    }
+  });
+  asio::post(strand, [&] { ASSERT_FALSE(link.submit(payload, 1, clock_type::now() + 10s, chain, 1)); });
+  const auto until = clock_type::now() + 60s;
+  while (replies < warm_up + measured && clock_type::now() < until) {
+    ioc.restart();
+    const auto n = ioc.run_one_for(1s);
+    if (counting) handlers += n;
+  }
+  const std::size_t used = allocations.load() - allocations_at_start;
+  chain.reset();
+  ASSERT_EQ(replies, warm_up + measured);
+  const double per_request = static_cast<double>(used) / measured;
+  const double handlers_per_request = static_cast<double>(handlers) / measured;
+  std::printf("steady state: %.3f allocations and %.2f io_context handlers per request\n", per_request,
+              handlers_per_request);
+  EXPECT_LE(per_request, 0.01);  // a stray one is not the request's
+  EXPECT_LE(handlers_per_request, 3.1);
+}
+
+}  // namespace
