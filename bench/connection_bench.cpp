@@ -4,6 +4,7 @@
 // Usage: connection_bench [--json FILE] [--seconds S]
 // Prints a table; writes JSON (default: connection_bench.json in the working directory).
 
+#include "bench_util.hpp"
 #include <redlock/connection.hpp>
 #include <redlock_test/redis_cluster.hpp>
 
@@ -13,9 +14,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <fmt/core.h>
 
-#include "bench_util.hpp"
+#include <fmt/core.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -51,7 +51,8 @@ throughput_result measure_set(asio::io_context& ioc, redlock::connection& conn, 
   std::vector<std::vector<double>> lat(static_cast<std::size_t>(concurrency));
   long total = 0, errors = 0;
   int running = concurrency;
-  const auto until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
+  const auto until =
+      clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
   const double cpu0 = cpu_seconds();
   const auto t0 = clock_type::now();
   for (int c = 0; c < concurrency; ++c) {
@@ -79,8 +80,8 @@ throughput_result measure_set(asio::io_context& ioc, redlock::connection& conn, 
   std::vector<double> all;
   for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
   const auto st = summarize(std::move(all));
-  return {concurrency, static_cast<double>(total) / elapsed, st.p50, st.p99,
-          cpu / static_cast<double>(total) * 1e6, errors};
+  return {concurrency, static_cast<double>(total) / elapsed,   st.p50,
+          st.p99,      cpu / static_cast<double>(total) * 1e6, errors};
 }
 
 std::vector<double> measure_ping(asio::io_context& ioc, redlock::connection& conn, int count) {
@@ -173,8 +174,9 @@ int main(int argc, char** argv) {
         r.concurrency, r.requests_per_s, r.p50_us, r.p99_us, r.cpu_us_per_request, r.errors,
         i + 1 < results.size() ? "," : "");
   }
-  out << fmt::format("  ],\n  \"redis_benchmark_set_P16_c1\": {:.1f},\n  \"ratio_c64_vs_redis_benchmark\": {:.4f}\n}}\n",
-                     rb, rb > 0 ? at64.requests_per_s / rb : 0.0);
+  out << fmt::format(
+      "  ],\n  \"redis_benchmark_set_P16_c1\": {:.1f},\n  \"ratio_c64_vs_redis_benchmark\": {:.4f}\n}}\n", rb,
+      rb > 0 ? at64.requests_per_s / rb : 0.0);
   fmt::print("wrote {}\n", json_path);
   conn.close();
   ioc.run_for(100ms);

@@ -3,6 +3,7 @@
 //
 // Usage: keep_alive_bench [--locks N] [--seconds S] [--ttl-ms T] [--json FILE]
 
+#include "bench_util.hpp"
 #include <redlock/client.hpp>
 #include <redlock_test/redis_cluster.hpp>
 
@@ -12,12 +13,12 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <fmt/core.h>
 
-#include "bench_util.hpp"
+#include <fmt/core.h>
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -99,10 +100,13 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < cluster.size(); ++i) evalsha1 += command_calls(cluster[i], "evalsha");
 
   std::size_t extensions = 0, lost = 0;
+  std::map<std::string, std::size_t> reasons;  // why locks were lost, should any be
   for (const auto& l : held) {
     extensions += l.extensions();
     lost += l.lost();
+    if (l.lost()) ++reasons[l.loss_reason().message()];
   }
+  for (const auto& [why, n] : reasons) fmt::print("  lost: {} x {}\n", n, why);
   // Heap in use, not RSS: acquiring 10,000 locks at once leaves freed memory that RSS still counts.
   const double per_lock_kib = static_cast<double>(heap_held - heap_before) / 1024.0 / acquired;
   const double cpu_us_per_lock_s = cpu / acquired / wall * 1e6;
@@ -116,8 +120,8 @@ int main(int argc, char** argv) {
              per_lock_kib, rss_before, rss_held);
   fmt::print("  CPU: {:.3f} us per lock per second; {:.1f} us per extension ({} extensions)\n", cpu_us_per_lock_s,
              cpu_us_per_extension, extensions);
-  fmt::print("  traffic: {:.0f} extend commands/s to the masters in all ({:.3f} per lock per second)\n",
-             commands_per_s, commands_per_s / acquired);
+  fmt::print("  traffic: {:.0f} extend commands/s to the masters in all ({:.3f} per lock per second)\n", commands_per_s,
+             commands_per_s / acquired);
 
   std::ofstream out{json_path};
   out << fmt::format(

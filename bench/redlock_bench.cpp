@@ -472,7 +472,8 @@ int main(int argc, char** argv) {
     redlock::client c{ioc.get_executor(), s.config(true)};
     wait_up(ioc, c, 5);
     auto r = sequential(ioc, c, std::min(cycles, 2000), "bench:d");
-    fmt::print("(d)       2 of 5 +50 ms: lock+unlock p50 {:.1f} p99 {:.1f} us\n", r.lock_unlock.p50, r.lock_unlock.p99);
+    fmt::print("(d)       2 of 5 +50 ms: lock+unlock p50 {:.1f} p99 {:.1f} us; CPU {:.1f} us/cycle\n",
+               r.lock_unlock.p50, r.lock_unlock.p99, r.cpu_us_per_cycle);
     json.push_back(
         fmt::format("\"d\": {{\"lock_unlock_us\": {}, \"failures\": {}}}", json_stats(r.lock_unlock), r.failures));
     c.close();

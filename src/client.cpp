@@ -126,10 +126,7 @@ struct lock_op final : op_base {
   }
 
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override {
-    if (client_impl::is_release(tag)) {
-      owner->eval_instead(tag, ec, r, *st, release_script, std::nullopt, shared_from_this());
-      return;
-    }
+    if (client_impl::is_release(tag)) return;  // a failed round's release: nobody waits for it
     act(fsm.on_reply(round_of(tag), master_of(tag), ec, r, clock_type::now(), owner->unit_random()));
   }
 

@@ -105,9 +105,7 @@ std::string encode_script(const script& s, bool by_sha, std::string_view key, st
 
 // ---- lock state and watcher ---------------------------------------------------------------------
 
-void lock_state::on_reply(std::uint64_t tag, error_code ec, const resp::response& r) {
-  if (owner) owner->eval_instead(tag, ec, r, *this, release_script, std::nullopt, shared_from_this());
-}
+void lock_state::on_reply(std::uint64_t, error_code, const resp::response&) {}
 
 void watch::keep(const keep_alive_options& opts) {
   auto st = state.lock();
@@ -232,7 +230,7 @@ void client_impl::send_all(std::string_view payload, clock_type::time_point dead
 
 void client_impl::release_everywhere(lock_state& st, const std::shared_ptr<reply_sink>& sink) {
   const auto deadline = clock_type::now() + cfg_.release_timeout;
-  const auto& payload = st.release_payload();
+  const auto& payload = st.background_release_payload();
   for (std::size_t i = 0; i < links_.size(); ++i) {
     // A master that is down has nothing of ours to release (nothing was sent to it since).
     (void)links_[i]->submit(payload, 1, deadline, sink, make_tag(release_round, i));

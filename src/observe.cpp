@@ -12,12 +12,18 @@ namespace redlock {
 
 std::string_view to_string(log_level level) noexcept {
   switch (level) {
-    case log_level::trace: return "trace";
-    case log_level::debug: return "debug";
-    case log_level::info: return "info";
-    case log_level::warning: return "warning";
-    case log_level::error: return "error";
-    case log_level::off: return "off";
+    case log_level::trace:
+      return "trace";
+    case log_level::debug:
+      return "debug";
+    case log_level::info:
+      return "info";
+    case log_level::warning:
+      return "warning";
+    case log_level::error:
+      return "error";
+    case log_level::off:
+      return "off";
   }
   return "unknown";
 }
@@ -43,8 +49,8 @@ std::chrono::microseconds latency_histogram::percentile(double p) const noexcept
   if (!(p >= 0.0)) p = 0.0;  // NaN too
   p = std::min(p, 100.0);
   // The rank-th smallest sample (1-based).
-  const auto rank = std::max<std::uint64_t>(
-      1, static_cast<std::uint64_t>(std::ceil(p / 100.0 * static_cast<double>(count))));
+  const auto rank =
+      std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(p / 100.0 * static_cast<double>(count))));
   std::uint64_t below = 0;
   for (std::size_t b = 0; b < bucket_count; ++b) {
     const auto n = buckets[b];

@@ -83,7 +83,8 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   std::vector<master_result> results;
   error_code loss_reason;
   std::shared_ptr<watch> watcher;  // on the strand only; made on demand
-  std::string release_;            // the release script's payload, encoded on first use (strand)
+  std::string release_;            // release payloads, encoded on first use (strand)
+  std::string background_release_;
 
   void set_results(std::vector<master_result> r) {
     std::lock_guard guard{mutex};
@@ -95,12 +96,20 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   clock_type::time_point get_deadline() const noexcept {
     return clock_type::time_point{clock_type::duration{deadline.load(std::memory_order_acquire)}};
   }
+  // The release script by digest (EVALSHA), for `async_unlock`: after it no request with this
+  // token follows, so its EVAL fallback on NOSCRIPT may come late without harm.
   const std::string& release_payload() {
     if (release_.empty()) release_ = encode_script(release_script, true, key, token);
     return release_;
   }
-  // Background releases (failed rounds, dropped handles): nobody waits, but a master that lost
-  // its script cache gets the script again.
+  // The release script in full (EVAL), for releases nobody waits for. A failed round's release
+  // must run before the retry's SET, which carries the same token; an EVALSHA whose fallback
+  // went out only when NOSCRIPT came back could run after it and delete the new key.
+  const std::string& background_release_payload() {
+    if (background_release_.empty()) background_release_ = encode_script(release_script, false, key, token);
+    return background_release_;
+  }
+  // Background releases: nobody waits for their answers (this only keeps the state alive).
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override;
 };
 

@@ -5,11 +5,14 @@
 #include <redlock/detail/scripts.hpp>
 #include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
+#include <redlock_test/fault_proxy.hpp>
 #include <redlock_test/redis_cluster.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/system_executor.hpp>
 #include <boost/asio/use_future.hpp>
 #include <gtest/gtest.h>
 
@@ -18,6 +21,18 @@
 #include <set>
 #include <string>
 #include <thread>
+
+// A completion token whose operation never starts: it only reports the executor associated with
+// the initiation object, as completion-token adapters (asio::cancel_after and the like) see it.
+struct probe_executor_t {};
+
+template <class Sig>
+struct boost::asio::async_result<probe_executor_t, Sig> {
+  template <class Initiation, class... Args>
+  static boost::asio::any_io_executor initiate(Initiation&& init, probe_executor_t, Args&&...) {
+    return boost::asio::get_associated_executor(init, boost::asio::any_io_executor{boost::asio::system_executor()});
+  }
+};
 
 namespace {
 
@@ -501,6 +516,63 @@ TEST_F(client_test, cancelled_unlock_still_releases) {
     EXPECT_EQ(got, asio::error::operation_aborted);  // the caller stops waiting...
     for (std::size_t i = 0; i < 5; ++i) cluster[i].resume();
     EXPECT_TRUE(co_await eventually_holding("unlock-cancel", "", 5));  // ...the release does not
+  });
+}
+
+TEST_F(client_test, operations_carry_the_clients_executor) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    // A strand: distinct from the io_context's own executor, so the probe cannot pass by accident.
+    const asio::any_io_executor ex = asio::make_strand(ioc);
+    redlock::client c{ex, config()};
+    co_await wait_connected(c);
+    const asio::any_io_executor system{asio::system_executor()};
+    EXPECT_TRUE(c.async_lock("probe", 10s, probe_executor_t{}) == ex);
+    EXPECT_TRUE(c.async_try_lock("probe", 10s, probe_executor_t{}) == ex);
+    redlock::lock empty;
+    EXPECT_TRUE(empty.async_unlock(probe_executor_t{}) == system);
+    auto [ec, l] = co_await c.async_lock("probe", 10s, use_tuple);
+    EXPECT_FALSE(ec);
+    EXPECT_TRUE(l.get_executor() == ex);
+    EXPECT_TRUE(l.async_extend(10s, probe_executor_t{}) == ex);
+    EXPECT_TRUE(l.async_wait_lost(probe_executor_t{}) == ex);
+    EXPECT_TRUE(l.async_unlock(probe_executor_t{}) == ex);
+    EXPECT_TRUE(l.owns_lock());  // the probes started nothing
+    auto [uec, held] = co_await l.async_unlock(use_tuple);
+    EXPECT_FALSE(uec);
+    EXPECT_GE(held, 3u);  // completes at a majority
+  });
+}
+
+// A failed round's release must run on each master before the next round's SET, which carries the
+// same token. If it went out as EVALSHA and the master's script cache was empty, its EVAL fallback
+// was sent only when the NOSCRIPT answer came back: with enough latency, after the retry's SET,
+// which it then deleted, leaving a lock the client believed held on no master at all.
+TEST_F(client_test, a_failed_rounds_release_never_deletes_the_next_rounds_key) {
+  std::vector<std::unique_ptr<redlock::test::fault_proxy>> proxies;
+  auto cfg = config();
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
+    cluster[i].command({"SCRIPT", "FLUSH"});
+    proxies.push_back(std::make_unique<redlock::test::fault_proxy>(cluster[i].host(), cluster[i].port()));
+    cfg.masters[i].host = proxies.back()->host();
+    cfg.masters[i].port = proxies.back()->port();
+  }
+  cfg.request_timeout = 1s;  // above the 200 ms round trip below
+  cfg.release_timeout = 2s;
+  cfg.retry = {.max_attempts = 0, .max_wait = 5s, .base_delay = 1ms, .jitter = 1ms};
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client c{ioc.get_executor(), cfg};
+    co_await wait_connected(c);
+    for (auto& p : proxies) p->set_latency(100ms);
+    // Someone else holds it for 150 ms: the first round (its SETs arrive at 100 ms) is refused,
+    // the retry (arriving at about 300 ms) is granted.
+    for (std::size_t i = 0; i < cluster.size(); ++i) cluster[i].command({"SET", "reorder", "holder", "PX", "150"});
+    auto [ec, l] = co_await c.async_lock("reorder", 10s, use_tuple);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(l.attempts(), 2u);
+    co_await sleep_for(400ms);  // past any fallback of the first round's release
+    EXPECT_EQ(holding("reorder", l.token()), 5u);
+    for (auto& p : proxies) p->set_latency(0ms);
+    co_await l.async_unlock(use_tuple);
   });
 }
 
