@@ -55,13 +55,13 @@ void bind_cancellation(Handler& h, const std::shared_ptr<Op>& op, const strand_t
 struct lock_op final : op_base {
   lock_op(std::shared_ptr<client_impl> c, std::shared_ptr<lock_state> s, lock_handler h, core::lock_rules rules)
       : owner(std::move(c)), st(std::move(s)), handler(std::move(h)), fsm(rules), timer(owner->strand()) {}
+  ~lock_op() override { owner->retire(*this); }  // also when dropped unfinished (io_context torn down)
 
   std::shared_ptr<client_impl> owner;
   std::shared_ptr<lock_state> st;
   std::optional<lock_handler> handler;
   core::lock_fsm fsm;
   asio::steady_timer timer;  // the retry delay
-  std::string payload;       // SET key token NX PX ttl, encoded once for every round
 
   void start() {
     auto& c = *owner;
@@ -78,10 +78,7 @@ struct lock_op final : op_base {
       return finish(ec);
     }
     st->key = c.config().key_prefix + st->resource;
-    resp::request req;
-    req.push("SET", st->key, st->token, "NX", "PX", st->ttl.count());
-    payload = std::move(req).take_payload();
-    c.enroll(shared_from_this());
+    c.enroll(*this);
     act(fsm.start(clock_type::now()));
   }
 
@@ -93,7 +90,7 @@ struct lock_op final : op_base {
         return;
       case core::lock_action::type::acquire:
         c.note_attempt();
-        return c.send_all(payload, a.at, shared_from_this(), fsm.round());
+        return c.send_all(c.scratch_set(*st), a.at, shared_from_this(), fsm.round());
       case core::lock_action::type::sleep:
         REDLOCK_LOG(c.log(), log_level::debug, "{}: attempt {} failed: {}; masters: {}; retrying in {}",
                     lock_name(st->resource, st->token), fsm.attempts(), describe(fsm.last_error()),
@@ -136,6 +133,7 @@ struct lock_op final : op_base {
   }
 
   void finish(error_code ec) {
+    owner->retire(*this);
     if (!handler) return;
     st->attempts = fsm.attempts();
     if (!ec) {
@@ -155,6 +153,7 @@ struct lock_op final : op_base {
 struct unlock_op final : op_base {
   unlock_op(std::shared_ptr<lock_state> s, unlock_handler h, std::size_t masters, std::chrono::milliseconds timeout)
       : st(std::move(s)), handler(std::move(h)), fsm(masters, timeout) {}
+  ~unlock_op() override { st->owner->retire(*this); }
 
   std::shared_ptr<lock_state> st;
   std::optional<unlock_handler> handler;
@@ -163,7 +162,7 @@ struct unlock_op final : op_base {
   void start() {
     auto& c = *st->owner;
     c.stop_watching(*st);
-    c.enroll(shared_from_this());
+    c.enroll(*this);
     act(fsm.start(clock_type::now()));
   }
 
@@ -173,8 +172,9 @@ struct unlock_op final : op_base {
       case core::unlock_action::type::wait:
         return;
       case core::unlock_action::type::release:
-        return c.send_all(st->release_payload(), a.at, shared_from_this(), 0);
+        return c.send_all(c.scratch_script(release_script, *st, std::nullopt), a.at, shared_from_this(), 0);
       case core::unlock_action::type::complete:
+        c.retire(*this);
         if (fsm.decided()) {
           c.note_release(*st, a.ec, fsm.held(), fsm.table());
           st->set_results(fsm.table().results());
@@ -202,19 +202,18 @@ struct extend_op final : op_base {
         handler(std::move(h)),
         ttl(t),
         fsm(cfg.masters.size(), t, cfg.request_timeout, cfg.drift, st->get_deadline()) {}
+  ~extend_op() override { st->owner->retire(*this); }
 
   std::shared_ptr<lock_state> st;
   std::optional<extend_handler> handler;
   std::chrono::milliseconds ttl;
   core::extend_fsm fsm;
-  std::string payload;
 
   void start() {
     auto& c = *st->owner;
     if (!st->held) return finish(error::not_locked);
     if (auto ec = c.check_lock_args(st->resource, ttl)) return finish(ec);
-    payload = encode_script(extend_script, true, st->key, st->token, ttl.count());
-    c.enroll(shared_from_this());
+    c.enroll(*this);
     act(fsm.start(clock_type::now()));
   }
 
@@ -224,7 +223,7 @@ struct extend_op final : op_base {
       case core::extend_action::type::wait:
         return;
       case core::extend_action::type::extend:
-        return c.send_all(payload, a.at, shared_from_this(), 0);
+        return c.send_all(c.scratch_script(extend_script, *st, ttl.count()), a.at, shared_from_this(), 0);
       case core::extend_action::type::complete:
         if (a.ec != asio::error::operation_aborted) {
           if (fsm.decided()) st->set_results(fsm.table().results());
@@ -247,6 +246,7 @@ struct extend_op final : op_base {
   void cancel() override { act(fsm.cancel()); }
 
   void finish(error_code ec) {
+    st->owner->retire(*this);
     if (!handler) return;
     auto h = std::move(*handler);
     handler.reset();
@@ -264,13 +264,11 @@ void watch::wake(clock_type::time_point now) {
   if (a.what == core::keep_alive_action::type::extend) {
     ext.reset(a.ttl, fsm.deadline());
     ++ext_round;
-    if (payload_ttl != a.ttl) {
-      payload = encode_script(extend_script, true, st->key, st->token, a.ttl.count());
-      payload_ttl = a.ttl;
-    }
+    ext_ttl = a.ttl;
     const auto e = ext.start(now);
     if (e.what == core::extend_action::type::extend) {
-      c.send_all(payload, e.at, shared_from_this(), ext_round);
+      // Encoded into the client's scratch buffer (the connections copy it): nothing per lock.
+      c.send_all(c.scratch_script(extend_script, *st, ext_ttl.count()), e.at, shared_from_this(), ext_round);
     } else {
       on_extension_done(*st, e.ec, now);
     }
@@ -289,7 +287,7 @@ void watch::on_reply(std::uint64_t tag, error_code ec, const resp::response& r) 
   auto st = state.lock();
   if (!st || round_of(tag) != ext_round || ext.done()) return;
   auto& c = *st->owner;
-  if (c.eval_instead(tag, ec, r, *st, extend_script, payload_ttl.count(), shared_from_this())) return;
+  if (c.eval_instead(tag, ec, r, *st, extend_script, ext_ttl.count(), shared_from_this())) return;
   const auto now = clock_type::now();
   const auto e = ext.on_reply(master_of(tag), ec, r, now);
   if (e.what == core::extend_action::type::complete) {
@@ -300,12 +298,13 @@ void watch::on_reply(std::uint64_t tag, error_code ec, const resp::response& r) 
 
 void watch::on_extension_done(lock_state& st, error_code ec, clock_type::time_point now) {
   auto& c = *st.owner;
-  if (ext.decided()) st.set_results(ext.table().results());
   if (!ec && !fsm.finished()) {
     st.set_deadline(ext.validity_deadline());
     ++st.extensions;
   }
-  if (!fsm.finished()) c.note_extension(st, ec, payload_ttl, ext, true);
+  if (!fsm.finished()) c.note_extension(st, ec, ext_ttl, ext, true);
+  // Moved, not copied: between extensions the watcher keeps no second copy of the results.
+  if (ext.decided()) st.set_results(ext.table().take_results());
   const auto a = fsm.on_extended(ec, ext.validity_deadline(), now);
   if (a.what == core::keep_alive_action::type::lost) {
     declare_lost(st, a.reason);
@@ -321,6 +320,7 @@ void watch::declare_lost(lock_state& st, error_code reason) {
     st.loss_reason = reason;
   }
   st.lost = true;
+  owner->retire(*this);
   st.owner->note_loss(st, reason);
   finish_waiters({});  // the awaited event happened: success, as a timer's
 }
@@ -331,10 +331,13 @@ void watch::finish_waiters(error_code ec) {
   for (auto& w : ws) complete_handler(std::move(w.handler), ex, ec);
 }
 
+watch::~watch() { owner->retire(*this); }
+
 void watch::cancel() {
   fsm.stop();
   finish_waiters(asio::error::operation_aborted);
-  if (auto st = state.lock()) st->owner->schedule(*this);
+  owner->retire(*this);
+  owner->schedule(*this);
 }
 
 }  // namespace detail

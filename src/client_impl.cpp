@@ -155,11 +155,12 @@ void client_impl::close() {
   if (closed_.exchange(true)) return;
   REDLOCK_LOG(log_, log_level::info, "client closed");
   post([self = shared_from_this()] {
-    auto ops = std::move(self->ops_);
-    self->ops_.clear();
-    for (auto& w : ops) {
-      if (auto op = w.lock()) op->cancel();
+    // Cancelling retires: collect first.
+    std::vector<std::shared_ptr<op_base>> ops;
+    for (op_base* p = self->ops_; p; p = p->next_op) {
+      if (auto op = p->weak_from_this().lock()) ops.push_back(std::move(op));
     }
+    for (auto& op : ops) op->cancel();
     self->wakes_.clear();
     self->timer_.cancel();
     for (auto& l : self->links_) l->close();
@@ -209,12 +210,31 @@ error_code client_impl::check_lock_args(const std::string& resource, std::chrono
   return core::check_ttl(ttl, cfg_.max_ttl, cfg_.request_timeout, cfg_.drift);
 }
 
-void client_impl::enroll(const std::shared_ptr<op_base>& op) {
-  if (ops_.size() >= 2 * live_hint_ + 16) {
-    std::erase_if(ops_, [](const std::weak_ptr<op_base>& w) { return w.expired(); });
-    live_hint_ = ops_.size();
+void client_impl::enroll(op_base& op) noexcept {
+  if (op.enrolled) return;
+  op.enrolled = true;
+  op.prev_op = nullptr;
+  op.next_op = ops_;
+  if (ops_) ops_->prev_op = &op;
+  ops_ = &op;
+}
+
+void client_impl::retire(op_base& op) noexcept {
+  if (!op.enrolled) return;
+  op.enrolled = false;
+  if (op.prev_op) {
+    op.prev_op->next_op = op.next_op;
+  } else {
+    ops_ = op.next_op;
   }
-  ops_.push_back(op);
+  if (op.next_op) op.next_op->prev_op = op.prev_op;
+  op.prev_op = op.next_op = nullptr;
+}
+
+std::string_view client_impl::scratch_set(const lock_state& st) {
+  scratch_.clear();  // keeps its capacity
+  scratch_.push("SET", st.key, st.token, "NX", "PX", st.ttl.count());
+  return scratch_.payload();
 }
 
 // ---- sending ------------------------------------------------------------------------------------
@@ -252,13 +272,24 @@ bool client_impl::eval_instead(std::uint64_t tag, error_code ec, const resp::res
   return !links_[i]->submit(payload, 1, clock_type::now() + timeout, sink, tag | eval_flag);
 }
 
+std::string_view client_impl::scratch_script(const script& s, const lock_state& st,
+                                             std::optional<std::int64_t> ttl_ms) {
+  scratch_.clear();  // keeps its capacity
+  if (ttl_ms) {
+    scratch_.push("EVALSHA", s.sha1, 1, st.key, st.token, *ttl_ms);
+  } else {
+    scratch_.push("EVALSHA", s.sha1, 1, st.key, st.token);
+  }
+  return scratch_.payload();
+}
+
 // ---- watching -----------------------------------------------------------------------------------
 
 watch* client_impl::watcher_of(const std::shared_ptr<lock_state>& st) {
   if (st->watcher) return st->watcher->fsm.finished() ? nullptr : st->watcher.get();
   if (!st->held || closed_) return nullptr;
   st->watcher = std::make_shared<watch>(st, cfg_.request_timeout, cfg_);
-  enroll(st->watcher);
+  enroll(*st->watcher);
   schedule(*st->watcher);
   return st->watcher.get();
 }

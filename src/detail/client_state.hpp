@@ -10,6 +10,7 @@
 #include <redlock/core/lock_fsm.hpp>
 #include <redlock/detail/observe.hpp>
 #include <redlock/detail/scripts.hpp>
+#include <redlock/resp/request.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/post.hpp>
@@ -48,10 +49,15 @@ constexpr std::uint64_t make_tag(std::uint64_t round, std::size_t master) noexce
 constexpr std::size_t master_of(std::uint64_t tag) noexcept { return static_cast<std::size_t>(tag & 0xffff); }
 constexpr std::uint64_t round_of(std::uint64_t tag) noexcept { return tag >> 17; }
 
-// Something on the client's strand that `close()` must reach: an operation or a watcher.
+// Something on the client's strand that `close()` must reach: an operation or a watcher. While it
+// runs it is linked into the client's list (intrusive: enrolling and retiring cost nothing, and a
+// finished operation leaves nothing behind).
 struct op_base : reply_sink, std::enable_shared_from_this<op_base> {
   virtual void cancel() = 0;  // on the strand
   virtual ~op_base() = default;
+  op_base* prev_op = nullptr;
+  op_base* next_op = nullptr;
+  bool enrolled = false;
 };
 
 // "lock "orders:42" [1f2e3d4c]": the resource (made printable, cut) and the first 8 hex digits of
@@ -82,9 +88,8 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   mutable std::mutex mutex;  // guards results and loss_reason
   std::vector<master_result> results;
   error_code loss_reason;
-  std::shared_ptr<watch> watcher;  // on the strand only; made on demand
-  std::string release_;            // release payloads, encoded on first use (strand)
-  std::string background_release_;
+  std::shared_ptr<watch> watcher;   // on the strand only; made on demand
+  std::string background_release_;  // encoded on first use (strand)
 
   void set_results(std::vector<master_result> r) {
     std::lock_guard guard{mutex};
@@ -95,12 +100,6 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   }
   clock_type::time_point get_deadline() const noexcept {
     return clock_type::time_point{clock_type::duration{deadline.load(std::memory_order_acquire)}};
-  }
-  // The release script by digest (EVALSHA), for `async_unlock`: after it no request with this
-  // token follows, so its EVAL fallback on NOSCRIPT may come late without harm.
-  const std::string& release_payload() {
-    if (release_.empty()) release_ = encode_script(release_script, true, key, token);
-    return release_;
   }
   // The release script in full (EVAL), for releases nobody waits for. A failed round's release
   // must run before the retry's SET, which carries the same token; an EVALSHA whose fallback
@@ -133,18 +132,21 @@ struct watch final : op_base {
   };
 
   watch(const std::shared_ptr<lock_state>& st, std::chrono::milliseconds request_timeout, const client_config& cfg)
-      : state(st),
+      : owner(st->owner),
+        state(st),
         ex(st->ex),
         fsm(st->ttl, st->get_deadline(), request_timeout),
         ext(cfg.masters.size(), st->ttl, request_timeout, cfg.drift, st->get_deadline()) {}
 
+  ~watch() override;
+
+  std::shared_ptr<client_impl> owner;
   std::weak_ptr<lock_state> state;  // weak: the state owns the watcher
   asio::any_io_executor ex;
   core::keep_alive_fsm fsm;
   core::extend_fsm ext;  // reused by every extension
   std::uint64_t ext_round = 0;
-  std::string payload;  // the extend script for `payload_ttl`
-  std::chrono::milliseconds payload_ttl{-1};
+  std::chrono::milliseconds ext_ttl{0};                              // of the extension in progress
   clock_type::time_point scheduled = clock_type::time_point::max();  // in the client's timer queue
   bool cap_logged = false;
   std::uint64_t last_waiter = 0;
@@ -194,7 +196,8 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   // ---- on the strand ------------------------------------------------------------------------
   core::lock_rules lock_rules(std::chrono::milliseconds ttl, bool retry) const noexcept;
   error_code check_lock_args(const std::string& resource, std::chrono::milliseconds ttl) const;
-  void enroll(const std::shared_ptr<op_base>& op);
+  void enroll(op_base& op) noexcept;
+  void retire(op_base& op) noexcept;
   double unit_random() { return std::uniform_real_distribution<double>{0.0, 1.0}(rng_); }
 
   // Queues `payload` on every master; a master that is down answers at once (not_connected)
@@ -209,6 +212,13 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   // after whatever was sent before it) and returns true; false for any other answer.
   bool eval_instead(std::uint64_t tag, error_code ec, const resp::response& r, const lock_state& st, const script& s,
                     std::optional<std::int64_t> ttl_ms, const std::shared_ptr<reply_sink>& sink);
+
+  // Payloads encoded into a buffer the client reuses: valid until the next call (the connections
+  // copy what they queue), so a round's payload costs no allocation: `SET key token NX PX ttl`, and
+  // `EVALSHA` of `s` for `st` (with `ttl_ms`). An unlock's EVALSHA may fall back to EVAL late (on
+  // NOSCRIPT) without harm: no request with its token follows it.
+  std::string_view scratch_set(const lock_state& st);
+  std::string_view scratch_script(const script& s, const lock_state& st, std::optional<std::int64_t> ttl_ms);
 
   watch* watcher_of(const std::shared_ptr<lock_state>& st);
   void stop_watching(lock_state& st);
@@ -241,10 +251,10 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   std::atomic<bool> closed_{false};
   client_counters counters_;
   std::minstd_rand rng_;
+  resp::request scratch_;
 
   // Operations and watchers in progress, so that close() reaches them.
-  std::vector<std::weak_ptr<op_base>> ops_;
-  std::size_t live_hint_ = 0;
+  op_base* ops_ = nullptr;
 
   // The keep-alive timer: one for every watched lock, armed at the earliest wake-up.
   struct wake_entry {
