@@ -106,6 +106,20 @@ int main(int argc, char** argv) {
     lost += l.lost();
     if (l.lost()) ++reasons[l.loss_reason().message()];
   }
+  // What the first lost locks' masters say (diagnostics: a lock should never be lost here).
+  int shown = 0;
+  for (const auto& l : held) {
+    if (!l.lost() || shown++ >= 3) continue;
+    fmt::print("  lost {} (extensions {}):", l.resource(), l.extensions());
+    for (const auto& m : l.masters()) fmt::print(" [{} {} us]", redlock::to_string(m.status), m.latency.count());
+    fmt::print("\n   on the masters:");
+    for (std::size_t i = 0; i < cluster.size(); ++i) {
+      const auto v = cluster[i].command({"GET", l.resource()});
+      fmt::print(" [{} pttl {}]", v.find(l.token()) != std::string::npos ? "ours" : v.substr(0, v.find('\r')),
+                 cluster[i].command({"PTTL", l.resource()}).substr(0, 8));
+    }
+    fmt::print("\n");
+  }
   for (const auto& [why, n] : reasons) fmt::print("  lost: {} x {}\n", n, why);
   // Heap in use, not RSS: acquiring 10,000 locks at once leaves freed memory that RSS still counts.
   const double per_lock_kib = static_cast<double>(heap_held - heap_before) / 1024.0 / acquired;

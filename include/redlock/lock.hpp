@@ -132,10 +132,10 @@ class lock {
   /// Handler: `void(boost::system::error_code)`. On success `validity_deadline()` moves to the
   /// start of this extension + ttl - drift. The extension counts only if a majority extended it
   /// before the current validity ran out. Errors: `error::not_locked`; `error::validity_expired`
-  /// (the lock had already run out, or the quorum came too late); `error::not_owner` (a master
-  /// no longer has our token); `error::quorum_unavailable`; `error::invalid_argument` (ttl too
-  /// short for the drift and request timeout). After a failure the lock stays valid until its old
-  /// deadline at most.
+  /// (the lock had already run out, or the quorum came too late); `error::not_owner` (so many
+  /// masters no longer have our token that a majority cannot); `error::quorum_unavailable`; `error::invalid_argument`
+  /// (ttl too short for the drift and request timeout). After a failure the lock stays valid until its old deadline at
+  /// most.
   ///
   /// @par Per-operation cancellation
   /// `terminal`, `partial`: completes at once with `operation_aborted`; the extension requests

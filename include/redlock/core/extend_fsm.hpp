@@ -70,8 +70,12 @@ class extend_fsm {
       }
       return finish(error::validity_expired);
     }
-    // A master that answers "not ours" proves the key expired or was taken: the lock is gone.
-    return finish(table_.any(master_status::taken) ? error::not_owner : error::quorum_unavailable);
+    // "Not ours" from a master proves the key expired or was taken *there* (a master that missed an
+    // earlier extension lets its copy expire: normal under load). The lock is gone only when so
+    // many say so that a majority cannot hold our token any more; otherwise the quorum merely
+    // failed this time (timeouts, errors) and the keep-alive may try again while validity lasts.
+    const bool gone = table_.count(master_status::taken) > masters_ - majority(masters_);
+    return finish(gone ? error::not_owner : error::quorum_unavailable);
   }
 
   /// The caller stopped waiting: the old deadline stands even if the extension later succeeds

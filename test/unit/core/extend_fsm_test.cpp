@@ -228,7 +228,7 @@ TEST(extend_fsm, a_lost_connection_at_each_reply) {
       .fail(3, redlock::error::master_timeout, 350ms)
       .wait()
       .reply(4, int_reply("0"), 350ms)
-      .complete(redlock::error::not_owner);
+      .complete(redlock::error::quorum_unavailable);  // 2 of 5 "not ours": a majority still could be
   s.run();
   s.run_failing_each_reply();
   s.run_cancelling_at_each_step();
@@ -317,12 +317,24 @@ TEST(extend_fsm, taken_means_not_owner) {
         EXPECT_TRUE(f.decided());
       })
       .run();
-  // One "not ours" among the failures proves the lock is gone there.
+  // One "not ours" among the failures proves the lock is gone on that master only (it may have
+  // missed an earlier extension and let its copy expire): the quorum failed, the lock may live.
   extend_script{}
       .start(100ms)
       .extend(350ms)
       .fail(2, redlock::error::master_timeout, 350ms)
       .reply(0, int_reply("0"), 350ms)
+      .complete(redlock::error::quorum_unavailable)
+      .run();
+  // On 5 masters, gone once 3 say so (the outcome is decided at the first answer that makes a
+  // quorum impossible: with a failure among the first three "no", it is quorum_unavailable).
+  extend_script{5}
+      .start(100ms)
+      .extend(350ms)
+      .reply(0, int_reply("0"), 110ms)
+      .reply(2, int_reply("0"), 120ms)
+      .wait()
+      .reply(3, int_reply("0"), 130ms)
       .complete(redlock::error::not_owner)
       .run();
 }
