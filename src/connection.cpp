@@ -377,7 +377,11 @@ class connection::impl : public std::enable_shared_from_this<impl> {
                     "dropped)",
                     expired);
       }
-      if (next != clock::time_point::max()) self->arm_deadline(next);
+      // Re-armed no sooner than 1 ms from now: under a backlog every request has a deadline a few
+      // microseconds after the previous one, and one expiry pass per request (each a scan of the
+      // queue) grows with the square of the requests in flight. A timeout may fire 1 ms late.
+      if (next != clock::time_point::max())
+        self->arm_deadline(std::max(next, clock::now() + std::chrono::milliseconds{1}));
     });
   }
 

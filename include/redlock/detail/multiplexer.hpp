@@ -215,15 +215,30 @@ class multiplexer {
     // Collect first, complete after: `complete` may add requests.
     std::vector<Completion> expired;  // no allocation when nothing expires
     auto next = clock::time_point::max();
+    // Waiting requests: the expired ones leave the queue and their bytes leave waiting_bytes_, in
+    // one pass that keeps the others in order (removing them one by one would be quadratic).
+    std::size_t keep = written_;
     std::size_t offset = 0;
-    for (std::size_t i = written_; i < queue_.size();) {
-      if (queue_[i].deadline <= now) {
-        expired.push_back(remove_waiting(i, offset));
+    std::string kept_bytes;
+    bool removed = false;
+    for (std::size_t i = written_; i < queue_.size(); ++i) {
+      entry& e = queue_[i];
+      const std::size_t size = e.size;
+      if (e.deadline <= now) {
+        if (!removed) kept_bytes.assign(waiting_bytes_, 0, offset);
+        removed = true;
+        expired.push_back(std::move(*e.completion));
       } else {
-        next = std::min(next, queue_[i].deadline);
-        offset += queue_[i].size;
-        ++i;
+        next = std::min(next, e.deadline);
+        if (removed) kept_bytes.append(waiting_bytes_, offset, size);
+        if (keep != i) queue_[keep] = std::move(e);
+        ++keep;
       }
+      offset += size;
+    }
+    if (removed) {
+      queue_.truncate(keep);
+      waiting_bytes_.swap(kept_bytes);
     }
     for (std::size_t i = 0; i < written_; ++i) {
       entry& e = queue_[i];
@@ -289,6 +304,13 @@ class multiplexer {
       front() = entry{};
       head_ = (head_ + 1) & (slots_.size() - 1);
       --count_;
+    }
+    // Keeps the first `n` entries.
+    void truncate(std::size_t n) {
+      while (count_ > n) {
+        (*this)[count_ - 1] = entry{};
+        --count_;
+      }
     }
     // Removes entry `i`, keeping the order of the others.
     void erase(std::size_t i) {

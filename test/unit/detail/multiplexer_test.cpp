@@ -335,6 +335,30 @@ TEST(multiplexer, cancelled_waiting_request_leaves_the_others_bytes_intact) {
   EXPECT_EQ(h.mux.prepare_write(), "AAADDDD");
 }
 
+TEST(multiplexer, expiring_interleaved_waiting_requests_keeps_the_others_in_order) {
+  harness h;
+  h.mux.add(1, "A", 1, h.t0 + 1s, 1);
+  h.mux.prepare_write();  // in flight, not due
+  const char* bytes[] = {"bb", "CCC", "d", "EEEE", "ff", "G"};
+  for (int i = 0; i < 6; ++i) h.mux.add(10 + i, bytes[i], 1, h.t0 + (i % 2 ? 5ms : 1s), 10 + i);
+  h.mux.expire(h.t0 + 5ms, redlock::error::master_timeout, h.sink());
+  ASSERT_EQ(h.finished.size(), 3u);  // the odd ones, in order
+  EXPECT_EQ(h.finished[0].tag, 11);
+  EXPECT_EQ(h.finished[1].tag, 13);
+  EXPECT_EQ(h.finished[2].tag, 15);
+  EXPECT_EQ(h.mux.prepare_write(), "bbdff");
+  h.feed("a");
+  h.feed("b");
+  h.feed("d");
+  h.feed("f");
+  ASSERT_EQ(h.finished.size(), 7u);
+  EXPECT_EQ(h.finished[3].tag, 1);
+  EXPECT_EQ(h.finished[4].tag, 10);
+  EXPECT_EQ(h.finished[5].tag, 12);
+  EXPECT_EQ(h.finished[6].tag, 14);
+  EXPECT_TRUE(h.mux.empty());
+}
+
 TEST(multiplexer, write_batch_cap_takes_a_prefix_and_keeps_the_rest_waiting) {
   multiplexer<int> mux{{}, 3};
   mux.add(1, "AA", 1, {}, 1);
