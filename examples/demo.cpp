@@ -15,6 +15,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+
 #include <fmt/core.h>
 
 #include <chrono>
@@ -41,10 +42,18 @@ std::string votes(const redlock::lock& l) {
   std::string s;
   for (const auto& n : l.masters()) {
     switch (n.status) {
-      case redlock::master_status::granted: s += "+"; break;
-      case redlock::master_status::pending: s += "?"; break;
-      case redlock::master_status::unreachable: s += "x"; break;
-      default: s += "-"; break;
+      case redlock::master_status::granted:
+        s += "+";
+        break;
+      case redlock::master_status::pending:
+        s += "?";
+        break;
+      case redlock::master_status::unreachable:
+        s += "x";
+        break;
+      default:
+        s += "-";
+        break;
     }
   }
   return s;
@@ -69,7 +78,8 @@ asio::awaitable<void> worker(int id, redlock::client_config cfg, shared& s) {
       continue;
     }
     if (++s.inside > 1) ++s.overlaps;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(lock.validity_deadline() - clock_type::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(lock.validity_deadline() - clock_type::now());
     fmt::print("{:7.0f} ms  worker {} holds demo:job  token {}..  masters [{}]  validity {} ms\n", s.ms(), id,
                lock.token().substr(0, 8), votes(lock), left.count());
     co_await sleep_for(60ms);  // the guarded work, well within the validity
@@ -109,8 +119,9 @@ int main(int argc, char** argv) {
     cfg.retry.max_wait = 5s;
     cfg.retry.base_delay = 10ms;
     cfg.retry.jitter = 40ms;
-    fmt::print("\nsix workers, each with its own client, contend for 'demo:job' (ttl 1 s); masters: + granted, "
-               "x unreachable, ? not needed for the decision\n\n");
+    fmt::print(
+        "\nsix workers, each with its own client, contend for 'demo:job' (ttl 1 s); masters: + granted, "
+        "x unreachable, ? not needed for the decision\n\n");
 
     asio::io_context ioc;
     shared s;

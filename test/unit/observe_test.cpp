@@ -37,8 +37,8 @@ TEST(LatencyHistogram, BucketsAtTheirBoundaries) {
   EXPECT_EQ(H::bucket_of(10), 9u);
   EXPECT_EQ(H::bucket_of(15), 11u);
   EXPECT_EQ(H::bucket_of(16), 12u);
-  EXPECT_EQ(H::bucket_of(1023), 4u * 8 + 3);   // [896, 1024)
-  EXPECT_EQ(H::bucket_of(1024), 4u * 9);       // [1024, 1280)
+  EXPECT_EQ(H::bucket_of(1023), 4u * 8 + 3);  // [896, 1024)
+  EXPECT_EQ(H::bucket_of(1024), 4u * 9);      // [1024, 1280)
   EXPECT_EQ(H::bucket_of(1279), 4u * 9);
   EXPECT_EQ(H::bucket_of(1280), 4u * 9 + 1);
   // The last regular bucket ends at 2^25 µs (~33.6 s); everything above overflows.
@@ -175,10 +175,18 @@ TEST(ConnectionStats, SnapshotArithmeticCoversEveryCounter) {
   // Every field set to a distinct value: a counter forgotten by += or -= shows up.
   connection_stats a;
   std::uint64_t v = 1;
-  for (auto* f : {&a.requests, &a.ok, &a.server_errors, &a.timeouts, &a.not_connected, &a.connection_lost,
-                  &a.protocol_errors, &a.cancelled, &a.aborted, &a.invalid, &a.written, &a.replies,
-                  &a.dropped_replies, &a.pushes, &a.bytes_written, &a.bytes_read, &a.connect_attempts, &a.connects,
-                  &a.connect_failures, &a.auth_failures, &a.disconnects, &a.log_messages, &a.log_sink_errors}) {
+  for (auto* f : {&a.requests,         &a.ok,
+                  &a.server_errors,    &a.timeouts,
+                  &a.not_connected,    &a.connection_lost,
+                  &a.protocol_errors,  &a.cancelled,
+                  &a.aborted,          &a.invalid,
+                  &a.written,          &a.replies,
+                  &a.dropped_replies,  &a.pushes,
+                  &a.bytes_written,    &a.bytes_read,
+                  &a.connect_attempts, &a.connects,
+                  &a.connect_failures, &a.auth_failures,
+                  &a.disconnects,      &a.log_messages,
+                  &a.log_sink_errors}) {
     *f = v++;
   }
   a.latency.record(us{5});
@@ -188,11 +196,12 @@ TEST(ConnectionStats, SnapshotArithmeticCoversEveryCounter) {
   EXPECT_EQ(twice.disconnects, 2 * a.disconnects);
   EXPECT_EQ(twice.latency.count, 2u);
   EXPECT_EQ(twice - a, a);  // every counter, the histogram included
-  EXPECT_EQ(a - a, connection_stats{} + [&] {
-    connection_stats m;  // only max survives a subtraction
-    m.latency.max = a.latency.max;
-    return m;
-  }());
+  EXPECT_EQ(
+      a - a, connection_stats{} + [&] {
+        connection_stats m;  // only max survives a subtraction
+        m.latency.max = a.latency.max;
+        return m;
+      }());
 }
 
 TEST(ClientStats, TotalsAndDifferences) {

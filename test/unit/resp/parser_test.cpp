@@ -44,9 +44,7 @@ namespace {
 using namespace std::string_literals;
 using boost::system::error_code;
 
-node val(type t, std::string_view value, std::size_t depth = 0) {
-  return node{t, 0, depth, std::string(value)};
-}
+node val(type t, std::string_view value, std::size_t depth = 0) { return node{t, 0, depth, std::string(value)}; }
 node agg(type t, std::size_t size, std::size_t depth = 0) { return node{t, size, depth, {}}; }
 
 /// What a connection would see feeding a parser chunk by chunk.
@@ -104,9 +102,7 @@ response parse_one(std::string_view data) {
   return out;
 }
 
-error_code parse_error(std::string_view data, const parser_limits& limits = {}) {
-  return feed_whole(data, limits).ec;
-}
+error_code parse_error(std::string_view data, const parser_limits& limits = {}) { return feed_whole(data, limits).ec; }
 
 // --- Scalars ---------------------------------------------------------------------------------
 
@@ -238,8 +234,8 @@ TEST(Parser, AttributeAloneIsNotAReply) {
   EXPECT_EQ(p.consume("+OK\r\n", out, ec), 5u);
   EXPECT_FALSE(ec);
   EXPECT_TRUE(p.done());
-  EXPECT_EQ(out, (response{agg(type::attribute, 1), val(type::simple_string, "a", 1),
-                           val(type::simple_string, "b", 1), val(type::simple_string, "OK")}));
+  EXPECT_EQ(out, (response{agg(type::attribute, 1), val(type::simple_string, "a", 1), val(type::simple_string, "b", 1),
+                           val(type::simple_string, "OK")}));
 }
 
 TEST(Parser, NestedAttributeDoesNotCountAsElement) {
@@ -420,33 +416,33 @@ TEST(Parser, LongLineBytewise) {
 
 TEST(Parser, MalformedInputIsProtocolError) {
   const std::vector<std::string> malformed = {
-      "?x\r\n",                           // unknown type byte
-      "\r\n",                             // no type byte
-      ";4\r\nabcd\r\n",                   // streamed chunk
-      ":12a\r\n",                         // bad integers
+      "?x\r\n",          // unknown type byte
+      "\r\n",            // no type byte
+      ";4\r\nabcd\r\n",  // streamed chunk
+      ":12a\r\n",        // bad integers
       ":+5\r\n",
       ":\r\n",
       ":-\r\n",
       ": 1\r\n",
-      ":9223372036854775808\r\n",         // int64 overflow
+      ":9223372036854775808\r\n",  // int64 overflow
       ":-9223372036854775809\r\n",
-      "+OK\n",                            // bare LF
+      "+OK\n",  // bare LF
       "+O\nK\r\n",
-      "+OK\rX",                           // CR not followed by LF
+      "+OK\rX",  // CR not followed by LF
       "+OK\r\r\n",
-      "$3\r\nabcd\r\n",                   // bulk not followed by CRLF
+      "$3\r\nabcd\r\n",  // bulk not followed by CRLF
       "$3\r\nabc\n",
       "$3\r\nabc\r\r",
       "$3\r\nabc\nx",
       "$0\r\nx\r\n",
-      "#x\r\n",                           // bad booleans
+      "#x\r\n",  // bad booleans
       "#tt\r\n",
       "#\r\n",
       "#T\r\n",
-      "=3\r\nabc\r\n",                    // verbatim too short
-      "=5\r\ntxt;a\r\n",                  // verbatim without ':' at index 3
+      "=3\r\nabc\r\n",    // verbatim too short
+      "=5\r\ntxt;a\r\n",  // verbatim without ':' at index 3
       "=-1\r\n",
-      "$-2\r\n",                          // negative lengths other than -1
+      "$-2\r\n",  // negative lengths other than -1
       "*-2\r\n",
       "%-1\r\n",
       "~-1\r\n",
@@ -454,24 +450,24 @@ TEST(Parser, MalformedInputIsProtocolError) {
       "|-1\r\n",
       "!-1\r\n",
       "$-01\r\n",
-      "$99999999999999999999999\r\n",     // huge digit strings
+      "$99999999999999999999999\r\n",  // huge digit strings
       "*123456789012345678901234567890\r\n",
       "$9223372036854775808\r\n",
-      "$\r\n",                            // bad lengths
+      "$\r\n",  // bad lengths
       "$ 3\r\n",
       "$3 \r\n",
       "$+3\r\n",
       "*x\r\n",
-      "$?\r\n",                           // streamed strings and aggregates
+      "$?\r\n",  // streamed strings and aggregates
       "*?\r\n",
-      "_x\r\n",                           // bad null
-      ",\r\n",                            // bad doubles
+      "_x\r\n",  // bad null
+      ",\r\n",   // bad doubles
       ",abc\r\n",
       ",1.5x\r\n",
-      "(\r\n",                            // bad big numbers
+      "(\r\n",  // bad big numbers
       "(-\r\n",
       "(12x\r\n",
-      "*2\r\n:1\r\n?\r\n",                // bad element inside an aggregate
+      "*2\r\n:1\r\n?\r\n",  // bad element inside an aggregate
   };
   for (const auto& message : malformed) {
     SCOPED_TRACE(testing::PrintToString(message));
