@@ -328,7 +328,7 @@ void watch::declare_lost(lock_state& st, error_code reason) {
 void watch::finish_waiters(error_code ec) {
   auto ws = std::move(waiters);
   waiters.clear();
-  for (auto& w : ws) complete_handler(std::move(w.handler), ex, ec);
+  for (auto& w : ws) complete_handler(std::move(w.handler), owner->executor(), ec);
 }
 
 watch::~watch() { owner->retire(*this); }

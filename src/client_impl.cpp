@@ -90,9 +90,8 @@ std::string describe_masters(const std::vector<master_result>& results, std::str
   return out;
 }
 
-std::string encode_script(const script& s, bool by_sha, std::string_view key, std::string_view token,
-                          std::optional<std::int64_t> ttl_ms) {
-  resp::request req;
+void push_script(resp::request& req, const script& s, bool by_sha, std::string_view key, std::string_view token,
+                 std::optional<std::int64_t> ttl_ms) {
   const std::string_view cmd = by_sha ? "EVALSHA" : "EVAL";
   const std::string_view body = by_sha ? s.sha1 : s.body;
   if (ttl_ms) {
@@ -100,6 +99,12 @@ std::string encode_script(const script& s, bool by_sha, std::string_view key, st
   } else {
     req.push(cmd, body, 1, key, token);
   }
+}
+
+std::string encode_eval(const script& s, std::string_view key, std::string_view token,
+                        std::optional<std::int64_t> ttl_ms) {
+  resp::request req;
+  push_script(req, s, false, key, token, ttl_ms);
   return std::move(req).take_payload();
 }
 
@@ -268,18 +273,14 @@ bool client_impl::eval_instead(std::uint64_t tag, error_code ec, const resp::res
   REDLOCK_LOG(log_, log_level::debug, "{}: script not in the server's cache (NOSCRIPT): sending it with EVAL",
               names_[i]);
   const auto timeout = ttl_ms ? cfg_.request_timeout : cfg_.release_timeout;
-  const auto payload = encode_script(s, false, st.key, st.token, ttl_ms);
+  const auto payload = encode_eval(s, st.key, st.token, ttl_ms);
   return !links_[i]->submit(payload, 1, clock_type::now() + timeout, sink, tag | eval_flag);
 }
 
 std::string_view client_impl::scratch_script(const script& s, const lock_state& st,
                                              std::optional<std::int64_t> ttl_ms) {
   scratch_.clear();  // keeps its capacity
-  if (ttl_ms) {
-    scratch_.push("EVALSHA", s.sha1, 1, st.key, st.token, *ttl_ms);
-  } else {
-    scratch_.push("EVALSHA", s.sha1, 1, st.key, st.token);
-  }
+  push_script(scratch_, s, true, st.key, st.token, ttl_ms);
   return scratch_.payload();
 }
 
@@ -319,7 +320,7 @@ void client_impl::add_waiter(const std::shared_ptr<lock_state>& st, lost_handler
         if (it == self->waiters.end()) return;
         auto handler = std::move(it->handler);
         self->waiters.erase(it);
-        complete_handler(std::move(handler), self->ex, make_error_code(asio::error::operation_aborted));
+        complete_handler(std::move(handler), self->owner->executor(), make_error_code(asio::error::operation_aborted));
       });
     });
   }

@@ -65,9 +65,12 @@ struct op_base : reply_sink, std::enable_shared_from_this<op_base> {
 std::string lock_name(std::string_view resource, std::string_view token);
 // What each master answered: "1 granted 412 us, 2 taken 380 us, 3 server error "WRONGTYPE..."".
 std::string describe_masters(const std::vector<master_result>& results, std::string_view token);
-// `EVALSHA sha 1 key token [ttl]` (or `EVAL body ...`) as RESP bytes.
-std::string encode_script(const script& s, bool by_sha, std::string_view key, std::string_view token,
-                          std::optional<std::int64_t> ttl_ms = std::nullopt);
+// Appends `EVALSHA sha 1 key token [ttl]` (`by_sha`) or `EVAL body 1 key token [ttl]` to `req`.
+void push_script(resp::request& req, const script& s, bool by_sha, std::string_view key, std::string_view token,
+                 std::optional<std::int64_t> ttl_ms);
+// `EVAL body 1 key token [ttl]` as RESP bytes.
+std::string encode_eval(const script& s, std::string_view key, std::string_view token,
+                        std::optional<std::int64_t> ttl_ms = std::nullopt);
 
 // The state behind a lock handle, shared by the handle and the operations on it. Fields set
 // before the handle is returned are read-only afterwards; the rest are atomics or under `mutex`.
@@ -105,7 +108,7 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   // must run before the retry's SET, which carries the same token; an EVALSHA whose fallback
   // went out only when NOSCRIPT came back could run after it and delete the new key.
   const std::string& background_release_payload() {
-    if (background_release_.empty()) background_release_ = encode_script(release_script, false, key, token);
+    if (background_release_.empty()) background_release_ = encode_eval(release_script, key, token);
     return background_release_;
   }
   // Background releases: nobody waits for their answers (this only keeps the state alive).
@@ -134,7 +137,6 @@ struct watch final : op_base {
   watch(const std::shared_ptr<lock_state>& st, std::chrono::milliseconds request_timeout, const client_config& cfg)
       : owner(st->owner),
         state(st),
-        ex(st->ex),
         fsm(st->ttl, st->get_deadline(), request_timeout),
         ext(cfg.masters.size(), st->ttl, request_timeout, cfg.drift, st->get_deadline()) {}
 
@@ -142,7 +144,6 @@ struct watch final : op_base {
 
   std::shared_ptr<client_impl> owner;
   std::weak_ptr<lock_state> state;  // weak: the state owns the watcher
-  asio::any_io_executor ex;
   core::keep_alive_fsm fsm;
   core::extend_fsm ext;  // reused by every extension
   std::uint64_t ext_round = 0;
