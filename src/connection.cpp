@@ -42,6 +42,7 @@
 #include <optional>
 #include <random>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace redlock {
@@ -62,6 +63,7 @@ error_code validate(const connection_config& cfg, std::string* what) {
   }
   if (cfg.database < 0) return bad("database is negative");
   if (cfg.connect_timeout <= std::chrono::milliseconds::zero()) return bad("connect_timeout is not positive");
+  if (cfg.stall_grace < std::chrono::milliseconds::zero()) return bad("stall_grace is negative");
   if (cfg.reconnect.initial < std::chrono::milliseconds::zero() || cfg.reconnect.max < cfg.reconnect.initial)
     return bad("reconnect backoff: need 0 <= initial <= max");
   if (!(cfg.reconnect.jitter >= 0.0 && cfg.reconnect.jitter <= 1.0)) return bad("reconnect jitter outside [0, 1]");
@@ -94,7 +96,7 @@ struct counters {
   counter requests{0}, ok{0}, server_errors{0}, timeouts{0}, not_connected{0}, connection_lost{0}, protocol_errors{0},
       cancelled{0}, aborted{0}, invalid{0};
   counter written{0}, replies{0}, dropped_replies{0}, pushes{0}, bytes_written{0}, bytes_read{0};
-  counter connect_attempts{0}, connects{0}, connect_failures{0}, auth_failures{0}, disconnects{0};
+  counter connect_attempts{0}, connects{0}, connect_failures{0}, auth_failures{0}, disconnects{0}, stalls{0};
   detail::live_histogram<true> latency;
 };
 
@@ -232,12 +234,13 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     // Requests queue while (re)connecting, and from run() on: its post may not have reached the
     // strand yet, and a caller that just started the link should not see it as down.
     const bool starting = state_ == connection_state::idle && run_requested_.load(std::memory_order_relaxed);
-    if ((state_ != connection_state::up && state_ != connection_state::connecting && !starting) || closing_) {
+    if ((!accepting() && !starting) || closing_) {
       inc(stats_.not_connected);
       return make_error_code(error::not_connected);
     }
     const auto id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
-    mux_.add(id, payload, replies, deadline, pending{std::move(sink), tag, clock::now()});
+    const auto now = clock::now();
+    mux_.add(id, payload, replies, deadline, pending{std::move(sink), tag, now}, stall_point(now, deadline));
     arm_deadline(deadline);
     start_write();
     return {};
@@ -274,6 +277,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     s.connect_failures = detail::read(c.connect_failures);
     s.auth_failures = detail::read(c.auth_failures);
     s.disconnects = detail::read(c.disconnects);
+    s.stalls = detail::read(c.stalls);
     s.latency = c.latency.snapshot();
     s.log_messages = log_.messages();
     s.log_sink_errors = log_.sink_errors();
@@ -339,8 +343,8 @@ class connection::impl : public std::enable_shared_from_this<impl> {
       return;
     }
     // Fail fast while the node is known to be unreachable instead of holding the caller until
-    // its deadline; a request made while (re)connecting waits for the attempt's outcome.
-    if (state_ != connection_state::up && state_ != connection_state::connecting) {
+    // its deadline (see accepting()).
+    if (!accepting()) {
       inc(stats_.not_connected);
       complete(std::move(h), make_error_code(error::not_connected), {});
       return;
@@ -348,7 +352,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     const auto now = clock::now();
     const auto deadline = (timeout >= clock::time_point::max() - now) ? clock::time_point::max() : now + timeout;
     const std::size_t replies = req.commands();
-    mux_.add(id, req.payload(), replies, deadline, pending{std::move(h), now});
+    mux_.add(id, req.payload(), replies, deadline, pending{std::move(h), now}, stall_point(now, deadline));
     arm_deadline(deadline);
     start_write();
   }
@@ -370,12 +374,18 @@ class connection::impl : public std::enable_shared_from_this<impl> {
       if (ec || generation != self->deadline_generation_) return;  // re-armed or cancelled
       self->armed_deadline_ = clock::time_point::max();
       const auto before = detail::read(self->stats_.timeouts);
-      const auto next = self->mux_.expire(clock::now(), make_error_code(error::master_timeout), self->completer());
+      const auto now = clock::now();
+      auto next = self->mux_.expire(now, make_error_code(error::master_timeout), self->completer());
       if (const auto expired = detail::read(self->stats_.timeouts) - before; expired > 0) {
         REDLOCK_LOG(self->log_, log_level::debug,
                     "{} request(s) timed out (those already written are abandoned: their late replies will be "
                     "dropped)",
                     expired);
+      }
+      if (self->state_ == connection_state::up && self->reading_ && !self->stalled_) {
+        const auto stall = self->mux_.stall_point();
+        if (stall <= now) return self->declare_stalled();
+        next = std::min(next, stall);
       }
       // Re-armed no sooner than 1 ms from now: under a backlog every request has a deadline a few
       // microseconds after the previous one, and one expiry pass per request (each a scan of the
@@ -383,6 +393,38 @@ class connection::impl : public std::enable_shared_from_this<impl> {
       if (next != clock::time_point::max())
         self->arm_deadline(std::max(next, clock::now() + std::chrono::milliseconds{1}));
     });
+  }
+
+  // When a request queued at `now` with `deadline` marks the stream stalled if still unanswered:
+  // its deadline plus the grace, or plus its own length when that is longer.
+  clock::time_point stall_point(clock::time_point now, clock::time_point deadline) const noexcept {
+    if (!cfg_.detect_stalls || deadline == clock::time_point::max()) return clock::time_point::max();
+    const clock::duration grace = std::max<clock::duration>(cfg_.stall_grace, deadline - now);
+    return deadline >= clock::time_point::max() - grace ? clock::time_point::max() : deadline + grace;
+  }
+
+  // Whether a new request is queued (or refused at once with not_connected). Requests queue while
+  // up, and during a reconnect whose outcome is not in doubt (the first connect, or after the
+  // node closed the connection: it was reachable a moment ago). After a stall or a failed attempt
+  // the node is suspect: requests fail fast until an attempt succeeds, instead of each waiting
+  // out its deadline behind a connect that may never answer.
+  bool accepting() const noexcept {
+    return state_ == connection_state::up || (state_ == connection_state::connecting && !suspect_);
+  }
+
+  // The oldest written request is overdue beyond its grace: replies behind it cannot come either.
+  // Close abortively (RST, unsent bytes dropped: a queue of requests the node never saw must not
+  // reach it late) and let the run loop reconnect at once.
+  void declare_stalled() {
+    stalled_ = true;
+    inc(stats_.stalls);
+    REDLOCK_LOG(log_, log_level::warning,
+                "{} written request(s) unanswered well past their deadline: the connection is stalled (packet loss, "
+                "a partition or a stopped server); replacing it",
+                mux_.in_flight());
+    error_code ignored;
+    socket_.set_option(asio::socket_base::linger(true, 0), ignored);
+    socket_.close(ignored);  // the reader ends with operation_aborted; serve() reports the stall
   }
 
   // ---- lifecycle --------------------------------------------------------------------------
@@ -418,15 +460,21 @@ class connection::impl : public std::enable_shared_from_this<impl> {
         went_down = false;
         failed_attempts = 0;
         last_failure.clear();
+        suspect_ = false;
         set_state(connection_state::up);
         ec = co_await serve();
         server_text.clear();
       }
       if (closing_) break;
+      // A stall or a failed attempt makes the node suspect (requests fail fast until it is back).
+      const bool stalled = std::exchange(stalled_, false);
+      if (stalled || !connected) suspect_ = true;
       detail::redact(server_text, {cfg_.password});
       record_error(ec, server_text);
       // Whatever was written may or may not have run on the node; whatever waits was never sent.
-      const error_code written_ec = (ec.category() == error_category()) ? ec : make_error_code(error::connection_lost);
+      const error_code written_ec = (ec.category() == error_category() && ec != error::connection_stalled)
+                                        ? ec
+                                        : make_error_code(error::connection_lost);
       set_state(connection_state::down);
       // Counted before the requests complete, so that their handlers see counters that agree.
       if (connected) {
@@ -441,8 +489,13 @@ class connection::impl : public std::enable_shared_from_this<impl> {
       const auto lost = detail::read(stats_.connection_lost) + detail::read(stats_.protocol_errors) - lost_before;
       const auto unsent = detail::read(stats_.not_connected) - unsent_before;
       reset_stream();
+      if (connected) notify_down();
       const double r = std::uniform_real_distribution<double>{0.0, 1.0}(rng_);
-      const auto delay = core::backoff_delay(cfg_.reconnect, attempt, r);
+      // Nothing answered (a stall, a connect that timed out): the node may be back any moment and
+      // the attempt itself already waited, so retry after the first step of the backoff without
+      // growing it. The node refused or closed: back off exponentially.
+      const bool silent = stalled || ec == error::connect_timeout;
+      const auto delay = core::backoff_delay(cfg_.reconnect, silent ? 0 : attempt, r);
       if (connected) {
         // A node sending bad bytes is worse news than a connection closing.
         const bool bad_bytes = ec.category() == error_category() && ec != error::connection_lost;
@@ -471,7 +524,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
         last_failure = ec;
       }
       aux_timer_.expires_after(delay);
-      if (attempt < 64) ++attempt;
+      if (attempt < 64 && !silent) ++attempt;
       co_await aux_timer_.async_wait(use_tuple);
     }
   }
@@ -647,6 +700,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     // Synchronous writes (start_write's first try) must never block the strand.
     error_code nb;
     socket_.non_blocking(true, nb);
+    notify_up();                           // may queue requests (re-sent releases)
     start_write();                         // what was queued while connecting
     if (auto perr = dispatch_replies()) {  // bytes that came with the handshake
       read_error_ = perr;
@@ -662,6 +716,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     error_code ignored;
     socket_.close(ignored);  // a write in progress ends too
     if (write_error_ && (!ec || ec == asio::error::operation_aborted)) ec = write_error_;
+    if (stalled_ && !closing_) ec = error::connection_stalled;
     write_error_ = {};
     co_return ec;
   }
@@ -782,6 +837,22 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     });
   }
 
+  // ---- the lock client's observer (master_link) ----------------------------------------------
+
+ public:
+  void observe(std::weak_ptr<detail::link_observer> o, std::size_t index) {
+    observer_ = std::move(o);
+    observer_index_ = index;
+  }
+
+ private:
+  void notify_up() {
+    if (auto o = observer_.lock()) o->on_link_up(observer_index_);
+  }
+  void notify_down() {
+    if (auto o = observer_.lock()) o->on_link_down(observer_index_);
+  }
+
   // ---- status -----------------------------------------------------------------------------
 
   void set_state(connection_state s) {
@@ -814,6 +885,10 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   std::uint64_t stream_generation_ = 0;  // bumped when the stream resets
   std::uint64_t connect_generation_ = 0;
   bool connect_timed_out_ = false;
+  bool stalled_ = false;  // declare_stalled() closed the current stream
+  bool suspect_ = false;  // since a stall or a failed attempt, until the next connect succeeds
+  std::weak_ptr<detail::link_observer> observer_;
+  std::size_t observer_index_ = 0;
   std::atomic<std::uint64_t> next_id_{0};
   std::atomic<bool> run_requested_{false};  // master_link::run() was called
   int protocol_ = 3;                        // RESP version of the current connection
@@ -859,6 +934,8 @@ master_link::~master_link() {
 }
 
 void master_link::run() { impl_->run_detached(); }
+
+void master_link::observe(std::weak_ptr<link_observer> o, std::size_t index) { impl_->observe(std::move(o), index); }
 
 void master_link::close() { impl_->close(); }
 

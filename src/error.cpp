@@ -56,6 +56,8 @@ class error_category_impl final : public boost::system::error_category {
         return "the lock was lost before the work finished";
       case error::extension_limit:
         return "the lock reached its extension cap";
+      case error::connection_stalled:
+        return "the node left a request unanswered well past its deadline: the connection was replaced";
     }
     return "unknown redlock error " + std::to_string(ev);
   }
@@ -75,6 +77,7 @@ class error_category_impl final : public boost::system::error_category {
       case error::server_error:
       case error::unexpected_reply:
       case error::quorum_unavailable:
+      case error::connection_stalled:
         return make_error_condition(condition::master_failure);
       case error::invalid_config:
       case error::invalid_argument:

@@ -69,6 +69,8 @@ std::string_view to_string(error e) noexcept {
       return "lock_lost";
     case error::extension_limit:
       return "extension_limit";
+    case error::connection_stalled:
+      return "connection_stalled";
   }
   return "unknown";
 }

@@ -118,6 +118,7 @@ void each_counter(Stats& a, const connection_stats& b, Op op) {
   op(a.connect_failures, b.connect_failures);
   op(a.auth_failures, b.auth_failures);
   op(a.disconnects, b.disconnects);
+  op(a.stalls, b.stalls);
   op(a.log_messages, b.log_messages);
   op(a.log_sink_errors, b.log_sink_errors);
 }
@@ -138,6 +139,8 @@ void each_counter(client_stats& a, const client_stats& b, Op op) {
   op(a.releases, b.releases);
   op(a.release_failures, b.release_failures);
   op(a.background_releases, b.background_releases);
+  op(a.releases_resent, b.releases_resent);
+  op(a.releases_expired, b.releases_expired);
   op(a.log_messages, b.log_messages);
   op(a.log_sink_errors, b.log_sink_errors);
 }

@@ -40,8 +40,26 @@ struct connection_config {
   /// Bound on TCP connect plus handshake. A node that accepts but never answers (stopped process,
   /// half-open path) costs at most this much per attempt.
   std::chrono::milliseconds connect_timeout{1000};
-  /// Delays between reconnect attempts.
+  /// Delays between reconnect attempts after the node refused or closed the connection. An
+  /// attempt that timed out (nothing answered: a partition, a lost path) is retried after only
+  /// `reconnect.initial` (jittered), without growing: the attempt itself already waited
+  /// `connect_timeout`, and a healed path should be used within about one attempt.
   core::backoff_policy reconnect{};
+  /// @brief Stall detection: a written request still unanswered this long past its own deadline
+  /// (or past twice its deadline's length, whichever is later) marks the connection *stalled*.
+  ///
+  /// Replies come in request order, so one unanswered request holds back every reply behind it.
+  /// After packet loss or a partition, TCP retransmits with exponential backoff (Linux: 200 ms,
+  /// 0.4 s, 0.8 s, 1.6 s, 3.2 s...): a connection can stay silent for seconds after the path
+  /// healed while it still looks up. A stalled connection is closed at once (abortive close:
+  /// unsent bytes are dropped), its written requests complete with `error::connection_lost` and
+  /// it reconnects immediately; until it is up again, requests fail at once with
+  /// `error::not_connected`. Requests answered late but within the grace are simply dropped and
+  /// the connection is kept. The default tolerates three lost transmissions of a segment (0.2 +
+  /// 0.4 + 0.8 s of retransmission delay) beyond the deadline of a 250 ms lock request.
+  std::chrono::milliseconds stall_grace{1000};
+  /// Turns stall detection off: a silent connection is then only replaced when TCP gives up on it.
+  bool detect_stalls = true;
   /// Limits on what the node may send; a reply over them fails the connection, never the process.
   resp::parser_limits limits{};
   /// Log sink and level for this connection's messages (off by default). A `client` gives each

@@ -59,6 +59,13 @@ enum class error {
   lock_lost,
   /// Auto-extension stopped at its cap (`keep_alive_options::max_extensions` or `max_hold`).
   extension_limit,
+
+  // One node connection (appended, so that the values above stay as they were)
+  /// A written request stayed unanswered well past its deadline (see
+  /// `connection_config::stall_grace`): the connection was closed and is reconnecting. Requests
+  /// that were written on it complete with `connection_lost`; this code is the connection's
+  /// `last_error`.
+  connection_stalled,
 };
 
 /// Coarse groups of errors, for tests such as `ec == redlock::condition::timeout`.

@@ -175,6 +175,9 @@ struct connection_stats {
   std::uint64_t auth_failures = 0;
   /// Times an established connection failed (then reconnecting); `close()` is not counted.
   std::uint64_t disconnects = 0;
+  /// Of those, connections closed by stall detection (a written request unanswered well past its
+  /// deadline: see `connection_config::stall_grace`).
+  std::uint64_t stalls = 0;
 
   /// From `async_exec` reaching the connection to the reply, for requests that got their replies
   /// (`ok` and `server_errors`): `latency.count == ok + server_errors`.
@@ -244,6 +247,13 @@ struct client_stats {
   std::uint64_t release_failures = 0;
   /// Held locks released in the background because their handle was destroyed.
   std::uint64_t background_releases = 0;
+  /// Releases sent again on a master's new connection because the master was down, or the
+  /// connection broke or timed out, before the first one was answered (a key of ours could
+  /// otherwise stay there until its ttl).
+  std::uint64_t releases_resent = 0;
+  /// Such releases dropped unsent: every key they could have removed had expired by the time the
+  /// master was back (or, rarely, more than 4096 were waiting for one master).
+  std::uint64_t releases_expired = 0;
 
   /// Successful `async_lock`/`async_try_lock`: from the call to the lock, retries included.
   latency_histogram acquire_latency;

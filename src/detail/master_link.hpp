@@ -34,6 +34,21 @@ class reply_sink {
   ~reply_sink() = default;
 };
 
+/// Told when a link's connection comes up or goes down, on the link's strand. The lock client
+/// uses it to re-send releases whose outcome a broken connection left unknown.
+class link_observer {
+ public:
+  /// The handshake of a new connection completed; `submit` is accepted from here on (also
+  /// inside this call: what it queues is written right after).
+  virtual void on_link_up(std::size_t index) = 0;
+  /// An established connection broke (stalled, closed by the node, reset). Its written requests
+  /// have completed with `connection_lost` before this call.
+  virtual void on_link_down(std::size_t index) = 0;
+
+ protected:
+  ~link_observer() = default;
+};
+
 /// One master's connection as the lock client sees it. Owns a `connection::impl` that runs on the
 /// strand it was given (shared with the client's operations).
 class master_link {
@@ -49,6 +64,9 @@ class master_link {
 
   /// Starts connecting (and reconnecting) in the background; from any thread.
   void run();
+  /// Sets who hears of connects and disconnects (weakly held), and the index it is told. Before
+  /// `run()`.
+  void observe(std::weak_ptr<link_observer> o, std::size_t index);
   /// Closes the socket; every accepted request completes with `operation_aborted`. From any thread.
   void close();
 

@@ -15,6 +15,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -353,6 +355,106 @@ TEST_F(connection_test, connect_timeout_when_the_node_accepts_but_never_answers)
     co_await wait_state(conn, connection_state::up);
     auto [ec, r] = co_await exec(conn, make("PING"));
     EXPECT_FALSE(ec);
+    conn.close();
+  });
+}
+
+// A written request unanswered well past its deadline means nothing behind it can be answered
+// either (TCP retransmission backoff, a partition, a stopped server): the connection is replaced
+// at once instead of queuing more requests behind it, and while the node stays silent requests
+// fail fast rather than each waiting out its deadline.
+TEST_F(connection_test, a_stalled_connection_is_replaced_and_requests_fail_fast_meanwhile) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    auto cfg = config_for(node);
+    cfg.stall_grace = 200ms;
+    cfg.connect_timeout = 150ms;
+    connection conn{ioc.get_executor(), cfg};
+    conn.async_run(asio::detached);
+    co_await wait_state(conn, connection_state::up);
+    node.pause();
+    const auto start = clock_type::now();
+    // Written first: abandoned at its 100 ms deadline; its stall point is 100 + max(200, 100) ms.
+    error_code first;
+    conn.async_exec(make("ECHO", "first"), 100ms, [&](error_code ec, response) { first = ec; });
+    // Written behind it with a long deadline: the stall ends it with connection_lost (unknown).
+    auto [ec, r] = co_await exec(conn, make("ECHO", "behind"), 30s);
+    const auto took = clock_type::now() - start;
+    EXPECT_EQ(first, error::master_timeout);
+    EXPECT_EQ(ec, error::connection_lost) << ec.message();
+    EXPECT_GE(took, 300ms);
+    EXPECT_LT(took, 2s);  // not the request's 30 s deadline
+    EXPECT_EQ(conn.stats().stalls, 1u);
+    EXPECT_EQ(conn.status().last_error, error::connection_stalled);
+    // Still stopped: reconnect attempts time out, and requests are refused at once meanwhile.
+    co_await sleep_for(200ms);
+    for (int i = 0; i < 5; ++i) {
+      const auto t0 = clock_type::now();
+      auto [ec2, r2] = co_await exec(conn, make("PING"), 30s);
+      EXPECT_EQ(ec2, error::not_connected) << ec2.message();
+      EXPECT_LT(clock_type::now() - t0, 100ms);
+    }
+    node.resume();
+    const auto resumed = clock_type::now();
+    co_await wait_state(conn, connection_state::up);
+    // Within about one connect attempt (150 ms) plus its short retry delay, not TCP's backoff.
+    EXPECT_LT(clock_type::now() - resumed, 1s);
+    auto [ec3, r3] = co_await exec(conn, make("ECHO", "back"));
+    EXPECT_FALSE(ec3) << ec3.message();
+    EXPECT_EQ(r3.at(0).value, "back");
+    conn.close();
+  });
+}
+
+// One reply late, the next ones on time: the late reply is dropped and the same socket serves
+// on, in step (no reconnect while the lateness stays within the stall grace).
+TEST_F(connection_test, one_late_reply_within_the_grace_keeps_the_connection_in_step) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    auto cfg = config_for(node);
+    cfg.stall_grace = 1000ms;
+    connection conn{ioc.get_executor(), cfg};
+    conn.async_run(asio::detached);
+    co_await wait_state(conn, connection_state::up);
+    for (int round = 0; round < 3; ++round) {
+      node.pause();
+      auto [ec, r] = co_await exec(conn, make("ECHO", "late"), 50ms);
+      EXPECT_EQ(ec, error::master_timeout);
+      co_await sleep_for(150ms);
+      node.resume();
+      for (int i = 0; i < 10; ++i) {
+        const std::string payload = fmt::format("on-time-{}-{}", round, i);
+        const auto t0 = clock_type::now();
+        auto [ec2, r2] = co_await exec(conn, make("ECHO", payload), 500ms);
+        EXPECT_FALSE(ec2) << ec2.message();
+        EXPECT_EQ(r2.at(0).value, payload);
+        EXPECT_LT(clock_type::now() - t0, 500ms);
+      }
+    }
+    EXPECT_EQ(conn.status().dropped_replies, 3u);
+    EXPECT_EQ(conn.status().connects, 1u);
+    EXPECT_EQ(conn.stats().stalls, 0u);
+    conn.close();
+  });
+}
+
+// With stall detection off, a silent connection is kept (the old behaviour, for users who want it).
+TEST_F(connection_test, stall_detection_can_be_turned_off) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    auto cfg = config_for(node);
+    cfg.stall_grace = 50ms;
+    cfg.detect_stalls = false;
+    connection conn{ioc.get_executor(), cfg};
+    conn.async_run(asio::detached);
+    co_await wait_state(conn, connection_state::up);
+    node.pause();
+    auto [ec, r] = co_await exec(conn, make("ECHO", "late"), 50ms);
+    EXPECT_EQ(ec, error::master_timeout);
+    co_await sleep_for(400ms);
+    EXPECT_EQ(conn.status().state, connection_state::up);
+    node.resume();
+    auto [ec2, r2] = co_await exec(conn, make("ECHO", "same"));
+    EXPECT_FALSE(ec2) << ec2.message();
+    EXPECT_EQ(conn.status().connects, 1u);
+    EXPECT_EQ(conn.stats().stalls, 0u);
     conn.close();
   });
 }

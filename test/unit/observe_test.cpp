@@ -185,8 +185,8 @@ TEST(ConnectionStats, SnapshotArithmeticCoversEveryCounter) {
                   &a.bytes_written,    &a.bytes_read,
                   &a.connect_attempts, &a.connects,
                   &a.connect_failures, &a.auth_failures,
-                  &a.disconnects,      &a.log_messages,
-                  &a.log_sink_errors}) {
+                  &a.disconnects,      &a.stalls,
+                  &a.log_messages,     &a.log_sink_errors}) {
     *f = v++;
   }
   a.latency.record(us{5});

@@ -68,9 +68,23 @@ class multiplexer {
   /// queue's own byte buffer, which keeps its capacity: no allocation per request in steady state)
   /// under `id`, which the caller chose (the I/O layer picks ids before it reaches the queue's
   /// thread, so that a cancellation can name the request right away).
-  void add(id_type id, std::string_view payload, std::size_t replies, clock::time_point deadline, Completion c) {
+  ///
+  /// `stall_at`: once written, the request still unanswered at this time means the stream is
+  /// stalled (see `stall_point`); it stays with the request after it is abandoned.
+  void add(id_type id, std::string_view payload, std::size_t replies, clock::time_point deadline, Completion c,
+           clock::time_point stall_at = clock::time_point::max()) {
     waiting_bytes_.append(payload);
-    queue_.push_back(entry{id, payload.size(), replies, deadline, {}, false, std::move(c)});
+    queue_.push_back(entry{id, payload.size(), replies, deadline, stall_at, {}, false, std::move(c)});
+  }
+
+  /// The earliest `stall_at` of the written requests whose replies are still due (abandoned ones
+  /// included: an abandoned request's reply is as overdue as a live one's), or
+  /// `clock::time_point::max()`. Replies come in order, so when it has passed, nothing written
+  /// since can have been answered either: the I/O layer replaces the connection.
+  clock::time_point stall_point() const noexcept {
+    auto t = clock::time_point::max();
+    for (std::size_t i = 0; i < written_; ++i) t = std::min(t, queue_[i].stall_at);
+    return t;
   }
 
   bool has_waiting() const noexcept { return queue_.size() > written_; }
@@ -280,6 +294,7 @@ class multiplexer {
     std::size_t size = 0;  // bytes of its payload (in waiting_bytes_ while it waits)
     std::size_t replies_left = 0;
     clock::time_point deadline{};
+    clock::time_point stall_at = clock::time_point::max();
     resp::response response;  // replies so far of a pipelined request
     bool error_reply = false;
     std::optional<Completion> completion;  // empty once abandoned

@@ -144,6 +144,26 @@ TEST(multiplexer, abandoned_request_drops_its_late_reply_and_keeps_the_stream_in
   EXPECT_TRUE(h.mux.empty());
 }
 
+// The stall point is that of the written requests still owed a reply, abandoned ones included
+// (their replies are as overdue); requests not yet written and answered ones do not count.
+TEST(multiplexer, stall_point_is_the_earliest_of_the_written_requests_still_owed_a_reply) {
+  harness h;
+  EXPECT_EQ(h.mux.stall_point(), clock_type::time_point::max());
+  h.mux.add(1, "A", 1, h.t0 + 100ms, 1, h.t0 + 300ms);
+  h.mux.add(2, "B", 1, h.t0 + 50ms, 2, h.t0 + 250ms);
+  EXPECT_EQ(h.mux.stall_point(), clock_type::time_point::max());  // nothing written yet
+  h.mux.prepare_write();
+  h.mux.add(3, "C", 1, h.t0 + 10ms, 3, h.t0 + 20ms);  // waiting: not the stream's fault yet
+  EXPECT_EQ(h.mux.stall_point(), h.t0 + 250ms);
+  h.mux.expire(h.t0 + 150ms, redlock::error::master_timeout, h.sink());  // 1 and 2 abandoned, 3 removed
+  EXPECT_EQ(h.finished.size(), 3u);
+  EXPECT_EQ(h.mux.stall_point(), h.t0 + 250ms);  // abandoned, still owed
+  EXPECT_EQ(h.feed("late-A"), redlock::detail::reply_outcome::dropped);
+  EXPECT_EQ(h.mux.stall_point(), h.t0 + 250ms);
+  EXPECT_EQ(h.feed("late-B"), redlock::detail::reply_outcome::dropped);
+  EXPECT_EQ(h.mux.stall_point(), clock_type::time_point::max());
+}
+
 TEST(multiplexer, expire_times_out_due_requests_only_and_returns_the_next_deadline) {
   harness h;
   h.mux.add(1, "A", 1, h.t0 + 10ms, 1);
