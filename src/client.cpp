@@ -72,8 +72,7 @@ struct lock_op final : op_base {
     }
     if (c.closed()) return finish(asio::error::operation_aborted);
     error_code ec;
-    st->token = make_token(ec);
-    if (ec) {
+    if (!st->new_token(ec)) {
       REDLOCK_LOG(c.log(), log_level::error, "{}: cannot draw a token: {}", lock_name(st->resource, {}), describe(ec));
       return finish(ec);
     }
@@ -84,11 +83,22 @@ struct lock_op final : op_base {
 
   void act(const core::lock_action& a) {
     auto& c = *owner;
-    if (a.release) c.release_everywhere(*st, shared_from_this());
+    if (a.release) c.release_everywhere(*st, &fsm.table().results());
     switch (a.what) {
       case core::lock_action::type::wait:
         return;
       case core::lock_action::type::acquire:
+        // Every retry signs with a new token: a failed round's release, even one re-sent much
+        // later on a new connection, can then never delete the key of a later round.
+        if (fsm.attempts() > 1) {
+          error_code ec;
+          if (!st->new_token(ec)) {
+            REDLOCK_LOG(c.log(), log_level::error, "{}: cannot draw a token: {}", lock_name(st->resource, {}),
+                        describe(ec));
+            (void)fsm.cancel();
+            return finish(ec);
+          }
+        }
         c.note_attempt();
         return c.send_all(c.scratch_set(*st), a.at, shared_from_this(), fsm.round());
       case core::lock_action::type::sleep:
@@ -188,7 +198,13 @@ struct unlock_op final : op_base {
   }
 
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override {
-    if (st->owner->eval_instead(tag, ec, r, *st, release_script, {}, shared_from_this())) return;
+    auto& c = *st->owner;
+    if (c.eval_instead(tag, ec, r, *st, release_script, {}, shared_from_this())) return;
+    // No answer from this master (down, or its connection broke or timed out): our key may still
+    // be there, so the release goes again on the master's next connection.
+    if (client_impl::in_doubt(ec)) {
+      c.defer_release(master_of(tag), st->background_release_payload(), std::max(st->ttl, st->longest_ttl));
+    }
     act(fsm.on_reply(master_of(tag), ec, r, clock_type::now()));
   }
 
@@ -364,7 +380,7 @@ void lock::release_in_background() noexcept {
       auto& c = *st->owner;
       c.note_background_release(*st);
       c.stop_watching(*st);
-      c.release_everywhere(*st, st);
+      c.release_everywhere(*st);
     });
   } catch (...) {
     // Out of memory while queuing the release: the keys expire with the ttl.

@@ -4,6 +4,8 @@
 #include "detail/client_state.hpp"
 #include "detail/completion.hpp"
 #include "detail/log.hpp"
+#include <redlock/core/validity.hpp>
+#include <redlock/detail/token.hpp>
 #include <redlock/resp/request.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -112,6 +114,32 @@ std::string encode_eval(const script& s, std::string_view key, std::string_view 
 
 void lock_state::on_reply(std::uint64_t, error_code, const resp::response&) {}
 
+bool lock_state::new_token(error_code& ec) {
+  auto t = make_token(ec);
+  if (ec) return false;
+  token = std::move(t);
+  background_release_.clear();
+  longest_ttl = ttl;
+  return true;
+}
+
+namespace {
+
+// One release sent in the background; an answer that leaves its outcome unknown defers it.
+struct release_job final : reply_sink {
+  release_job(std::weak_ptr<client_impl> c, std::string p, std::chrono::milliseconds t)
+      : owner(std::move(c)), payload(std::move(p)), ttl(t) {}
+  std::weak_ptr<client_impl> owner;
+  std::string payload;
+  std::chrono::milliseconds ttl;
+  void on_reply(std::uint64_t tag, error_code ec, const resp::response&) override {
+    if (!client_impl::in_doubt(ec)) return;
+    if (auto c = owner.lock()) c->defer_release(master_of(tag), payload, ttl);
+  }
+};
+
+}  // namespace
+
 void watch::keep(const keep_alive_options& opts) {
   auto st = state.lock();
   if (!st) return;
@@ -134,6 +162,7 @@ client_impl::client_impl(asio::any_io_executor ex, client_config cfg)
     return;
   }
   links_.reserve(cfg_.masters.size());
+  deferred_.resize(cfg_.masters.size());
   names_.reserve(cfg_.masters.size());
   for (std::size_t i = 0; i < cfg_.masters.size(); ++i) {
     auto m = cfg_.masters[i];
@@ -153,7 +182,11 @@ client_impl::client_impl(asio::any_io_executor ex, client_config cfg)
 client_impl::~client_impl() = default;
 
 void client_impl::start() {
-  for (auto& l : links_) l->run();
+  const std::weak_ptr<link_observer> self = std::static_pointer_cast<link_observer>(shared_from_this());
+  for (std::size_t i = 0; i < links_.size(); ++i) {
+    links_[i]->observe(self, i);
+    links_[i]->run();
+  }
 }
 
 void client_impl::close() {
@@ -199,6 +232,8 @@ client_stats client_impl::stats() const {
   s.releases = read(c.releases);
   s.release_failures = read(c.release_failures);
   s.background_releases = read(c.background_releases);
+  s.releases_resent = read(c.releases_resent);
+  s.releases_expired = read(c.releases_expired);
   s.acquire_latency = c.acquire_latency.snapshot();
   s.log_messages = log_.messages();
   s.log_sink_errors = log_.sink_errors();
@@ -239,6 +274,7 @@ void client_impl::retire(op_base& op) noexcept {
 std::string_view client_impl::scratch_set(const lock_state& st) {
   scratch_.clear();  // keeps its capacity
   scratch_.push("SET", st.key, st.token, "NX", "PX", st.ttl.count());
+  st.longest_ttl = std::max(st.longest_ttl, st.ttl);
   return scratch_.payload();
 }
 
@@ -253,16 +289,74 @@ void client_impl::send_all(std::string_view payload, clock_type::time_point dead
   for (const auto& [i, ec] : refused) sink->on_reply(make_tag(round, i), ec, no_reply);
 }
 
-void client_impl::release_everywhere(lock_state& st, const std::shared_ptr<reply_sink>& sink) {
+void client_impl::release_everywhere(lock_state& st, const std::vector<master_result>* skip) {
   const auto deadline = clock_type::now() + cfg_.release_timeout;
-  const auto& payload = st.background_release_payload();
+  const auto ttl = std::max(st.ttl, st.longest_ttl);
+  auto job = std::make_shared<release_job>(weak_from_this(), st.background_release_payload(), ttl);
   for (std::size_t i = 0; i < links_.size(); ++i) {
-    // A master that is down has nothing of ours to release (nothing was sent to it since).
-    (void)links_[i]->submit(payload, 1, deadline, sink, make_tag(release_round, i));
+    // The round's SET was refused before it left (the master was down): nothing to release there.
+    if (skip && i < skip->size() && (*skip)[i].status == master_status::unreachable) continue;
+    if (links_[i]->submit(job->payload, 1, deadline, job, make_tag(release_round, i))) {
+      defer_release(i, job->payload, ttl);  // down now; an earlier round's SET may have reached it
+    }
   }
 }
 
 bool client_impl::is_release(std::uint64_t tag) noexcept { return round_of(tag) == release_round; }
+
+bool client_impl::in_doubt(error_code ec) noexcept {
+  return ec && ec != error::server_error && ec != asio::error::operation_aborted;
+}
+
+void client_impl::defer_release(std::size_t i, std::string_view payload, std::chrono::milliseconds ttl) {
+  if (i >= deferred_.size() || closed_) return;
+  auto& list = deferred_[i];
+  const auto now = clock_type::now();
+  // Bounded: what has expired goes first; past the cap, the oldest (its key is the likeliest to
+  // have expired already).
+  constexpr std::size_t cap = 4096;
+  if (list.size() >= cap) {
+    const auto before = list.size();
+    std::erase_if(list, [&](const deferred_release& d) { return d.until <= now; });
+    if (list.size() >= cap) list.erase(list.begin());
+    bump<true>(counters_.releases_expired, before - list.size());
+  }
+  if (!list.empty() && list.back().payload == payload) return;  // the same release, deferred twice
+  const auto margin = std::chrono::ceil<std::chrono::milliseconds>(core::drift(ttl, cfg_.drift));
+  list.push_back({std::string{payload}, ttl, now + ttl + margin});
+}
+
+void client_impl::on_link_down(std::size_t i) {
+  // Requests still queued on the old connection could have run until now: their keys live at
+  // most one ttl from here.
+  const auto now = clock_type::now();
+  for (auto& d : deferred_[i]) d.until = std::max(d.until, now + d.ttl);
+}
+
+void client_impl::on_link_up(std::size_t i) {
+  if (deferred_[i].empty() || closed_) return;
+  auto list = std::move(deferred_[i]);
+  deferred_[i].clear();
+  const auto now = clock_type::now();
+  std::size_t sent = 0, expired = 0;
+  for (auto& d : list) {
+    if (d.until <= now) {
+      ++expired;
+      continue;
+    }
+    auto job = std::make_shared<release_job>(weak_from_this(), std::move(d.payload), d.ttl);
+    if (links_[i]->submit(job->payload, 1, now + cfg_.release_timeout, job, make_tag(release_round, i))) {
+      deferred_[i].push_back({std::move(job->payload), d.ttl, d.until});
+    } else {
+      ++sent;
+    }
+  }
+  bump<true>(counters_.releases_resent, sent);
+  bump<true>(counters_.releases_expired, expired);
+  REDLOCK_LOG(log_, log_level::info,
+              "{}: connected again: re-sending {} release(s) a broken connection left in doubt ({} expired meanwhile)",
+              names_[i], sent, expired);
+}
 
 bool client_impl::eval_instead(std::uint64_t tag, error_code ec, const resp::response& r, const lock_state& st,
                                const script& s, std::optional<std::int64_t> ttl_ms,
@@ -281,6 +375,7 @@ std::string_view client_impl::scratch_script(const script& s, const lock_state& 
                                              std::optional<std::int64_t> ttl_ms) {
   scratch_.clear();  // keeps its capacity
   push_script(scratch_, s, true, st.key, st.token, ttl_ms);
+  if (ttl_ms) st.longest_ttl = std::max(st.longest_ttl, std::chrono::milliseconds{*ttl_ms});
   return scratch_.payload();
 }
 

@@ -93,6 +93,9 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   error_code loss_reason;
   std::shared_ptr<watch> watcher;   // on the strand only; made on demand
   std::string background_release_;  // encoded on first use (strand)
+  // The longest ttl any request for the current token set (strand): bounds how long a key of
+  // ours can outlive a release that did not arrive.
+  mutable std::chrono::milliseconds longest_ttl{0};
 
   void set_results(std::vector<master_result> r) {
     std::lock_guard guard{mutex};
@@ -111,6 +114,9 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
     if (background_release_.empty()) background_release_ = encode_eval(release_script, key, token);
     return background_release_;
   }
+  // A new round's token (each round signs its SET with a token never used before, so that a
+  // release re-sent late can only ever delete what its own round set). False if none was drawn.
+  bool new_token(error_code& ec);
   // Background releases: nobody waits for their answers (this only keeps the state alive).
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override;
 };
@@ -167,11 +173,21 @@ struct client_counters {
   using counter = std::atomic<std::uint64_t>;
   counter lock_operations{0}, lock_attempts{0}, acquired{0}, not_acquired{0}, quorum_unavailable{0},
       validity_expired{0}, aborted{0}, rejected{0};
-  counter extensions{0}, extension_failures{0}, lost{0}, releases{0}, release_failures{0}, background_releases{0};
+  counter extensions{0}, extension_failures{0}, lost{0}, releases{0}, release_failures{0}, background_releases{0},
+      releases_resent{0}, releases_expired{0};
   live_histogram<true> acquire_latency;
 };
 
-class client_impl : public std::enable_shared_from_this<client_impl> {
+// A release whose outcome on one master is unknown (the master was down, or the connection broke or
+// timed out before the answer): sent again on that master's next connection while the key it
+// targets could still exist.
+struct deferred_release {
+  std::string payload;  // EVAL of the release script with the round's key and token
+  std::chrono::milliseconds ttl{0};
+  clock_type::time_point until;  // no key of this token can exist on the master after this
+};
+
+class client_impl : public std::enable_shared_from_this<client_impl>, public link_observer {
  public:
   client_impl(asio::any_io_executor ex, client_config cfg);
   ~client_impl();
@@ -207,8 +223,16 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
                 std::uint64_t round);
   // The release script on every master, nobody waiting (failed attempts, dropped handles); the
   // answers go to `sink`, tagged so that `is_release` recognises them.
-  void release_everywhere(lock_state& st, const std::shared_ptr<reply_sink>& sink);
+  // Masters flagged in `skip` (a round's SET never left for them) are left out.
+  void release_everywhere(lock_state& st, const std::vector<master_result>* skip = nullptr);
   static bool is_release(std::uint64_t tag) noexcept;
+  // Whether a release answered with `ec` may not have run: anything but an answer, a server error
+  // (the script did not run) or the client closing.
+  static bool in_doubt(error_code ec) noexcept;
+  // Remembers a release to re-send on master `i`'s next connection (see deferred_release).
+  void defer_release(std::size_t i, std::string_view payload, std::chrono::milliseconds ttl);
+  void on_link_up(std::size_t i) override;
+  void on_link_down(std::size_t i) override;
   // A NOSCRIPT answer to EVALSHA: sends the script again with EVAL on the same master (queued
   // after whatever was sent before it) and returns true; false for any other answer.
   bool eval_instead(std::uint64_t tag, error_code ec, const resp::response& r, const lock_state& st, const script& s,
@@ -248,7 +272,8 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   std::string config_problem_;
   logger log_;
   std::vector<std::unique_ptr<master_link>> links_;
-  std::vector<std::string> names_;  // "master N (address)", for log messages
+  std::vector<std::vector<deferred_release>> deferred_;  // per master; on the strand
+  std::vector<std::string> names_;                       // "master N (address)", for log messages
   std::atomic<bool> closed_{false};
   client_counters counters_;
   std::minstd_rand rng_;

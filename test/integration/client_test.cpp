@@ -576,4 +576,39 @@ TEST_F(client_test, a_failed_rounds_release_never_deletes_the_next_rounds_key) {
   });
 }
 
+// A release that a stalled connection swallowed is sent again once the master is reachable, so
+// our key does not sit there until its ttl (blocking everyone while another master is down).
+TEST_F(client_test, a_release_lost_with_a_stalled_connection_is_sent_again_on_the_new_one) {
+  redlock::test::fault_proxy proxy{cluster[0].host(), cluster[0].port()};
+  auto cfg = config();
+  cfg.masters[0].host = proxy.host();
+  cfg.masters[0].port = proxy.port();
+  cfg.masters[0].stall_grace = 200ms;
+  cfg.request_timeout = 100ms;
+  cfg.release_timeout = 200ms;
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client c{ioc.get_executor(), cfg};
+    co_await wait_connected(c);
+    auto [ec, l] = co_await c.async_try_lock("swallowed", 30s, use_tuple);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_TRUE(co_await eventually_holding("swallowed", l.token(), 5));
+    const std::string token = l.token();
+    proxy.set_blackhole(true);  // master 0 goes silent: the release to it is written, never answered
+    auto [uec, held] = co_await l.async_unlock(use_tuple);
+    EXPECT_FALSE(uec) << uec.message();
+    EXPECT_TRUE(co_await eventually_holding("swallowed", "", 4));
+    co_await sleep_for(700ms);  // the stall is detected, reconnects time out (the proxy swallows them)
+    EXPECT_EQ(cluster[0].command({"GET", "swallowed"}), bulk(token)) << "the release must not have arrived";
+    EXPECT_GE(c.stats().masters[0].stalls, 1u);
+    proxy.set_blackhole(false);
+    bool gone = false;
+    for (int i = 0; i < 300 && !gone; ++i) {
+      gone = cluster[0].command({"GET", "swallowed"}) == nil;
+      if (!gone) co_await sleep_for(10ms);
+    }
+    EXPECT_TRUE(gone) << "the deferred release was not re-sent on the new connection";
+    EXPECT_GE(c.stats().releases_resent, 1u);
+  });
+}
+
 }  // namespace
