@@ -176,11 +176,14 @@ TEST_F(observability_test, counters_match_after_lock_unlock_cycles) {
       const auto& m = s.masters[i];
       SCOPED_TRACE("master " + std::to_string(i + 1));
       // Per cycle a SET and a release script; the first release meets an empty script cache
-      // (NOSCRIPT, an error reply) and is sent again with EVAL.
-      EXPECT_EQ(m.requests, 2 * cycles + 1);
+      // (NOSCRIPT, an error reply) and is sent again with EVAL. On a loaded machine a slow
+      // master can see the next cycle's EVALSHA before that EVAL (the unlock completed on the
+      // others' majority): each NOSCRIPT still costs exactly one more request.
+      EXPECT_GE(m.server_errors, 1u);
+      EXPECT_LE(m.server_errors, 3u);
+      EXPECT_EQ(m.requests, 2 * cycles + m.server_errors);
       EXPECT_EQ(m.ok, 2 * cycles);
-      EXPECT_EQ(m.server_errors, 1u);
-      EXPECT_EQ(m.errors(), 1u);
+      EXPECT_EQ(m.errors(), m.server_errors);
       EXPECT_EQ(m.completed(), m.requests);
       EXPECT_EQ(m.written, m.requests);
       EXPECT_EQ(m.replies, m.requests);
