@@ -18,6 +18,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+
 #include <fmt/core.h>
 
 #include <chrono>
@@ -100,7 +101,8 @@ asio::awaitable<void> run_normal(const options& o, recorder& rec) {
   cfg.retry.jitter = 30ms;
   redlock::client c{co_await asio::this_coro::executor, cfg};
   std::mt19937 rng{o.seed};
-  const auto until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.seconds));
+  const auto until =
+      clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.seconds));
   while (clock_type::now() < until) {
     const auto& resource = o.resources[std::uniform_int_distribution<std::size_t>{0, o.resources.size() - 1}(rng)];
     auto [ec, l] = co_await c.async_lock(resource, std::chrono::milliseconds{o.ttl_ms}, use_tuple);
@@ -131,7 +133,8 @@ asio::awaitable<void> run_broken(const options& o, recorder& rec) {
   co_await sleep_for(100ms);
   std::mt19937 rng{o.seed};
   const bool no_nx = o.mode == "no_nx";
-  const auto until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.seconds));
+  const auto until =
+      clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.seconds));
   while (clock_type::now() < until) {
     const auto& resource = o.resources[std::uniform_int_distribution<std::size_t>{0, o.resources.size() - 1}(rng)];
     const std::string token = fmt::format("broken-{}-{}", o.seed, rec.counts["attempted"]++);
@@ -154,8 +157,8 @@ asio::awaitable<void> run_broken(const options& o, recorder& rec) {
     const std::size_t need = no_nx ? redlock::core::majority(conns.size()) : 1;
     while (*ok < need && *answered < conns.size()) co_await sleep_for(100us);
     if (*ok >= need) {
-      const auto deadline =
-          redlock::core::validity_deadline<clock_type>(std::chrono::milliseconds{o.ttl_ms}, start, redlock::core::drift_policy{});
+      const auto deadline = redlock::core::validity_deadline<clock_type>(std::chrono::milliseconds{o.ttl_ms}, start,
+                                                                         redlock::core::drift_policy{});
       co_await critical_section(rec, rng, resource, token, deadline);
       for (auto& c : conns) {
         redlock::resp::request del;
