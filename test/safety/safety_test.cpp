@@ -283,6 +283,22 @@ TEST(safety_checker, finds_overlaps_and_overruns_in_synthetic_records) {
   EXPECT_EQ(r.max_gap_ns, 50);     // q was free from 100 to 150
 }
 
+TEST(safety_checker, reads_section_lines_with_and_without_the_granting_masters) {
+  section s;
+  ASSERT_TRUE(redlock::test::parse_section("r tok 10 20 30", 2, s));  // a worker without the mask column
+  EXPECT_EQ(s.resource, "r");
+  EXPECT_EQ(s.token, "tok");
+  EXPECT_EQ(s.enter, 10);
+  EXPECT_EQ(s.exit, 20);
+  EXPECT_EQ(s.deadline, 30);
+  EXPECT_EQ(s.worker, 2);
+  EXPECT_EQ(s.granted, 0u);
+  ASSERT_TRUE(redlock::test::parse_section("r tok 10 20 30 26", 1, s));  // masters 1, 3 and 4
+  EXPECT_EQ(s.deadline, 30);
+  EXPECT_EQ(s.granted, 26u);
+  EXPECT_FALSE(redlock::test::parse_section("# attempted=3 sections=2", 0, s));  // the summary line
+}
+
 // The documented hazard: a master that restarts at once, without persistence, forgets the key;
 // with 3 of 5 held and one of them restarted, another client can collect 3 again. Reproduced
 // deterministically, and expected: this is why the spec asks for delayed restarts.
