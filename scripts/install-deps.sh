@@ -9,6 +9,7 @@ packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   redis-server redis-tools
   clang libclang-rt-14-dev
+  iptables iproute2
 )
 
 missing=()

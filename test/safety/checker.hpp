@@ -21,6 +21,7 @@ struct section {
   std::int64_t exit = 0;
   std::int64_t deadline = 0;  // the lock's validity deadline when the section began
   int worker = 0;
+  std::uint32_t granted = 0;  // the masters that granted it, bit i for master i; 0 when not recorded
 };
 
 struct check_result {
@@ -31,16 +32,26 @@ struct check_result {
   std::vector<std::string> examples;  // a few overlaps, for the failure message
 };
 
-/// Reads the lines "resource token enter exit deadline" a worker wrote.
+/// Reads one line "resource token enter exit deadline [granted]" a worker wrote (the granting
+/// masters' bitmask is optional: older workers did not write it). False for any other line.
+inline bool parse_section(const std::string& line, int worker, section& s) {
+  std::istringstream ls{line};
+  s = section{};
+  s.worker = worker;
+  if (!(ls >> s.resource >> s.token >> s.enter >> s.exit >> s.deadline)) return false;
+  std::uint32_t granted = 0;
+  if (ls >> granted) s.granted = granted;
+  return true;
+}
+
+/// Reads the section lines a worker wrote (see `parse_section`); other lines are skipped.
 inline std::vector<section> read_sections(const std::string& path, int worker) {
   std::vector<section> out;
   std::ifstream in{path};
   std::string line;
+  section s;
   while (std::getline(in, line)) {
-    std::istringstream ls{line};
-    section s;
-    s.worker = worker;
-    if (ls >> s.resource >> s.token >> s.enter >> s.exit >> s.deadline) out.push_back(std::move(s));
+    if (parse_section(line, worker, s)) out.push_back(std::move(s));
   }
   return out;
 }

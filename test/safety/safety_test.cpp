@@ -5,15 +5,15 @@
 // hazard (an immediate restart without persistence) is reproduced on purpose.
 
 #include "checker.hpp"
-
 #include <redlock/client.hpp>
 #include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
 #include <redlock_test/fault_proxy.hpp>
 #include <redlock_test/redis_cluster.hpp>
 
-#include <fmt/core.h>
 #include <gtest/gtest.h>
+
+#include <fmt/core.h>
 
 #include <spawn.h>
 #include <sys/wait.h>
@@ -82,10 +82,23 @@ class contention_run {
     for (int w = 0; w < count; ++w) {
       const auto out = (dir_ / fmt::format("worker-{}.txt", w)).string();
       outputs_.push_back(out);
-      std::vector<std::string> args{REDLOCK_WORKER_PATH, "--masters", masters, "--resources", "alpha,beta",
-                                    "--seconds", fmt::format("{}", worker_seconds), "--ttl-ms",
-                                    std::to_string(ttl_ms), "--request-timeout-ms", "50", "--out", out,
-                                    "--mode", mode, "--seed", std::to_string(w + 1)};
+      std::vector<std::string> args{REDLOCK_WORKER_PATH,
+                                    "--masters",
+                                    masters,
+                                    "--resources",
+                                    "alpha,beta",
+                                    "--seconds",
+                                    fmt::format("{}", worker_seconds),
+                                    "--ttl-ms",
+                                    std::to_string(ttl_ms),
+                                    "--request-timeout-ms",
+                                    "50",
+                                    "--out",
+                                    out,
+                                    "--mode",
+                                    mode,
+                                    "--seed",
+                                    std::to_string(w + 1)};
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -259,12 +272,31 @@ TEST(safety, checker_catches_a_client_that_ignores_the_quorum) {
 }
 
 TEST(safety_checker, finds_overlaps_and_overruns_in_synthetic_records) {
-  std::vector<section> s{{"r", "a", 0, 10, 20, 0}, {"r", "b", 10, 20, 30, 1}, {"r", "c", 15, 40, 30, 2},
-                         {"q", "d", 0, 100, 200, 3}, {"q", "e", 150, 160, 200, 4}};
+  std::vector<section> s{{"r", "a", 0, 10, 20, 0},
+                         {"r", "b", 10, 20, 30, 1},
+                         {"r", "c", 15, 40, 30, 2},
+                         {"q", "d", 0, 100, 200, 3},
+                         {"q", "e", 150, 160, 200, 4}};
   const auto r = check(s, 0);
   EXPECT_EQ(r.overlaps, 1u);       // c entered while b held r (touching ends are fine)
   EXPECT_EQ(r.past_validity, 1u);  // c ran past its deadline
   EXPECT_EQ(r.max_gap_ns, 50);     // q was free from 100 to 150
+}
+
+TEST(safety_checker, reads_section_lines_with_and_without_the_granting_masters) {
+  section s;
+  ASSERT_TRUE(redlock::test::parse_section("r tok 10 20 30", 2, s));  // a worker without the mask column
+  EXPECT_EQ(s.resource, "r");
+  EXPECT_EQ(s.token, "tok");
+  EXPECT_EQ(s.enter, 10);
+  EXPECT_EQ(s.exit, 20);
+  EXPECT_EQ(s.deadline, 30);
+  EXPECT_EQ(s.worker, 2);
+  EXPECT_EQ(s.granted, 0u);
+  ASSERT_TRUE(redlock::test::parse_section("r tok 10 20 30 26", 1, s));  // masters 1, 3 and 4
+  EXPECT_EQ(s.deadline, 30);
+  EXPECT_EQ(s.granted, 26u);
+  EXPECT_FALSE(redlock::test::parse_section("# attempted=3 sections=2", 0, s));  // the summary line
 }
 
 // The documented hazard: a master that restarts at once, without persistence, forgets the key;
@@ -284,7 +316,7 @@ TEST(safety, immediate_restart_without_persistence_lets_two_clients_hold_the_loc
     EXPECT_FALSE(ea) << ea.message();
     cluster[3].restart();  // back, empty
     cluster[4].restart();
-    cluster[2].restart();  // one of A's three, restarted at once: A's key there is forgotten
+    cluster[2].restart();                      // one of A's three, restarted at once: A's key there is forgotten
     co_await redlock::test::sleep_for(300ms);  // the clients reconnect
     auto [eb, lb] = co_await b.async_try_lock("hazard", 10s, use_tuple);  // masters 3, 4, 5 say yes
     EXPECT_FALSE(eb) << eb.message();
@@ -297,8 +329,7 @@ TEST(safety, immediate_restart_without_persistence_lets_two_clients_hold_the_loc
     EXPECT_FALSE(ea2);
     cluster[0].kill();  // one of A's masters crashes and stays down for longer than the ttl
     auto [eb2, lb2] = co_await b.async_try_lock("hazard2", 1000ms, use_tuple);
-    EXPECT_TRUE(eb2 == redlock::error::not_acquired || eb2 == redlock::error::quorum_unavailable)
-        << eb2.message();
+    EXPECT_TRUE(eb2 == redlock::error::not_acquired || eb2 == redlock::error::quorum_unavailable) << eb2.message();
     co_await redlock::test::sleep_for(1100ms);  // A's lock has expired everywhere
     cluster[0].restart();
     co_await redlock::test::sleep_for(300ms);

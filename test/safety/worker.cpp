@@ -1,12 +1,19 @@
 // A worker process of the safety suite: contends for a few resources for a bounded time and
 // writes every critical section it ran (resource, token, enter, exit, validity deadline on the
-// system-wide monotonic clock) to a file, plus a summary line of its errors.
+// system-wide monotonic clock, and the bitmask of the masters that granted it: bit i for master
+// i) to a file, plus a summary line of its errors.
 //
 // Modes: `normal` uses redlock::client. `no_nx` and `first_ok` are deliberately broken clients
 // (SET without NX; "acquired" at the first OK) so the checker can be shown to catch them.
 //
+// `--defaults` runs `normal` with the library's defaults: default-constructed connection_config
+// per master (only host and port set) and client_config (only masters set), so request timeout,
+// retry, connect timeout and reconnect are what an application gets out of the box. Without it
+// the worker uses the short timeouts the safety suite needs (`--request-timeout-ms` applies).
+//
 // Usage: redlock_worker --masters h:p,... --resources a,b --seconds S --ttl-ms T --out FILE
 //                       [--mode normal|no_nx|first_ok] [--request-timeout-ms R] [--seed N]
+//                       [--defaults]
 
 #include <redlock/client.hpp>
 #include <redlock/core/quorum.hpp>
@@ -18,9 +25,11 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+
 #include <fmt/core.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -45,6 +54,7 @@ struct options {
   std::string out;
   std::string mode = "normal";
   unsigned seed = 1;
+  bool defaults = false;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -72,15 +82,17 @@ struct recorder {
   std::ofstream file;
   std::map<std::string, long> counts;
   void section(const std::string& resource, const std::string& token, clock_type::time_point enter,
-               clock_type::time_point exit, clock_type::time_point deadline) {
-    file << resource << ' ' << token << ' ' << ns(enter) << ' ' << ns(exit) << ' ' << ns(deadline) << '\n';
+               clock_type::time_point exit, clock_type::time_point deadline, std::uint32_t granted) {
+    file << resource << ' ' << token << ' ' << ns(enter) << ' ' << ns(exit) << ' ' << ns(deadline) << ' ' << granted
+         << '\n';
     ++counts["sections"];
   }
 };
 
 // The guarded work: a few milliseconds, never started past the validity.
 asio::awaitable<void> critical_section(recorder& rec, std::mt19937& rng, const std::string& resource,
-                                       const std::string& token, clock_type::time_point deadline) {
+                                       const std::string& token, clock_type::time_point deadline,
+                                       std::uint32_t granted) {
   const auto enter = clock_type::now();
   if (enter >= deadline) {
     ++rec.counts["late_grant"];
@@ -88,19 +100,32 @@ asio::awaitable<void> critical_section(recorder& rec, std::mt19937& rng, const s
   }
   const auto work = std::chrono::milliseconds{std::uniform_int_distribution<int>{1, 8}(rng)};
   co_await sleep_for(std::min<clock_type::duration>(work, (deadline - enter) / 2));
-  rec.section(resource, token, enter, clock_type::now(), deadline);
+  rec.section(resource, token, enter, clock_type::now(), deadline, granted);
+}
+
+// Bit i set when master i granted the lock (its answer in the acquisition that decided).
+std::uint32_t granted_mask(const redlock::lock& l) {
+  std::uint32_t mask = 0;
+  const auto answers = l.masters();
+  for (std::size_t i = 0; i < answers.size() && i < 32; ++i) {
+    if (answers[i].status == redlock::master_status::granted) mask |= std::uint32_t{1} << i;
+  }
+  return mask;
 }
 
 asio::awaitable<void> run_normal(const options& o, recorder& rec) {
   redlock::client_config cfg;
   cfg.masters = o.masters;
-  cfg.request_timeout = std::chrono::milliseconds{o.request_timeout_ms};
-  cfg.retry.max_wait = 1000ms;
-  cfg.retry.base_delay = 5ms;
-  cfg.retry.jitter = 30ms;
+  if (!o.defaults) {
+    cfg.request_timeout = std::chrono::milliseconds{o.request_timeout_ms};
+    cfg.retry.max_wait = 1000ms;
+    cfg.retry.base_delay = 5ms;
+    cfg.retry.jitter = 30ms;
+  }
   redlock::client c{co_await asio::this_coro::executor, cfg};
   std::mt19937 rng{o.seed};
-  const auto until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.seconds));
+  const auto until =
+      clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.seconds));
   while (clock_type::now() < until) {
     const auto& resource = o.resources[std::uniform_int_distribution<std::size_t>{0, o.resources.size() - 1}(rng)];
     auto [ec, l] = co_await c.async_lock(resource, std::chrono::milliseconds{o.ttl_ms}, use_tuple);
@@ -112,7 +137,7 @@ asio::awaitable<void> run_normal(const options& o, recorder& rec) {
                                                               : "other_error"];
       continue;
     }
-    co_await critical_section(rec, rng, resource, l.token(), l.validity_deadline());
+    co_await critical_section(rec, rng, resource, l.token(), l.validity_deadline(), granted_mask(l));
     co_await l.async_unlock(use_tuple);
     co_await sleep_for(std::chrono::milliseconds{std::uniform_int_distribution<int>{0, 3}(rng)});
   }
@@ -131,14 +156,17 @@ asio::awaitable<void> run_broken(const options& o, recorder& rec) {
   co_await sleep_for(100ms);
   std::mt19937 rng{o.seed};
   const bool no_nx = o.mode == "no_nx";
-  const auto until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.seconds));
+  const auto until =
+      clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.seconds));
   while (clock_type::now() < until) {
     const auto& resource = o.resources[std::uniform_int_distribution<std::size_t>{0, o.resources.size() - 1}(rng)];
     const std::string token = fmt::format("broken-{}-{}", o.seed, rec.counts["attempted"]++);
     const auto start = clock_type::now();
     auto ok = std::make_shared<std::size_t>(0);
     auto answered = std::make_shared<std::size_t>(0);
-    for (auto& c : conns) {
+    auto granted = std::make_shared<std::uint32_t>(0);
+    for (std::size_t i = 0; i < conns.size(); ++i) {
+      auto& c = conns[i];
       redlock::resp::request r;
       if (no_nx) {
         r.push("SET", resource, token, "PX", o.ttl_ms);
@@ -146,17 +174,20 @@ asio::awaitable<void> run_broken(const options& o, recorder& rec) {
         r.push("SET", resource, token, "NX", "PX", o.ttl_ms);
       }
       c->async_exec(std::move(r), std::chrono::milliseconds{o.request_timeout_ms},
-                    [ok, answered](boost::system::error_code ec, redlock::resp::response resp) {
+                    [ok, answered, granted, i](boost::system::error_code ec, redlock::resp::response resp) {
                       ++*answered;
-                      if (!ec && !resp.empty() && resp[0].value == "OK") ++*ok;
+                      if (!ec && !resp.empty() && resp[0].value == "OK") {
+                        ++*ok;
+                        if (i < 32) *granted |= std::uint32_t{1} << i;
+                      }
                     });
     }
     const std::size_t need = no_nx ? redlock::core::majority(conns.size()) : 1;
     while (*ok < need && *answered < conns.size()) co_await sleep_for(100us);
     if (*ok >= need) {
-      const auto deadline =
-          redlock::core::validity_deadline<clock_type>(std::chrono::milliseconds{o.ttl_ms}, start, redlock::core::drift_policy{});
-      co_await critical_section(rec, rng, resource, token, deadline);
+      const auto deadline = redlock::core::validity_deadline<clock_type>(std::chrono::milliseconds{o.ttl_ms}, start,
+                                                                         redlock::core::drift_policy{});
+      co_await critical_section(rec, rng, resource, token, deadline, *granted);
       for (auto& c : conns) {
         redlock::resp::request del;
         del.push("DEL", resource);
@@ -172,18 +203,17 @@ asio::awaitable<void> run_broken(const options& o, recorder& rec) {
 
 int main(int argc, char** argv) {
   options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
+  std::string masters;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--defaults") {  // the only flag without a value
+      o.defaults = true;
+      continue;
+    }
+    if (i + 1 >= argc) break;
+    const std::string v = argv[++i];
     if (a == "--masters") {
-      for (const auto& hp : split(v)) {
-        redlock::connection_config m;
-        const auto colon = hp.rfind(':');
-        m.host = hp.substr(0, colon);
-        m.port = static_cast<std::uint16_t>(std::stoul(hp.substr(colon + 1)));
-        m.connect_timeout = 200ms;
-        m.reconnect = {10ms, 100ms, 0.5};
-        o.masters.push_back(m);
-      }
+      masters = v;
     } else if (a == "--resources") {
       o.resources = split(v);
     } else if (a == "--seconds") {
@@ -198,6 +228,19 @@ int main(int argc, char** argv) {
       o.mode = v;
     } else if (a == "--seed") {
       o.seed = static_cast<unsigned>(std::stoul(v));
+    }
+  }
+  if (!masters.empty()) {
+    for (const auto& hp : split(masters)) {
+      redlock::connection_config m;
+      const auto colon = hp.rfind(':');
+      m.host = hp.substr(0, colon);
+      m.port = static_cast<std::uint16_t>(std::stoul(hp.substr(colon + 1)));
+      if (!o.defaults) {
+        m.connect_timeout = 200ms;
+        m.reconnect = {10ms, 100ms, 0.5};
+      }
+      o.masters.push_back(m);
     }
   }
   if (o.masters.empty() || o.resources.empty() || o.out.empty()) {
