@@ -141,6 +141,15 @@ asio::awaitable<void> run_normal(const options& o, recorder& rec) {
     co_await l.async_unlock(use_tuple);
     co_await sleep_for(std::chrono::milliseconds{std::uniform_int_distribution<int>{0, 3}(rng)});
   }
+  // How the connections fared (reported beside the errors; zero counts are left out).
+  const auto stats = c.stats();
+  for (const auto& m : stats.masters) {
+    rec.counts["reconnects"] += static_cast<long>(m.disconnects);
+    rec.counts["stalls"] += static_cast<long>(m.stalls);
+    rec.counts["master_timeouts"] += static_cast<long>(m.timeouts);
+  }
+  rec.counts["releases_resent"] += static_cast<long>(stats.releases_resent);
+  std::erase_if(rec.counts, [](const auto& kv) { return kv.second == 0; });
   c.close();
 }
 
