@@ -127,14 +127,16 @@ namespace {
 
 // One release sent in the background; an answer that leaves its outcome unknown defers it.
 struct release_job final : reply_sink {
-  release_job(std::weak_ptr<client_impl> c, std::string p, std::chrono::milliseconds t)
-      : owner(std::move(c)), payload(std::move(p)), ttl(t) {}
+  release_job(std::weak_ptr<client_impl> c, std::string p, std::chrono::milliseconds t,
+              clock_type::time_point u = clock_type::time_point::min())
+      : owner(std::move(c)), payload(std::move(p)), ttl(t), until(u) {}
   std::weak_ptr<client_impl> owner;
   std::string payload;
   std::chrono::milliseconds ttl;
+  clock_type::time_point until;  // min(): a first send; else the bound of a re-sent one
   void on_reply(std::uint64_t tag, error_code ec, const resp::response&) override {
     if (!client_impl::in_doubt(ec)) return;
-    if (auto c = owner.lock()) c->defer_release(master_of(tag), payload, ttl);
+    if (auto c = owner.lock()) c->defer_release(master_of(tag), payload, ttl, until);
   }
 };
 
@@ -308,45 +310,26 @@ bool client_impl::in_doubt(error_code ec) noexcept {
   return ec && ec != error::server_error && ec != asio::error::operation_aborted;
 }
 
-void client_impl::defer_release(std::size_t i, std::string_view payload, std::chrono::milliseconds ttl) {
+void client_impl::defer_release(std::size_t i, std::string_view payload, std::chrono::milliseconds ttl,
+                                clock_type::time_point until) {
   if (i >= deferred_.size() || closed_) return;
-  auto& list = deferred_[i];
-  const auto now = clock_type::now();
-  // Bounded: what has expired goes first; past the cap, the oldest (its key is the likeliest to
-  // have expired already).
-  constexpr std::size_t cap = 4096;
-  if (list.size() >= cap) {
-    const auto before = list.size();
-    std::erase_if(list, [&](const deferred_release& d) { return d.until <= now; });
-    if (list.size() >= cap) list.erase(list.begin());
-    bump<true>(counters_.releases_expired, before - list.size());
-  }
-  if (!list.empty() && list.back().payload == payload) return;  // the same release, deferred twice
-  const auto margin = std::chrono::ceil<std::chrono::milliseconds>(core::drift(ttl, cfg_.drift));
-  list.push_back({std::string{payload}, ttl, now + ttl + margin});
+  const auto lifetime = ttl + std::chrono::ceil<std::chrono::milliseconds>(core::drift(ttl, cfg_.drift));
+  bump<true>(counters_.releases_expired, deferred_[i].defer(payload, lifetime, clock_type::now(), until));
 }
 
-void client_impl::on_link_down(std::size_t i) {
-  // Requests still queued on the old connection could have run until now: their keys live at
-  // most one ttl from here.
-  const auto now = clock_type::now();
-  for (auto& d : deferred_[i]) d.until = std::max(d.until, now + d.ttl);
-}
+void client_impl::on_link_down(std::size_t i) { deferred_[i].connection_lost(clock_type::now()); }
 
 void client_impl::on_link_up(std::size_t i) {
   if (deferred_[i].empty() || closed_) return;
-  auto list = std::move(deferred_[i]);
-  deferred_[i].clear();
-  const auto now = clock_type::now();
-  std::size_t sent = 0, expired = 0;
-  for (auto& d : list) {
-    if (d.until <= now) {
-      ++expired;
-      continue;
-    }
-    auto job = std::make_shared<release_job>(weak_from_this(), std::move(d.payload), d.ttl);
-    if (links_[i]->submit(job->payload, 1, now + cfg_.release_timeout, job, make_tag(release_round, i))) {
-      deferred_[i].push_back({std::move(job->payload), d.ttl, d.until});
+  std::size_t expired = 0;
+  auto due = deferred_[i].take(clock_type::now(), expired);
+  const auto deadline = clock_type::now() + cfg_.release_timeout;
+  std::size_t sent = 0;
+  for (auto& d : due) {
+    const auto ttl = std::chrono::duration_cast<std::chrono::milliseconds>(d.lifetime);
+    auto job = std::make_shared<release_job>(weak_from_this(), std::move(d.payload), ttl, d.until);
+    if (links_[i]->submit(job->payload, 1, deadline, job, make_tag(release_round, i))) {
+      deferred_[i].defer(job->payload, d.lifetime, clock_type::now(), d.until);
     } else {
       ++sent;
     }

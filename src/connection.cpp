@@ -9,6 +9,7 @@
 #include "detail/master_link.hpp"
 #include <redlock/connection.hpp>
 #include <redlock/core/handshake_fsm.hpp>
+#include <redlock/core/link_health.hpp>
 #include <redlock/detail/multiplexer.hpp>
 #include <redlock/detail/observe.hpp>
 
@@ -395,12 +396,10 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     });
   }
 
-  // When a request queued at `now` with `deadline` marks the stream stalled if still unanswered:
-  // its deadline plus the grace, or plus its own length when that is longer.
+  // When a request queued at `now` with `deadline` marks the stream stalled (core::stall_point).
   clock::time_point stall_point(clock::time_point now, clock::time_point deadline) const noexcept {
-    if (!cfg_.detect_stalls || deadline == clock::time_point::max()) return clock::time_point::max();
-    const clock::duration grace = std::max<clock::duration>(cfg_.stall_grace, deadline - now);
-    return deadline >= clock::time_point::max() - grace ? clock::time_point::max() : deadline + grace;
+    if (!cfg_.detect_stalls) return clock::time_point::max();
+    return core::stall_point<clock>(now, deadline, cfg_.stall_grace);
   }
 
   // Whether a new request is queued (or refused at once with not_connected). Requests queue while
@@ -491,11 +490,9 @@ class connection::impl : public std::enable_shared_from_this<impl> {
       reset_stream();
       if (connected) notify_down();
       const double r = std::uniform_real_distribution<double>{0.0, 1.0}(rng_);
-      // Nothing answered (a stall, a connect that timed out): the node may be back any moment and
-      // the attempt itself already waited, so retry after the first step of the backoff without
-      // growing it. The node refused or closed: back off exponentially.
-      const bool silent = stalled || ec == error::connect_timeout;
-      const auto delay = core::backoff_delay(cfg_.reconnect, silent ? 0 : attempt, r);
+      // Nothing answered (a stall, a connect that timed out): retry soon (core::next_reconnect).
+      const auto step = core::next_reconnect(cfg_.reconnect, attempt, stalled || ec == error::connect_timeout, r);
+      const auto delay = step.delay;
       if (connected) {
         // A node sending bad bytes is worse news than a connection closing.
         const bool bad_bytes = ec.category() == error_category() && ec != error::connection_lost;
@@ -524,7 +521,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
         last_failure = ec;
       }
       aux_timer_.expires_after(delay);
-      if (attempt < 64 && !silent) ++attempt;
+      attempt = step.next_attempt;
       co_await aux_timer_.async_wait(use_tuple);
     }
   }

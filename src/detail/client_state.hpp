@@ -8,6 +8,7 @@
 #include <redlock/core/extend_fsm.hpp>
 #include <redlock/core/keep_alive_fsm.hpp>
 #include <redlock/core/lock_fsm.hpp>
+#include <redlock/core/release_ledger.hpp>
 #include <redlock/detail/observe.hpp>
 #include <redlock/detail/scripts.hpp>
 #include <redlock/resp/request.hpp>
@@ -178,15 +179,6 @@ struct client_counters {
   live_histogram<true> acquire_latency;
 };
 
-// A release whose outcome on one master is unknown (the master was down, or the connection broke or
-// timed out before the answer): sent again on that master's next connection while the key it
-// targets could still exist.
-struct deferred_release {
-  std::string payload;  // EVAL of the release script with the round's key and token
-  std::chrono::milliseconds ttl{0};
-  clock_type::time_point until;  // no key of this token can exist on the master after this
-};
-
 class client_impl : public std::enable_shared_from_this<client_impl>, public link_observer {
  public:
   client_impl(asio::any_io_executor ex, client_config cfg);
@@ -229,8 +221,11 @@ class client_impl : public std::enable_shared_from_this<client_impl>, public lin
   // Whether a release answered with `ec` may not have run: anything but an answer, a server error
   // (the script did not run) or the client closing.
   static bool in_doubt(error_code ec) noexcept;
-  // Remembers a release to re-send on master `i`'s next connection (see deferred_release).
-  void defer_release(std::size_t i, std::string_view payload, std::chrono::milliseconds ttl);
+  // Remembers a release (an EVAL payload) to re-send on master `i`'s next connection, while a key
+  // of its token, set or extended with at most `ttl`, could still exist (core::release_ledger);
+  // `until` bounds one that was re-sent already.
+  void defer_release(std::size_t i, std::string_view payload, std::chrono::milliseconds ttl,
+                     clock_type::time_point until = clock_type::time_point::min());
   void on_link_up(std::size_t i) override;
   void on_link_down(std::size_t i) override;
   // A NOSCRIPT answer to EVALSHA: sends the script again with EVAL on the same master (queued
@@ -272,8 +267,8 @@ class client_impl : public std::enable_shared_from_this<client_impl>, public lin
   std::string config_problem_;
   logger log_;
   std::vector<std::unique_ptr<master_link>> links_;
-  std::vector<std::vector<deferred_release>> deferred_;  // per master; on the strand
-  std::vector<std::string> names_;                       // "master N (address)", for log messages
+  std::vector<core::release_ledger> deferred_;  // per master; on the strand
+  std::vector<std::string> names_;              // "master N (address)", for log messages
   std::atomic<bool> closed_{false};
   client_counters counters_;
   std::minstd_rand rng_;

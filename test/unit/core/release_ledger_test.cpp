@@ -1,0 +1,84 @@
+#include <redlock/core/release_ledger.hpp>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+namespace {
+
+using namespace std::chrono_literals;
+using redlock::core::release_ledger;
+using clock_type = release_ledger::clock;
+
+const clock_type::time_point t0{};
+
+TEST(release_ledger, hands_over_what_is_still_worth_sending_in_order_and_forgets_it) {
+  release_ledger l;
+  l.defer("a", 2s, t0);
+  l.defer("b", 500ms, t0);
+  l.defer("c", 2s, t0 + 100ms);
+  std::size_t expired = 99;
+  auto due = l.take(t0 + 1s, expired);  // b's key (500 ms) cannot exist any more
+  ASSERT_EQ(due.size(), 2u);
+  EXPECT_EQ(due[0].payload, "a");
+  EXPECT_EQ(due[1].payload, "c");
+  EXPECT_EQ(due[1].until, t0 + 2100ms);
+  EXPECT_EQ(expired, 1u);
+  EXPECT_TRUE(l.empty());
+  EXPECT_TRUE(l.take(t0 + 1s, expired).empty());
+  EXPECT_EQ(expired, 0u);
+}
+
+TEST(release_ledger, a_broken_connection_moves_every_bound_to_one_lifetime_from_the_break) {
+  release_ledger l;
+  l.defer("a", 1s, t0);  // until 1 s
+  l.defer("b", 3s, t0);  // until 3 s
+  l.connection_lost(t0 + 1500ms);  // requests still queued could have run until now
+  std::size_t expired = 0;
+  auto due = l.take(t0 + 2400ms, expired);
+  ASSERT_EQ(due.size(), 2u);
+  EXPECT_EQ(due[0].until, t0 + 2500ms);  // 1.5 s + its 1 s
+  EXPECT_EQ(due[1].until, t0 + 4500ms);  // 1.5 s + its 3 s
+  EXPECT_EQ(expired, 0u);
+}
+
+TEST(release_ledger, a_re_sent_release_keeps_its_bound) {
+  // Taken, sent, and in doubt again: nothing extended its key since, so its bound stays.
+  std::size_t expired = 0;
+  release_ledger m;
+  m.defer("a", 2s, t0 + 1s, t0 + 1200ms);
+  auto due = m.take(t0 + 1100ms, expired);
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0].until, t0 + 1200ms);
+  EXPECT_EQ(m.defer("late", 2s, t0 + 2s, t0 + 1500ms), 0u);  // already past: not kept
+  EXPECT_TRUE(m.empty());
+}
+
+TEST(release_ledger, the_same_release_deferred_twice_in_a_row_is_kept_once) {
+  release_ledger l;
+  l.defer("a", 1s, t0);
+  l.defer("a", 1s, t0 + 400ms);
+  std::size_t expired = 0;
+  auto due = l.take(t0, expired);
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0].until, t0 + 1400ms);
+}
+
+TEST(release_ledger, is_bounded_dropping_expired_entries_first_then_the_oldest) {
+  release_ledger l{3};
+  l.defer("short", 100ms, t0);
+  l.defer("b", 5s, t0);
+  l.defer("c", 5s, t0);
+  EXPECT_EQ(l.defer("d", 5s, t0 + 200ms), 1u);  // "short" had expired: it goes
+  EXPECT_EQ(l.size(), 3u);
+  EXPECT_EQ(l.defer("e", 5s, t0 + 300ms), 1u);  // none expired: the oldest ("b") goes
+  std::size_t expired = 0;
+  auto due = l.take(t0 + 300ms, expired);
+  ASSERT_EQ(due.size(), 3u);
+  EXPECT_EQ(due[0].payload, "c");
+  EXPECT_EQ(due[1].payload, "d");
+  EXPECT_EQ(due[2].payload, "e");
+}
+
+}  // namespace
