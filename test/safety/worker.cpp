@@ -31,11 +31,13 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace asio = boost::asio;
@@ -116,6 +118,16 @@ std::uint32_t granted_mask(const redlock::lock& l) {
 asio::awaitable<void> run_normal(const options& o, recorder& rec) {
   redlock::client_config cfg;
   cfg.masters = o.masters;
+  // REDLOCK_WORKER_LOG=1: the client's debug log, stamped on the monotonic clock (ns, like the
+  // records), in OUT.log; for finding out what a gap in the records was made of.
+  std::shared_ptr<std::ofstream> log;
+  if (const char* v = std::getenv("REDLOCK_WORKER_LOG"); v && *v && std::string_view{v} != "0") {
+    log = std::make_shared<std::ofstream>(o.out + ".log");
+    cfg.logging.level = redlock::log_level::debug;
+    cfg.logging.sink = [log](redlock::log_level, std::string_view m) {
+      *log << ns(clock_type::now()) << ' ' << m << '\n';
+    };
+  }
   if (!o.defaults) {
     cfg.request_timeout = std::chrono::milliseconds{o.request_timeout_ms};
     cfg.retry.max_wait = 1000ms;
