@@ -127,6 +127,7 @@ struct lock_op final : op_base {
                       format_duration(fsm.validity_deadline() - clock_type::now()),
                       describe_masters(fsm.table().results(), st->token));
         }
+        if (!a.ec) st->note_key_holders(fsm.table().results());
         st->set_results(fsm.table().take_results());
         return finish(a.ec);
     }
@@ -202,7 +203,7 @@ struct unlock_op final : op_base {
     if (c.eval_instead(tag, ec, r, *st, release_script, {}, shared_from_this())) return;
     // No answer from this master (down, or its connection broke or timed out): our key may still
     // be there, so the release goes again on the master's next connection.
-    if (client_impl::in_doubt(ec)) {
+    if (client_impl::in_doubt(ec) && st->may_hold(master_of(tag))) {
       c.defer_release(master_of(tag), st->background_release_payload(), std::max(st->ttl, st->longest_ttl));
     }
     act(fsm.on_reply(master_of(tag), ec, r, clock_type::now()));

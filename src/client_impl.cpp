@@ -134,9 +134,11 @@ struct release_job final : reply_sink {
   std::string payload;
   std::chrono::milliseconds ttl;
   clock_type::time_point until;  // min(): a first send; else the bound of a re-sent one
+  std::vector<bool> settled;     // masters where no key of ours can be (their SET said taken)
   void on_reply(std::uint64_t tag, error_code ec, const resp::response&) override {
-    if (!client_impl::in_doubt(ec)) return;
-    if (auto c = owner.lock()) c->defer_release(master_of(tag), payload, ttl, until);
+    const auto i = master_of(tag);
+    if (!client_impl::in_doubt(ec) || (i < settled.size() && settled[i])) return;
+    if (auto c = owner.lock()) c->defer_release(i, payload, ttl, until);
   }
 };
 
@@ -291,15 +293,27 @@ void client_impl::send_all(std::string_view payload, clock_type::time_point dead
   for (const auto& [i, ec] : refused) sink->on_reply(make_tag(round, i), ec, no_reply);
 }
 
-void client_impl::release_everywhere(lock_state& st, const std::vector<master_result>* skip) {
+void client_impl::release_everywhere(lock_state& st, const std::vector<master_result>* round) {
   const auto deadline = clock_type::now() + cfg_.release_timeout;
   const auto ttl = std::max(st.ttl, st.longest_ttl);
   auto job = std::make_shared<release_job>(weak_from_this(), st.background_release_payload(), ttl);
+  // A master whose SET answered "taken" (or an error) holds no key of this token: the release
+  // still goes there (the spec's rule), but is not worth keeping if it gets lost.
+  job->settled.resize(links_.size(), false);
   for (std::size_t i = 0; i < links_.size(); ++i) {
-    // The round's SET was refused before it left (the master was down): nothing to release there.
-    if (skip && i < skip->size() && (*skip)[i].status == master_status::unreachable) continue;
+    if (round) {
+      const auto s = i < round->size() ? (*round)[i].status : master_status::pending;
+      job->settled[i] = s == master_status::taken || s == master_status::server_error;
+    } else {
+      job->settled[i] = !st.may_hold(i);
+    }
+  }
+  for (std::size_t i = 0; i < links_.size(); ++i) {
+    // The round's SET was refused before it left (the master was down or suspect): nothing to release.
+    if (round && i < round->size() && (*round)[i].status == master_status::unreachable) continue;
     if (links_[i]->submit(job->payload, 1, deadline, job, make_tag(release_round, i))) {
-      defer_release(i, job->payload, ttl);  // down now; an earlier round's SET may have reached it
+      // Refused now; the SET may have reached it (it was sent, its answer is unknown or granted).
+      if (!job->settled[i]) defer_release(i, job->payload, ttl);
     }
   }
 }

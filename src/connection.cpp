@@ -65,6 +65,7 @@ error_code validate(const connection_config& cfg, std::string* what) {
   if (cfg.database < 0) return bad("database is negative");
   if (cfg.connect_timeout <= std::chrono::milliseconds::zero()) return bad("connect_timeout is not positive");
   if (cfg.stall_grace < std::chrono::milliseconds::zero()) return bad("stall_grace is negative");
+  if (cfg.connect_probe_interval < std::chrono::milliseconds::zero()) return bad("connect_probe_interval is negative");
   if (cfg.reconnect.initial < std::chrono::milliseconds::zero() || cfg.reconnect.max < cfg.reconnect.initial)
     return bad("reconnect backoff: need 0 <= initial <= max");
   if (!(cfg.reconnect.jitter >= 0.0 && cfg.reconnect.jitter <= 1.0)) return bad("reconnect jitter outside [0, 1]");
@@ -143,7 +144,9 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   // The public connection: a strand of its own on `ex`.
   impl(asio::any_io_executor ex, connection_config cfg) : impl(ex, asio::make_strand(ex), std::move(cfg)) {}
   // A master_link: on the strand it is given, shared with the lock client's operations.
-  impl(strand_type strand, connection_config cfg) : impl(strand.get_inner_executor(), strand, std::move(cfg)) {}
+  impl(strand_type strand, connection_config cfg) : impl(strand.get_inner_executor(), strand, std::move(cfg)) {
+    fail_fast_when_overdue_ = true;
+  }
   impl(asio::any_io_executor ex, strand_type strand, connection_config cfg)
       : ex_(std::move(ex)),
         strand_(std::move(strand)),
@@ -383,6 +386,12 @@ class connection::impl : public std::enable_shared_from_this<impl> {
                     "dropped)",
                     expired);
       }
+      if (!self->overdue_ && self->state_ == connection_state::up && self->mux_.overdue()) {
+        self->overdue_ = true;
+        REDLOCK_LOG(self->log_, log_level::debug,
+                    "a written request timed out: new requests fail fast until its "
+                    "reply comes or the connection is replaced");
+      }
       if (self->state_ == connection_state::up && self->reading_ && !self->stalled_) {
         const auto stall = self->mux_.stall_point();
         if (stall <= now) return self->declare_stalled();
@@ -403,12 +412,17 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   }
 
   // Whether a new request is queued (or refused at once with not_connected). Requests queue while
-  // up, and during a reconnect whose outcome is not in doubt (the first connect, or after the
+  // up; for the lock client (a master_link) not while a written request timed out and is still
+  // unanswered (overdue: the node or the path is in trouble, a new vote could only wait behind it,
+  // and a quorum decides sooner without it). The public connection keeps queueing then: one
+  // caller's short timeout must not fail the other callers' requests. And requests queue during
+  // a reconnect whose outcome is not in doubt (the first connect, or after the
   // node closed the connection: it was reachable a moment ago). After a stall or a failed attempt
   // the node is suspect: requests fail fast until an attempt succeeds, instead of each waiting
   // out its deadline behind a connect that may never answer.
   bool accepting() const noexcept {
-    return state_ == connection_state::up || (state_ == connection_state::connecting && !suspect_);
+    if (state_ == connection_state::up) return !(overdue_ && fail_fast_when_overdue_);
+    return state_ == connection_state::connecting && !suspect_;
   }
 
   // The oldest written request is overdue beyond its grace: replies behind it cannot come either.
@@ -421,6 +435,11 @@ class connection::impl : public std::enable_shared_from_this<impl> {
                 "{} written request(s) unanswered well past their deadline: the connection is stalled (packet loss, "
                 "a partition or a stopped server); replacing it",
                 mux_.in_flight());
+    // Down from now on, not when serve() has unwound: a request made meanwhile fails fast with
+    // not_connected instead of being queued on a dead stream and failed as connection_lost.
+    suspect_ = true;
+    set_state(connection_state::down);
+    record_error(make_error_code(error::connection_stalled), "");
     error_code ignored;
     socket_.set_option(asio::socket_base::linger(true, 0), ignored);
     socket_.close(ignored);  // the reader ends with operation_aborted; serve() reports the stall
@@ -460,6 +479,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
         failed_attempts = 0;
         last_failure.clear();
         suspect_ = false;
+        overdue_ = false;
         set_state(connection_state::up);
         ec = co_await serve();
         server_text.clear();
@@ -609,6 +629,9 @@ class connection::impl : public std::enable_shared_from_this<impl> {
       if (rec) co_return rec;
       for (const auto& entry : results) endpoints.push_back(entry.endpoint());
     }
+    if (suspect_ && cfg_.connect_probe_interval > std::chrono::milliseconds::zero() && endpoints.size() == 1) {
+      co_return co_await probe_connect(endpoints.front());
+    }
     ec = asio::error::host_not_found;
     for (const auto& ep : endpoints) {
       if (closing_) co_return asio::error::operation_aborted;
@@ -622,6 +645,55 @@ class connection::impl : public std::enable_shared_from_this<impl> {
       }
     }
     co_return ec;
+  }
+
+  // A connect to a suspect node (see connection_config::connect_probe_interval): a SYN lost to a
+  // partition is retransmitted by the kernel only after 1 s, then 3 s, so a path that heals in
+  // between would wait for it. Instead a fresh connect (a new SYN) starts every probe interval
+  // while the earlier ones go on; the first to complete becomes the connection, a refusal ends
+  // the race at once, and the whole is bounded by connect_timeout.
+  asio::awaitable<error_code> probe_connect(const asio::ip::tcp::endpoint& ep) {
+    struct race {
+      explicit race(const strand_type& s) : wake(s) {}
+      std::vector<std::unique_ptr<socket_type>> sockets;
+      std::optional<std::size_t> winner;
+      error_code refused;
+      asio::steady_timer wake;
+    };
+    const auto r = std::make_shared<race>(strand_);
+    const auto until = clock::now() + cfg_.connect_timeout;
+    const asio::generic::stream_protocol::endpoint target{ep};
+    while (!closing_ && !r->winner && !r->refused) {
+      const auto now = clock::now();
+      if (now >= until) break;
+      r->sockets.push_back(std::make_unique<socket_type>(strand_.get_inner_executor()));
+      const std::size_t i = r->sockets.size() - 1;
+      r->sockets[i]->async_connect(target, [self = shared_from_this(), r, i](error_code ec) {
+        auto* me = self.get();
+        me->enter_strand([r, i, ec] {
+          if (r->winner || r->refused || ec == asio::error::operation_aborted) return;
+          if (ec) {
+            r->refused = ec;
+          } else {
+            r->winner = i;
+          }
+          r->wake.cancel();
+        });
+      });
+      r->wake.expires_at(std::min(now + cfg_.connect_probe_interval, until));
+      co_await r->wake.async_wait(use_tuple);
+    }
+    error_code ignored;
+    for (std::size_t i = 0; i < r->sockets.size(); ++i) {
+      if (i != r->winner) r->sockets[i]->close(ignored);  // their connects end with operation_aborted
+    }
+    if (closing_) co_return asio::error::operation_aborted;
+    if (r->refused) co_return r->refused;
+    if (!r->winner) co_return error::connect_timeout;
+    socket_.close(ignored);
+    socket_ = std::move(*r->sockets[*r->winner]);
+    socket_.set_option(asio::ip::tcp::no_delay{true}, ignored);
+    co_return error_code{};
   }
 
   // Carries out the actions of core::handshake_fsm, which decides everything.
@@ -796,6 +868,12 @@ class connection::impl : public std::enable_shared_from_this<impl> {
       inc(stats_.bytes_read, n);
       mux_.commit_read(n);
       ec = dispatch_replies();
+      if (!ec && overdue_ && !mux_.overdue()) {
+        // The late replies came: the stream is in step again, on the same socket.
+        overdue_ = false;
+        REDLOCK_LOG(log_, log_level::debug, "the overdue replies came: accepting requests again");
+        notify_up();
+      }
       if (!ec && !closing_) {
         start_read();
         return;
@@ -882,8 +960,10 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   std::uint64_t stream_generation_ = 0;  // bumped when the stream resets
   std::uint64_t connect_generation_ = 0;
   bool connect_timed_out_ = false;
-  bool stalled_ = false;  // declare_stalled() closed the current stream
-  bool suspect_ = false;  // since a stall or a failed attempt, until the next connect succeeds
+  bool stalled_ = false;                 // declare_stalled() closed the current stream
+  bool suspect_ = false;                 // since a stall or a failed attempt, until the next connect succeeds
+  bool overdue_ = false;                 // up, but a written request timed out and its reply is still owed
+  bool fail_fast_when_overdue_ = false;  // a master_link's connection (see accepting())
   std::weak_ptr<detail::link_observer> observer_;
   std::size_t observer_index_ = 0;
   std::atomic<std::uint64_t> next_id_{0};

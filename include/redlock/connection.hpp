@@ -60,6 +60,12 @@ struct connection_config {
   std::chrono::milliseconds stall_grace{1000};
   /// Turns stall detection off: a silent connection is then only replaced when TCP gives up on it.
   bool detect_stalls = true;
+  /// @brief While the node is suspect (after a stall or a failed attempt), a TCP connect attempt
+  /// sends a fresh SYN this often, the earlier ones going on (the first to complete wins, all
+  /// within `connect_timeout`). Linux retransmits a lost SYN only after 1 s, then 3 s: without
+  /// probes, a path that heals just after a SYN was lost waits that long. Zero turns probing off.
+  /// Not used for Unix sockets or for a host name that resolves to several addresses.
+  std::chrono::milliseconds connect_probe_interval{200};
   /// Limits on what the node may send; a reply over them fails the connection, never the process.
   resp::parser_limits limits{};
   /// Log sink and level for this connection's messages (off by default). A `client` gives each
@@ -106,8 +112,9 @@ struct connection_status {
 ///
 /// `async_run` keeps the connection alive: it connects, performs the handshake (`HELLO 3` with
 /// `AUTH` and `SETNAME`, then `SELECT`), and after any failure reconnects with capped, jittered
-/// exponential backoff. While the node is down, requests fail at once with `error::not_connected`
-/// rather than waiting for their deadline.
+/// exponential backoff. While the node is down or suspect (see `async_exec`), requests fail at once
+/// with `error::not_connected` rather than waiting for their deadline. A connection whose written
+/// request stays unanswered well past its deadline is replaced (`connection_config::stall_grace`).
 ///
 /// @par Thread safety
 /// Distinct objects: safe. Shared objects: safe. Every member function may be called from any
@@ -149,7 +156,8 @@ class connection {
   /// - `error::server_error`: at least one reply is an error reply; the response still holds all
   ///   replies, the node's text included;
   /// - `error::master_timeout`: no complete reply within `timeout`;
-  /// - `error::not_connected`: the node is down (the request was not sent);
+  /// - `error::not_connected`: the request was not sent: the node is down, or suspect
+  ///   (reconnecting after a stall or a failed attempt);
   /// - `error::connection_lost`, `error::protocol_error` and other reply errors: the connection
   ///   failed after the request was written; whether the node executed it is unknown;
   /// - `error::invalid_argument`: `req` is empty or `timeout` is not positive;

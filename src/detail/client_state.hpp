@@ -97,6 +97,19 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   // The longest ttl any request for the current token set (strand): bounds how long a key of
   // ours can outlive a release that did not arrive.
   mutable std::chrono::milliseconds longest_ttl{0};
+  // Per master, whether the granting round's SET may have set our key there (granted, or no
+  // answer): elsewhere no key of this token can exist, since no other round used it (strand).
+  std::vector<bool> key_possible;
+
+  void note_key_holders(const std::vector<master_result>& round) {
+    key_possible.assign(round.size(), true);
+    for (std::size_t i = 0; i < round.size(); ++i) {
+      const auto s = round[i].status;
+      key_possible[i] =
+          !(s == master_status::taken || s == master_status::server_error || s == master_status::unreachable);
+    }
+  }
+  bool may_hold(std::size_t master) const noexcept { return master >= key_possible.size() || key_possible[master]; }
 
   void set_results(std::vector<master_result> r) {
     std::lock_guard guard{mutex};
@@ -215,8 +228,9 @@ class client_impl : public std::enable_shared_from_this<client_impl>, public lin
                 std::uint64_t round);
   // The release script on every master, nobody waiting (failed attempts, dropped handles); the
   // answers go to `sink`, tagged so that `is_release` recognises them.
-  // Masters flagged in `skip` (a round's SET never left for them) are left out.
-  void release_everywhere(lock_state& st, const std::vector<master_result>* skip = nullptr);
+  // With `round` (a failed round's per-master results): masters its SET never reached are left
+  // out, and a lost release is kept for re-sending only where the SET may have set a key.
+  void release_everywhere(lock_state& st, const std::vector<master_result>* round = nullptr);
   static bool is_release(std::uint64_t tag) noexcept;
   // Whether a release answered with `ec` may not have run: anything but an answer, a server error
   // (the script did not run) or the client closing.

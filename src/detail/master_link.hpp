@@ -38,8 +38,9 @@ class reply_sink {
 /// uses it to re-send releases whose outcome a broken connection left unknown.
 class link_observer {
  public:
-  /// The handshake of a new connection completed; `submit` is accepted from here on (also
-  /// inside this call: what it queues is written right after).
+  /// The handshake of a new connection completed, or the replies an established one owed
+  /// after a timeout came after all; `submit` is accepted from here on (also inside this call:
+  /// what it queues is written right after).
   virtual void on_link_up(std::size_t index) = 0;
   /// An established connection broke (stalled, closed by the node, reset). Its written requests
   /// have completed with `connection_lost` before this call.

@@ -18,8 +18,12 @@
 
 #include "../safety/checker.hpp"
 #include "analysis.hpp"
+#include <redlock/connection.hpp>
+#include <redlock_test/coro.hpp>
 #include <redlock_test/redis_cluster.hpp>
 
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
 #include <fmt/core.h>
@@ -519,6 +523,62 @@ TEST_F(partition, cut_drops_packets_both_ways_and_heal_restores_them) {
   ::close(fd);
   std::printf("stalled connection after a 1.5 s cut, answered %.0f ms after the heal; at the heal:\n%s",
               ms(std::chrono::duration_cast<std::chrono::nanoseconds>(late).count()), stalled.c_str());
+}
+
+// One connection, library defaults, through a real cut: the request into the cut times out, the
+// connection is declared stalled and replaced, requests fail fast while the master stays cut, and
+// after the heal it is up within one probe interval (200 ms) plus a round trip, not at the next
+// SYN the kernel would retransmit (1 s after the last one). The heal is placed 100 ms after a
+// connect attempt began, so without probes it would wait about 900 ms.
+TEST_F(partition, a_cut_connection_is_replaced_and_back_within_a_probe_interval_of_the_heal) {
+  namespace asio = boost::asio;
+  using redlock::test::sleep_for;
+  using redlock::test::use_tuple;
+  redlock::test::redis_cluster cluster{1};
+  firewall fw{cluster.ports()};
+  redlock::test::run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::connection_config cfg;
+    cfg.host = cluster[0].host();
+    cfg.port = cluster[0].port();
+    redlock::connection conn{ioc.get_executor(), cfg};
+    conn.async_run(asio::detached);
+    const auto wait_for = [&](auto done, clock_type::duration limit) -> asio::awaitable<bool> {
+      const auto until = clock_type::now() + limit;
+      while (!done()) {
+        if (clock_type::now() > until) co_return false;
+        co_await sleep_for(1ms);
+      }
+      co_return true;
+    };
+    const auto ping = [] {
+      redlock::resp::request r;
+      r.push("PING");
+      return r;
+    };
+    EXPECT_TRUE(co_await wait_for([&] { return conn.status().state == redlock::connection_state::up; }, 5s));
+    fw.cut(0);
+    auto [ec, r] = co_await conn.async_exec(ping(), 250ms, use_tuple);
+    EXPECT_EQ(ec, redlock::error::master_timeout);
+    EXPECT_TRUE(co_await wait_for([&] { return conn.stats().stalls == 1; }, 3s)) << "the stall was not detected";
+    EXPECT_EQ(conn.status().last_error, redlock::error::connection_stalled);
+    const auto t0 = clock_type::now();
+    auto [ec2, r2] = co_await conn.async_exec(ping(), 30s, use_tuple);
+    EXPECT_EQ(ec2, redlock::error::not_connected) << ec2.message();
+    EXPECT_LT(clock_type::now() - t0, 100ms) << "a request to a suspect master must fail fast";
+    const auto attempts = conn.stats().connect_attempts;
+    EXPECT_TRUE(co_await wait_for([&] { return conn.stats().connect_attempts > attempts; }, 3s));
+    co_await sleep_for(100ms);
+    fw.heal(0);
+    const auto healed = clock_type::now();
+    EXPECT_TRUE(co_await wait_for([&] { return conn.status().state == redlock::connection_state::up; }, 5s));
+    const auto back = clock_type::now() - healed;
+    std::printf("connection up %.0f ms after the heal\n",
+                ms(std::chrono::duration_cast<std::chrono::nanoseconds>(back).count()));
+    EXPECT_LT(back, 600ms) << "waited for the kernel's SYN retransmission instead of probing";
+    auto [ec3, r3] = co_await conn.async_exec(ping(), 1s, use_tuple);
+    EXPECT_FALSE(ec3) << ec3.message();
+    conn.close();
+  });
 }
 
 TEST_F(partition, rotating_minority_partitions) {

@@ -74,7 +74,16 @@ class multiplexer {
   void add(id_type id, std::string_view payload, std::size_t replies, clock::time_point deadline, Completion c,
            clock::time_point stall_at = clock::time_point::max()) {
     waiting_bytes_.append(payload);
-    queue_.push_back(entry{id, payload.size(), replies, deadline, stall_at, {}, false, std::move(c)});
+    queue_.push_back(entry{id, payload.size(), replies, deadline, stall_at, {}, false, false, std::move(c)});
+  }
+
+  /// Whether a written request timed out and its reply is still owed: the stream is late, and
+  /// anything queued now would wait behind it.
+  bool overdue() const noexcept {
+    for (std::size_t i = 0; i < written_; ++i) {
+      if (queue_[i].timed_out) return true;
+    }
+    return false;
   }
 
   /// The earliest `stall_at` of the written requests whose replies are still due (abandoned ones
@@ -258,6 +267,7 @@ class multiplexer {
       entry& e = queue_[i];
       if (!e.completion) continue;
       if (e.deadline <= now) {
+        e.timed_out = true;
         expired.push_back(abandon(e));
       } else {
         next = std::min(next, e.deadline);
@@ -297,6 +307,7 @@ class multiplexer {
     clock::time_point stall_at = clock::time_point::max();
     resp::response response;  // replies so far of a pipelined request
     bool error_reply = false;
+    bool timed_out = false;                // abandoned because its deadline passed (not cancelled)
     std::optional<Completion> completion;  // empty once abandoned
   };
 
