@@ -167,6 +167,9 @@ TEST_F(observability_test, counters_match_after_lock_unlock_cycles) {
       EXPECT_FALSE(ec) << ec.message();
       auto [uec, held] = co_await l.async_unlock(use_tuple);
       EXPECT_FALSE(uec) << uec.message();
+      // The unlock completes on a majority; the first one's EVAL fallback (after NOSCRIPT) must
+      // reach every master before the next EVALSHA, or a slow master answers NOSCRIPT twice.
+      if (k == 0) co_await wait_idle(c);
     }
     co_await wait_idle(c);
     const auto s = c.stats();
@@ -176,14 +179,11 @@ TEST_F(observability_test, counters_match_after_lock_unlock_cycles) {
       const auto& m = s.masters[i];
       SCOPED_TRACE("master " + std::to_string(i + 1));
       // Per cycle a SET and a release script; the first release meets an empty script cache
-      // (NOSCRIPT, an error reply) and is sent again with EVAL. On a loaded machine a slow
-      // master can see the next cycle's EVALSHA before that EVAL (the unlock completed on the
-      // others' majority): each NOSCRIPT still costs exactly one more request.
-      EXPECT_GE(m.server_errors, 1u);
-      EXPECT_LE(m.server_errors, 3u);
-      EXPECT_EQ(m.requests, 2 * cycles + m.server_errors);
+      // (NOSCRIPT, an error reply) and is sent again with EVAL.
+      EXPECT_EQ(m.requests, 2 * cycles + 1);
       EXPECT_EQ(m.ok, 2 * cycles);
-      EXPECT_EQ(m.errors(), m.server_errors);
+      EXPECT_EQ(m.server_errors, 1u);
+      EXPECT_EQ(m.errors(), 1u);
       EXPECT_EQ(m.completed(), m.requests);
       EXPECT_EQ(m.written, m.requests);
       EXPECT_EQ(m.replies, m.requests);
@@ -334,8 +334,12 @@ TEST_F(observability_test, a_stopped_master_times_out_alone_and_its_late_replies
     // Resumed: the six late replies are read and dropped, the connection stays up.
     cluster[3].resume();
     EXPECT_TRUE(co_await eventually([&] { return (c.stats() - base).masters[3].dropped_replies == 6; }));
+    // The three releases that timed out there were kept in doubt and are sent again once the
+    // late replies show the master answering (harmless: each names a token nobody holds).
+    EXPECT_TRUE(co_await eventually([&] { return (c.stats() - base).masters[3].replies == 9; }));
     d = c.stats() - base;
-    EXPECT_EQ(d.masters[3].replies, 6u);
+    EXPECT_EQ(d.releases_resent, 3u);
+    EXPECT_EQ(d.masters[3].replies, 6u + d.releases_resent);
     EXPECT_EQ(d.masters[3].disconnects, 0u);
     EXPECT_EQ(c.masters()[3].dropped_replies, 6u);  // the status agrees
     EXPECT_EQ(log.count(log_level::debug, {master_name(cluster, 3) + ": dropped a late reply"}), 6u);
