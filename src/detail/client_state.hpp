@@ -192,7 +192,7 @@ struct client_counters {
   live_histogram<true> acquire_latency;
 };
 
-class client_impl : public std::enable_shared_from_this<client_impl>, public link_observer {
+class client_impl final : public std::enable_shared_from_this<client_impl>, public link_observer {
  public:
   client_impl(asio::any_io_executor ex, client_config cfg);
   ~client_impl();
