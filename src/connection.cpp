@@ -386,7 +386,8 @@ class connection::impl : public std::enable_shared_from_this<impl> {
                     "dropped)",
                     expired);
       }
-      if (!self->overdue_ && self->state_ == connection_state::up && self->mux_.overdue()) {
+      if (self->fail_fast_when_overdue_ && !self->overdue_ && self->state_ == connection_state::up &&
+          self->mux_.overdue()) {
         self->overdue_ = true;
         REDLOCK_LOG(self->log_, log_level::debug,
                     "a written request timed out: new requests fail fast until its "

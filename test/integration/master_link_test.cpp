@@ -233,7 +233,11 @@ TEST_F(master_link_test, deadline_abandons_the_request_and_the_late_reply_is_dro
   run_until([&] { return sink->calls.size() == 1; });
   EXPECT_EQ(sink->calls[0].ec, error::master_timeout);
   EXPECT_TRUE(sink->calls[0].r.empty());
+  // Overdue (the timed-out SET's reply is still owed): the lock client's requests fail fast
+  // instead of waiting behind it, and the sink is not called for them.
+  EXPECT_EQ(submit_on_strand(link, encode("GET", "k"), 1, 9), error::not_connected);
   cluster[0].resume();
+  run_until([&] { return link.stats().dropped_replies == 1; });  // the late reply: in step again
   EXPECT_FALSE(submit_on_strand(link, encode("GET", "k"), 1, 2));
   run_until([&] { return sink->calls.size() == 2; });
   EXPECT_FALSE(sink->calls[1].ec);

@@ -415,17 +415,7 @@ class worker_pool {
       auto s = redlock::test::read_sections(outputs_[w], static_cast<int>(w));
       r.sections.insert(r.sections.end(), s.begin(), s.end());
       std::map<std::string, long> counts;
-      std::ifstream in{outputs_[w]};
-      std::string line;
-      while (std::getline(in, line)) {
-        if (line.rfind("#", 0) != 0) continue;
-        std::istringstream ls{line.substr(1)};
-        std::string kv;
-        while (ls >> kv) {
-          const auto eq = kv.find('=');
-          if (eq != std::string::npos) counts[kv.substr(0, eq)] += std::stol(kv.substr(eq + 1));
-        }
-      }
+      redlock::test::read_counts(outputs_[w], counts);
       r.counts.push_back(std::move(counts));
     }
     return r;

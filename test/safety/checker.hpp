@@ -56,6 +56,21 @@ inline std::vector<section> read_sections(const std::string& path, int worker) {
   return out;
 }
 
+/// Adds up the `# kind=count ...` summary lines a worker wrote into `counts`.
+inline void read_counts(const std::string& path, std::map<std::string, long>& counts) {
+  std::ifstream in{path};
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("#", 0) != 0) continue;
+    std::istringstream ls{line.substr(1)};
+    std::string kv;
+    while (ls >> kv) {
+      const auto eq = kv.find('=');
+      if (eq != std::string::npos) counts[kv.substr(0, eq)] += std::stol(kv.substr(eq + 1));
+    }
+  }
+}
+
 /// Checks that no two sections on one resource overlap and none outlived its validity. Gaps are
 /// measured between consecutive sections of a resource from `from_ns` on (liveness after a fault).
 inline check_result check(std::vector<section> all, std::int64_t from_ns = 0) {

@@ -124,17 +124,7 @@ class contention_run {
     for (std::size_t w = 0; w < outputs_.size(); ++w) {
       auto s = redlock::test::read_sections(outputs_[w], static_cast<int>(w));
       all.insert(all.end(), s.begin(), s.end());
-      std::ifstream in{outputs_[w]};
-      std::string line;
-      while (std::getline(in, line)) {
-        if (line.rfind("#", 0) != 0) continue;
-        std::istringstream ls{line.substr(1)};
-        std::string kv;
-        while (ls >> kv) {
-          const auto eq = kv.find('=');
-          errors[kv.substr(0, eq)] += std::stol(kv.substr(eq + 1));
-        }
-      }
+      redlock::test::read_counts(outputs_[w], errors);
     }
     auto r = check(std::move(all), fault_healed_ ? ns(*fault_healed_) : 0);
     std::string kinds;

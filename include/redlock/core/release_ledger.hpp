@@ -24,9 +24,9 @@ class release_ledger {
   using clock = std::chrono::steady_clock;
 
   struct entry {
-    std::string payload;      ///< the release request, ready to send
-    clock::duration lifetime; ///< the longest a key of its token lives after a request ran (ttl + margin)
-    clock::time_point until;  ///< no such key exists after this
+    std::string payload;       ///< the release request, ready to send
+    clock::duration lifetime;  ///< the longest a key of its token lives after a request ran (ttl + margin)
+    clock::time_point until;   ///< no such key exists after this
   };
 
   /// @param cap most entries kept (the oldest go first once expired ones are gone).

@@ -32,8 +32,8 @@ TEST(release_ledger, hands_over_what_is_still_worth_sending_in_order_and_forgets
 
 TEST(release_ledger, a_broken_connection_moves_every_bound_to_one_lifetime_from_the_break) {
   release_ledger l;
-  l.defer("a", 1s, t0);  // until 1 s
-  l.defer("b", 3s, t0);  // until 3 s
+  l.defer("a", 1s, t0);            // until 1 s
+  l.defer("b", 3s, t0);            // until 3 s
   l.connection_lost(t0 + 1500ms);  // requests still queued could have run until now
   std::size_t expired = 0;
   auto due = l.take(t0 + 2400ms, expired);
