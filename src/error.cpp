@@ -58,6 +58,8 @@ class error_category_impl final : public boost::system::error_category {
         return "the lock reached its extension cap";
       case error::connection_stalled:
         return "the node left a request unanswered well past its deadline: the connection was replaced";
+      case error::not_supported:
+        return "the connection cannot carry this request (a subscription needs RESP3); it was not sent";
     }
     return "unknown redlock error " + std::to_string(ev);
   }
@@ -88,6 +90,7 @@ class error_category_impl final : public boost::system::error_category {
         return make_error_condition(condition::contention);
       case error::lock_lost:
       case error::extension_limit:
+      case error::not_supported:
         return {ev, *this};
       case error::validity_expired:
         return make_error_condition(condition::timeout);

@@ -71,6 +71,8 @@ std::string_view to_string(error e) noexcept {
       return "extension_limit";
     case error::connection_stalled:
       return "connection_stalled";
+    case error::not_supported:
+      return "not_supported";
   }
   return "unknown";
 }

@@ -66,6 +66,9 @@ enum class error {
   /// that were written on it complete with `connection_lost`; this code is the connection's
   /// `last_error`.
   connection_stalled,
+  /// The connection cannot carry this request: a pub/sub subscription on a connection that fell
+  /// back to RESP2 (the node refused `HELLO 3`). Nothing was sent.
+  not_supported,
 };
 
 /// Coarse groups of errors, for tests such as `ec == redlock::condition::timeout`.

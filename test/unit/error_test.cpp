@@ -11,7 +11,7 @@ using redlock::error;
 TEST(error, category_is_named_and_every_code_has_a_message) {
   boost::system::error_code ec = error::master_timeout;
   EXPECT_STREQ(ec.category().name(), "redlock");
-  for (int v = static_cast<int>(error::protocol_error); v <= static_cast<int>(error::connection_stalled); ++v) {
+  for (int v = static_cast<int>(error::protocol_error); v <= static_cast<int>(error::not_supported); ++v) {
     boost::system::error_code c{v, redlock::error_category()};
     EXPECT_EQ(c.message().find("unknown redlock error"), std::string::npos) << v;
   }
@@ -28,6 +28,12 @@ TEST(error, conditions_group_codes) {
   EXPECT_EQ(boost::system::error_code(error::not_acquired), condition::contention);
   EXPECT_EQ(boost::system::error_code(error::quorum_unavailable), condition::master_failure);
   EXPECT_EQ(boost::system::error_code(error::connection_stalled), condition::master_failure);
+  // A node without RESP3 is not failing, the input is not wrong, and nothing timed out.
+  const boost::system::error_code unsupported = error::not_supported;
+  EXPECT_NE(unsupported, condition::master_failure);
+  EXPECT_NE(unsupported, condition::invalid_input);
+  EXPECT_NE(unsupported, condition::timeout);
+  EXPECT_NE(unsupported, condition::contention);
 }
 
 }  // namespace
