@@ -886,8 +886,9 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     serve_done_.cancel();
   }
 
-  error_code dispatch_replies() {
-    return mux_.dispatch(completer(), [this](detail::read_event e) {
+  // What dispatch tells about each message: counters and logs.
+  auto note_read() {
+    return [this](detail::read_event e) {
       switch (e) {
         case detail::read_event::push: {
           inc(stats_.pushes);
@@ -910,7 +911,12 @@ class connection::impl : public std::enable_shared_from_this<impl> {
           REDLOCK_LOG(log_, log_level::error, "the node sent a reply nobody asked for: dropping the connection");
           break;
       }
-    });
+    };
+  }
+
+  error_code dispatch_replies() {
+    // Out-of-band pushes are only counted (by note_read): nobody here subscribes.
+    return mux_.dispatch(completer(), note_read(), [](resp::response&) {});
   }
 
   // ---- the lock client's observer (master_link) ----------------------------------------------

@@ -1,9 +1,10 @@
 // libFuzzer target for a connection's read path, without a socket: the bytes a node sends go
 // through the real read path of detail::multiplexer (read_space/commit_read/dispatch, with its
-// reply_reader: complete top-level replies only, RESP3 pushes skipped, an unsolicited reply or a
-// parser error fails the stream) exactly as src/connection.cpp drives it, while the same input
-// scripts what callers do in between: add requests, write them, cancel them, let deadlines pass,
-// break the socket, re-enter from a completion.
+// reply_reader: complete top-level replies only, RESP3 pushes out of band unless one confirms the
+// oldest request's subscription, an unsolicited reply or a parser error fails the stream) exactly
+// as src/connection.cpp drives it, while the same input scripts what callers do in between: add
+// requests (push-confirmed ones too), write them, cancel them, let deadlines pass, refuse the
+// waiting subscriptions as on a RESP2 connection, break the socket, re-enter from a completion.
 //
 // A small model of the queue's documented semantics predicts every outcome, so the fuzzer checks
 // more than "no crash": each request completes exactly once, with exactly its replies, in the
@@ -43,6 +44,7 @@
 namespace {
 
 using boost::system::error_code;
+using redlock::detail::confirmed_by;
 using redlock::detail::read_event;
 using redlock::detail::reply_outcome;
 using redlock::resp::node;
@@ -105,6 +107,22 @@ bool is_push(const response& reply) {
   return v != nullptr && v->data_type == type::push;
 }
 
+// The model's own reading of "a push that confirms a subscription change": its first element (the
+// first node one level down that is not an attribute) is one of these strings.
+bool is_confirmation(const response& reply) {
+  std::size_t i = 0;
+  while (i < reply.size() && (reply[i].depth != 0 || reply[i].data_type == type::attribute)) ++i;
+  if (i == reply.size() || reply[i].data_type != type::push) return false;
+  for (std::size_t j = i + 1; j < reply.size() && reply[j].depth > 0; ++j) {
+    if (reply[j].depth != 1 || reply[j].data_type == type::attribute) continue;
+    if (reply[j].data_type != type::blob_string && reply[j].data_type != type::simple_string) return false;
+    const std::string& v = reply[j].value;
+    return v == "subscribe" || v == "unsubscribe" || v == "psubscribe" || v == "punsubscribe" || v == "ssubscribe" ||
+           v == "sunsubscribe";
+  }
+  return false;
+}
+
 bool is_parser_error(error_code ec) {
   return ec == redlock::error::protocol_error || ec == redlock::error::nesting_too_deep ||
          ec == redlock::error::reply_too_large;
@@ -119,6 +137,7 @@ struct request_model {
   std::string payload;
   where at = where::waiting;
   bool live = true;  // not yet completed (an in-flight request that is not live is abandoned)
+  bool push_confirmed = false;
   bool error_reply = false;
   response got;  // the nodes of the replies routed to it so far
   std::size_t completions = 0;
@@ -146,7 +165,49 @@ class harness {
     m.payload = req.payload();
     requests_.push_back(m);
     waiting_.push_back(id);
-    mux_.add(id, req.payload(), req.commands(), deadline, completion{id});
+    check(!mux_.add(id, req.payload(), req.commands(), deadline, completion{id}));
+  }
+
+  // A subscription as the lock client queues it: one command, confirmed by a push. With
+  // `replies != 1` the queue must refuse it and keep nothing.
+  void add_push_confirmed(std::size_t replies, clock_type::time_point deadline) {
+    const id_type id = requests_.size() + 1;
+    redlock::resp::request req;
+    for (std::size_t i = 0; i < replies; ++i) req.push("SUBSCRIBE", id);
+    if (replies != 1) {
+      const bool was_empty = mux_.empty();
+      const std::size_t waiting = mux_.waiting();
+      check(mux_.add(id, req.payload(), replies, deadline, completion{id}, clock_type::time_point::max(),
+                     confirmed_by::push) == redlock::error::invalid_argument);
+      check(mux_.empty() == was_empty && mux_.waiting() == waiting);
+      return;
+    }
+    request_model m;
+    m.replies = m.replies_left = 1;
+    m.deadline = deadline;
+    m.payload = req.payload();
+    m.push_confirmed = true;
+    requests_.push_back(m);
+    waiting_.push_back(id);
+    check(!mux_.add(id, req.payload(), 1, deadline, completion{id}, clock_type::time_point::max(), confirmed_by::push));
+  }
+
+  // The connection came up as RESP2: the waiting subscriptions are refused, unsent.
+  void refuse_subscriptions() {
+    const error_code ec = redlock::error::not_supported;
+    std::size_t want = 0;
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      request_model& m = model(*it);
+      if (m.push_confirmed) {
+        m.at = request_model::where::gone;
+        finish(*it, ec);
+        it = waiting_.erase(it);
+        ++want;
+      } else {
+        ++it;
+      }
+    }
+    check(mux_.refuse_waiting(confirmed_by::push, ec, completer()) == want);
   }
 
   // The writer: everything the multiplexer hands over is written, in the model's order.
@@ -236,7 +297,16 @@ class harness {
       mux_.commit_read(n);
       wants_.clear();
       events_.clear();
-      const error_code ec = mux_.dispatch(completer(), [this](read_event e) { on_event(e); });
+      pushes_ = handed_ = 0;
+      const error_code ec = mux_.dispatch(
+          completer(), [this](read_event e) { on_event(e); },
+          [this](response& push) {
+            // The push the observer was just told about, where it lies.
+            check(&push == &mux_.reader().reply());
+            check(is_push(push) && !confirms_front(push));
+            check(++handed_ == pushes_);
+          });
+      check(handed_ == pushes_);
       // The observer heard, for each reply, "reply" then what became of it, as the model predicted
       // (pushes in between were checked as they came).
       std::erase(events_, read_event::push);
@@ -267,11 +337,11 @@ class harness {
     const response& current = mux_.reader().reply();
     switch (e) {
       case read_event::push:
-        check(is_push(current));
+        check(is_push(current) && !confirms_front(current));
         ++pushes_;
         break;
       case read_event::reply:
-        check(!is_push(current));
+        check(!is_push(current) || confirms_front(current));
         check(!current.empty());
         wants_.push_back(route(current));
         break;
@@ -338,6 +408,11 @@ class harness {
  private:
   request_model& model(id_type id) { return requests_[id - 1]; }
 
+  // Whether the model takes the push `reply` for the reply of the oldest request in flight.
+  bool confirms_front(const response& reply) {
+    return !in_flight_.empty() && model(in_flight_.front()).push_confirmed && is_confirmation(reply);
+  }
+
   // The model's side of one reply: which request it belongs to, and what that means.
   reply_outcome route(const response& reply) {
     if (in_flight_.empty()) return reply_outcome::unsolicited;
@@ -396,7 +471,8 @@ class harness {
   std::size_t max_write_batch_ = 0;
   std::vector<reply_outcome> wants_;  // the model's outcome of each reply of one dispatch
   std::vector<read_event> events_;    // what that dispatch told its observer
-  std::size_t pushes_ = 0;
+  std::size_t pushes_ = 0;            // out-of-band pushes the observer was told of in one dispatch
+  std::size_t handed_ = 0;            // and that reached the push handler
   clock_type::time_point now_ = clock_type::time_point{} + std::chrono::seconds{1};
 
   std::vector<request_model> requests_;  // by id - 1
@@ -428,6 +504,14 @@ void run_op(harness& h, std::uint8_t op, reader& in, reader& stream) {
       h.expire(h.now());
       break;
     }
+    case 'p': {  // the lock client subscribes (push-confirmed); now and then with a bad reply count
+      const std::uint8_t x = in.byte();
+      h.add_push_confirmed(x % 8 == 7 ? 2 : 1, h.deadline_after(x / 8));
+      break;
+    }
+    case 'x':  // the connection came up as RESP2
+      h.refuse_subscriptions();
+      break;
     case 'r':  // the socket breaks
       h.reset_connection(redlock::error::connection_lost, redlock::error::not_connected);
       break;

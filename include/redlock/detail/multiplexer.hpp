@@ -6,6 +6,12 @@
 /// the stream never falls out of step. The queue also owns the connection's read side (a
 /// `reply_reader`), so that the I/O layer only moves bytes: read into `read_space()`,
 /// `commit_read(n)`, `dispatch()`.
+///
+/// Pub/sub on the same connection (RESP3): `SUBSCRIBE ch` is answered by no normal reply but by a
+/// push message, `>3 subscribe ch n`, which Redis emits in order among the replies; a refusal
+/// (ACL `-NOPERM`) is a normal error reply. A request queued as `confirmed_by::push` takes such a
+/// confirmation as its reply, so the stream stays in step across a SUBSCRIBE; every other push
+/// (`message`, client tracking...) is out of band and goes to the I/O layer with its content.
 
 #include <redlock/detail/reply_reader.hpp>
 #include <redlock/error.hpp>
@@ -27,21 +33,56 @@
 
 namespace redlock::detail {
 
-/// What became of one reply handed to `multiplexer::on_reply`.
+/// What became of one message handed to `multiplexer::on_reply`.
 enum class reply_outcome {
   completed,    ///< it was the last reply of a live request, which was completed
   partial,      ///< it belongs to a pipelined request that awaits more replies
   dropped,      ///< it belongs to an abandoned (timed-out or cancelled) request
   unsolicited,  ///< no request was in flight: the stream cannot be trusted any more
+  out_of_band,  ///< a push that is no request's reply (see `confirmed_by`); left untouched
 };
 
 /// What `multiplexer::dispatch` tells its observer, for counters and logs.
 enum class read_event {
-  push,         ///< a RESP3 push message was skipped
-  reply,        ///< a reply was read; told before it reaches its request's completion
+  push,         ///< an out-of-band RESP3 push was read; told before it reaches the push handler
+  reply,        ///< a reply (or a subscription confirmation that is one) was read; told before it
+                ///< reaches its request's completion
   dropped,      ///< the reply belonged to an abandoned request and was dropped
   unsolicited,  ///< a reply came while no request was in flight (dispatch then fails)
 };
+
+/// How the reply stream answers a request.
+enum class confirmed_by : std::uint8_t {
+  reply,  ///< by one reply per command (every command but RESP3 pub/sub's)
+  /// by one subscription push (`subscribe`, `unsubscribe`, `psubscribe`, `punsubscribe`,
+  /// `ssubscribe`, `sunsubscribe`) or one error reply: a RESP3 `SUBSCRIBE` of one channel and its
+  /// kin. Only for a request of exactly one command (a `SUBSCRIBE` of n channels gets n pushes).
+  push,
+};
+
+/// Whether `msg` is a push whose first element names a subscription change (`subscribe`,
+/// `unsubscribe`, `psubscribe`, `punsubscribe`, `ssubscribe`, `sunsubscribe`, as Redis spells
+/// them): the push RESP3 emits, in order, as the reply to such a command.
+inline bool is_subscription_push(const resp::response& msg) noexcept {
+  std::size_t i = 0;
+  while (i < msg.size() && (msg[i].depth != 0 || msg[i].data_type == resp::type::attribute)) ++i;
+  if (i == msg.size() || msg[i].data_type != resp::type::push || msg[i].aggregate_size == 0) return false;
+  // The first element: the next node one level down that is not an attribute describing it (an
+  // attribute's own children are deeper still).
+  const resp::node* first = nullptr;
+  for (std::size_t j = i + 1; j < msg.size() && msg[j].depth > msg[i].depth; ++j) {
+    if (msg[j].depth == msg[i].depth + 1 && msg[j].data_type != resp::type::attribute) {
+      first = &msg[j];
+      break;
+    }
+  }
+  if (first == nullptr ||
+      (first->data_type != resp::type::blob_string && first->data_type != resp::type::simple_string))
+    return false;
+  constexpr std::string_view kinds[] = {"subscribe",    "unsubscribe", "psubscribe",
+                                        "punsubscribe", "ssubscribe",  "sunsubscribe"};
+  return std::find(std::begin(kinds), std::end(kinds), first->value) != std::end(kinds);
+}
 
 /// @tparam Completion what the I/O layer completes a request with (movable). The multiplexer never
 /// invokes it: every function that finishes requests hands each one to the functor `complete`
@@ -49,7 +90,8 @@ enum class read_event {
 /// so `complete` may re-enter the multiplexer (add requests, cancel others; not read). The
 /// response is the request's replies; `complete` may move them out. For a request of one reply it
 /// is the read side's own reply storage, passed without a copy: it is cleared after `complete`
-/// returns and keeps its capacity unless `complete` moved it away.
+/// returns and keeps its capacity unless `complete` moved it away. A request confirmed by a push
+/// completes with that push's nodes and no error, or with its error reply and `server_error`.
 template <class Completion>
 class multiplexer {
  public:
@@ -71,10 +113,19 @@ class multiplexer {
   ///
   /// `stall_at`: once written, the request still unanswered at this time means the stream is
   /// stalled (see `stall_point`); it stays with the request after it is abandoned.
-  void add(id_type id, std::string_view payload, std::size_t replies, clock::time_point deadline, Completion c,
-           clock::time_point stall_at = clock::time_point::max()) {
+  ///
+  /// `by`: how its reply is recognised. `confirmed_by::push` with `replies != 1` is refused with
+  /// `error::invalid_argument`: nothing is queued and `c` is dropped without being completed.
+  /// The I/O layer must not write a push-confirmed request to a RESP2 connection (it has no
+  /// pushes: `SUBSCRIBE` would put it in subscribe mode); see `refuse_waiting`.
+  boost::system::error_code add(id_type id, std::string_view payload, std::size_t replies, clock::time_point deadline,
+                                Completion c, clock::time_point stall_at = clock::time_point::max(),
+                                confirmed_by by = confirmed_by::reply) {
+    if (by == confirmed_by::push && replies != 1) return error::invalid_argument;
     waiting_bytes_.append(payload);
-    queue_.push_back(entry{id, payload.size(), replies, deadline, stall_at, {}, false, false, std::move(c)});
+    queue_.push_back(entry{
+        id, payload.size(), replies, deadline, stall_at, {}, by == confirmed_by::push, false, false, std::move(c)});
+    return {};
   }
 
   /// Whether a written request timed out and its reply is still owed: the stream is late, and
@@ -128,12 +179,15 @@ class multiplexer {
   /// `n` bytes were read into the last `read_space()`.
   void commit_read(std::size_t n) noexcept { reader_.commit_read(n); }
 
-  /// Routes every complete reply buffered to its request (`on_reply`), skipping push messages.
-  /// `note(read_event)` is told about each message (before its completion runs). Returns the
-  /// parser's error for bytes that are not valid RESP, `error::protocol_error` for a reply nobody
-  /// asked for (both mean: drop the connection), or nothing once it needs more bytes.
-  template <class F, class N>
-  boost::system::error_code dispatch(F&& complete, N&& note) {
+  /// Routes every complete message buffered: replies, and pushes that confirm the oldest request
+  /// in flight (see `confirmed_by`), to their requests (`on_reply`); every other push to
+  /// `push(resp::response&)`, which may read or move its nodes (the read side's own storage,
+  /// cleared after) and, like `complete`, re-enter the queue but not read. `note(read_event)` is
+  /// told about each message (before its completion or `push` runs). Returns the parser's error
+  /// for bytes that are not valid RESP, `error::protocol_error` for a reply nobody asked for (both
+  /// mean: drop the connection), or nothing once it needs more bytes.
+  template <class F, class N, class P>
+  boost::system::error_code dispatch(F&& complete, N&& note, P&& push) {
     for (;;) {
       boost::system::error_code ec;
       switch (reader_.next(ec)) {
@@ -142,8 +196,12 @@ class multiplexer {
         case reply_reader::status::error:
           return ec;
         case reply_reader::status::push:
-          note(read_event::push);
-          break;
+          if (!confirms_front(reader_.reply())) {
+            note(read_event::push);
+            push(reader_.reply());
+            break;
+          }
+          [[fallthrough]];  // the oldest request's reply
         case reply_reader::status::reply:
           note(read_event::reply);
           switch (on_reply(reader_.reply(), complete)) {
@@ -155,6 +213,7 @@ class multiplexer {
               break;
             case reply_outcome::completed:
             case reply_outcome::partial:
+            case reply_outcome::out_of_band:  // not for a message confirms_front() accepted
               break;
           }
           break;
@@ -168,10 +227,16 @@ class multiplexer {
   /// The read side itself, for a handshake that reads replies before any request is queued.
   reply_reader& reader() noexcept { return reader_; }
 
-  /// Routes one complete top-level reply to the oldest request in flight. `reply` is consumed:
-  /// it is empty when this returns (with its capacity, unless `complete` moved it).
+  /// Routes one complete top-level message to the oldest request in flight: a reply always, a
+  /// push only when it confirms that request (`confirmed_by::push` and `is_subscription_push`).
+  /// Any other push is `out_of_band` and left untouched; otherwise `reply` is consumed: it is
+  /// empty when this returns (with its capacity, unless `complete` moved it). A push-confirmed
+  /// request takes an error reply (a refusal) as its reply as well, and any other normal reply too,
+  /// so that the stream stays in step whatever the node answers.
   template <class F>
   reply_outcome on_reply(resp::response& reply, F&& complete) {
+    if (const auto* v = resp::reply_value(reply); v && v->data_type == resp::type::push && !confirms_front(reply))
+      return reply_outcome::out_of_band;
     if (written_ == 0) return reply_outcome::unsolicited;
     entry& e = queue_.front();
     if (!e.completion) {  // abandoned: read and drop
@@ -238,31 +303,13 @@ class multiplexer {
     // Collect first, complete after: `complete` may add requests.
     std::vector<Completion> expired;  // no allocation when nothing expires
     auto next = clock::time_point::max();
-    // Waiting requests: the expired ones leave the queue and their bytes leave waiting_bytes_, in
-    // one pass that keeps the others in order (removing them one by one would be quadratic).
-    std::size_t keep = written_;
-    std::size_t offset = 0;
-    std::string kept_bytes;
-    bool removed = false;
-    for (std::size_t i = written_; i < queue_.size(); ++i) {
-      entry& e = queue_[i];
-      const std::size_t size = e.size;
-      if (e.deadline <= now) {
-        if (!removed) kept_bytes.assign(waiting_bytes_, 0, offset);
-        removed = true;
-        expired.push_back(std::move(*e.completion));
-      } else {
-        next = std::min(next, e.deadline);
-        if (removed) kept_bytes.append(waiting_bytes_, offset, size);
-        if (keep != i) queue_[keep] = std::move(e);
-        ++keep;
-      }
-      offset += size;
-    }
-    if (removed) {
-      queue_.truncate(keep);
-      waiting_bytes_.swap(kept_bytes);
-    }
+    take_waiting_if(
+        [&](const entry& e) {
+          if (e.deadline <= now) return true;
+          next = std::min(next, e.deadline);
+          return false;
+        },
+        expired);
     for (std::size_t i = 0; i < written_; ++i) {
       entry& e = queue_[i];
       if (!e.completion) continue;
@@ -278,6 +325,20 @@ class multiplexer {
       complete(std::move(c), ec, none);
     }
     return next;
+  }
+
+  /// Finishes with `ec` every waiting request confirmed by `by`: they leave the queue and never
+  /// reach the wire (the I/O layer found a RESP2 connection, which cannot carry a push-confirmed
+  /// request). Written requests are not touched. Returns how many were finished.
+  template <class F>
+  std::size_t refuse_waiting(confirmed_by by, boost::system::error_code ec, F&& complete) {
+    std::vector<Completion> refused;  // no allocation when there is none
+    take_waiting_if([&](const entry& e) { return e.push_confirmed == (by == confirmed_by::push); }, refused);
+    for (Completion& c : refused) {
+      resp::response none;
+      complete(std::move(c), ec, none);
+    }
+    return refused.size();
   }
 
   /// Finishes every request (the connection is gone): written ones with `written_ec` (their
@@ -305,7 +366,8 @@ class multiplexer {
     std::size_t replies_left = 0;
     clock::time_point deadline{};
     clock::time_point stall_at = clock::time_point::max();
-    resp::response response;  // replies so far of a pipelined request
+    resp::response response;      // replies so far of a pipelined request
+    bool push_confirmed = false;  // confirmed_by::push
     bool error_reply = false;
     bool timed_out = false;                // abandoned because its deadline passed (not cancelled)
     std::optional<Completion> completion;  // empty once abandoned
@@ -320,6 +382,7 @@ class multiplexer {
     entry& operator[](std::size_t i) noexcept { return slots_[(head_ + i) & (slots_.size() - 1)]; }
     const entry& operator[](std::size_t i) const noexcept { return slots_[(head_ + i) & (slots_.size() - 1)]; }
     entry& front() noexcept { return (*this)[0]; }
+    const entry& front() const noexcept { return (*this)[0]; }
 
     void push_back(entry e) {
       if (count_ == slots_.size()) grow();
@@ -366,6 +429,40 @@ class multiplexer {
   void pop_front() {
     queue_.pop_front();
     --written_;
+  }
+
+  // Whether the push `msg` is the reply of the oldest request in flight.
+  bool confirms_front(const resp::response& msg) const noexcept {
+    return written_ != 0 && queue_.front().push_confirmed && is_subscription_push(msg);
+  }
+
+  // Moves the completions of the waiting requests that `pred` picks to `out`, in order; they leave
+  // the queue and their bytes leave waiting_bytes_, in one pass that keeps the others in order
+  // (removing them one by one would be quadratic). `pred` sees every waiting request once, in order.
+  template <class Pred>
+  void take_waiting_if(Pred&& pred, std::vector<Completion>& out) {
+    std::size_t keep = written_;
+    std::size_t offset = 0;
+    std::string kept_bytes;
+    bool removed = false;
+    for (std::size_t i = written_; i < queue_.size(); ++i) {
+      entry& e = queue_[i];
+      const std::size_t size = e.size;
+      if (pred(static_cast<const entry&>(e))) {
+        if (!removed) kept_bytes.assign(waiting_bytes_, 0, offset);
+        removed = true;
+        out.push_back(std::move(*e.completion));
+      } else {
+        if (removed) kept_bytes.append(waiting_bytes_, offset, size);
+        if (keep != i) queue_[keep] = std::move(e);
+        ++keep;
+      }
+      offset += size;
+    }
+    if (removed) {
+      queue_.truncate(keep);
+      waiting_bytes_.swap(kept_bytes);
+    }
   }
 
   // Removes the waiting request at `i`, whose bytes start at `offset` in waiting_bytes_.

@@ -212,10 +212,11 @@ TEST(multiplexer, completion_may_reenter_the_queue) {
 using redlock::detail::read_event;
 
 // Drives the multiplexer's read side as the connection does: read into read_space(),
-// commit_read(), dispatch(); `chunk` bytes per read.
+// commit_read(), dispatch(); `chunk` bytes per read. Out-of-band pushes are kept with their nodes.
 struct reading {
   harness h;
   std::vector<read_event> events;
+  std::vector<response> pushes;
 
   error_code deliver(std::string_view bytes, std::size_t chunk) {
     while (!bytes.empty()) {
@@ -225,7 +226,10 @@ struct reading {
       std::memcpy(space.data(), bytes.data(), n);
       bytes.remove_prefix(n);
       h.mux.commit_read(n);
-      if (auto ec = h.mux.dispatch(h.sink(), [this](read_event e) { events.push_back(e); })) return ec;
+      if (auto ec = h.mux.dispatch(
+              h.sink(), [this](read_event e) { events.push_back(e); },
+              [this](response& push) { pushes.push_back(push); }))
+        return ec;
     }
     return {};
   }
@@ -239,7 +243,7 @@ struct reading {
 TEST(multiplexer_read_path, replies_split_at_every_offset_reach_their_requests) {
   const std::string stream =
       "+OK\r\n"
-      ">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$5\r\nhello\r\n"  // push: skipped
+      ">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$5\r\nhello\r\n"  // push: out of band
       ":1\r\n"
       "*2\r\n$1\r\na\r\n_\r\n"
       "|1\r\n+ttl\r\n:3\r\n-ERR boom\r\n";
@@ -265,6 +269,8 @@ TEST(multiplexer_read_path, replies_split_at_every_offset_reach_their_requests) 
       EXPECT_EQ(redlock::resp::reply_value(rd.h.finished[2].r)->value, "ERR boom");
       EXPECT_EQ(rd.count(read_event::push), 1u);
       EXPECT_EQ(rd.count(read_event::reply), 4u);
+      ASSERT_EQ(rd.pushes.size(), 1u);
+      EXPECT_EQ(rd.pushes[0].at(3).value, "hello");
       EXPECT_TRUE(rd.h.mux.empty());
       EXPECT_EQ(rd.h.mux.reader().buffered(), 0u);
     }
@@ -332,7 +338,7 @@ TEST(multiplexer_read_path, buffer_and_reply_storage_keep_their_capacity) {
     auto space = mux.read_space();
     std::memcpy(space.data(), bytes.data(), bytes.size());
     mux.commit_read(bytes.size());
-    ASSERT_FALSE(mux.dispatch(complete, ignore));
+    ASSERT_FALSE(mux.dispatch(complete, ignore, [](response&) { FAIL() << "no push was sent"; }));
     if (round == 0) {
       buffer = mux.reader().buffer_capacity();
       reply = mux.reader().reply_capacity();
@@ -424,6 +430,260 @@ TEST(multiplexer, queue_keeps_order_across_wrap_around_growth_and_removal) {
   ASSERT_FALSE(completed.empty());
   EXPECT_TRUE(std::is_sorted(completed.begin(), completed.end()));
   EXPECT_TRUE(h.mux.empty());
+}
+
+// ---- pub/sub on the same connection: requests confirmed by a push ----------------------------
+
+using redlock::detail::confirmed_by;
+using redlock::detail::is_subscription_push;
+using redlock::detail::reply_outcome;
+
+// What RESP3 Redis sends for `SUBSCRIBE ch` (in order, among the replies) and for a PUBLISH to it.
+constexpr std::string_view subscribed = ">3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n";
+constexpr std::string_view message = ">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$5\r\nhello\r\n";
+
+const response subscribed_nodes{node{type::push, 3, 0, ""}, node{type::blob_string, 0, 1, "subscribe"},
+                                node{type::blob_string, 0, 1, "ch"}, node{type::integer, 0, 1, "1"}};
+const response message_nodes{node{type::push, 3, 0, ""}, node{type::blob_string, 0, 1, "message"},
+                             node{type::blob_string, 0, 1, "ch"}, node{type::blob_string, 0, 1, "hello"}};
+
+TEST(multiplexer_push, subscription_pushes_are_recognised_by_their_first_element) {
+  auto push_of = [](std::string kind, type t = type::blob_string) {
+    return response{node{type::push, 3, 0, ""}, node{t, 0, 1, std::move(kind)}, node{type::blob_string, 0, 1, "ch"},
+                    node{type::integer, 0, 1, "1"}};
+  };
+  for (const char* kind : {"subscribe", "unsubscribe", "psubscribe", "punsubscribe", "ssubscribe", "sunsubscribe"}) {
+    EXPECT_TRUE(is_subscription_push(push_of(kind))) << kind;
+  }
+  EXPECT_TRUE(is_subscription_push(push_of("subscribe", type::simple_string)));
+  EXPECT_FALSE(is_subscription_push(push_of("message")));
+  EXPECT_FALSE(is_subscription_push(push_of("pmessage")));
+  EXPECT_FALSE(is_subscription_push(push_of("invalidate")));
+  EXPECT_FALSE(is_subscription_push(push_of("SUBSCRIBE")));  // Redis spells it in lower case
+  EXPECT_FALSE(is_subscription_push(push_of("subscribe", type::integer)));
+  EXPECT_FALSE(is_subscription_push(response{node{type::push, 0, 0, ""}}));  // no first element
+  EXPECT_FALSE(is_subscription_push(response{}));
+  // The same elements in an array are a RESP2-style reply, not a push.
+  auto array = push_of("subscribe");
+  array[0].data_type = type::array;
+  EXPECT_FALSE(is_subscription_push(array));
+  // Attributes may describe the push or its first element; the kind is still the first element.
+  EXPECT_TRUE(is_subscription_push(response{node{type::attribute, 1, 0, ""}, node{type::simple_string, 0, 1, "a"},
+                                            node{type::integer, 0, 1, "1"}, node{type::push, 3, 0, ""},
+                                            node{type::attribute, 1, 1, ""}, node{type::simple_string, 0, 2, "b"},
+                                            node{type::integer, 0, 2, "2"}, node{type::blob_string, 0, 1, "subscribe"},
+                                            node{type::blob_string, 0, 1, "ch"}, node{type::integer, 0, 1, "1"}}));
+}
+
+TEST(multiplexer_push, only_a_request_of_one_reply_may_be_confirmed_by_a_push) {
+  harness h;
+  EXPECT_EQ(h.mux.add(1, "SS", 2, h.t0 + 1s, 1, clock_type::time_point::max(), confirmed_by::push),
+            redlock::error::invalid_argument);
+  EXPECT_EQ(h.mux.add(2, "S", 0, h.t0 + 1s, 2, clock_type::time_point::max(), confirmed_by::push),
+            redlock::error::invalid_argument);
+  EXPECT_TRUE(h.mux.empty());
+  EXPECT_EQ(h.mux.prepare_write(), "");
+  EXPECT_TRUE(h.finished.empty());  // refused, never completed
+  EXPECT_FALSE(h.mux.add(3, "S", 1, h.t0 + 1s, 3, clock_type::time_point::max(), confirmed_by::push));
+  EXPECT_FALSE(h.mux.add(4, "AB", 2, h.t0 + 1s, 4));
+  EXPECT_EQ(h.mux.prepare_write(), "SAB");
+}
+
+// A PING, the SUBSCRIBE and an ECHO written in one batch: the confirmation push, in the reply
+// stream between the PING's and the ECHO's replies, is the SUBSCRIBE's reply. Split at every offset.
+TEST(multiplexer_push, the_confirmation_is_the_reply_of_the_push_confirmed_request_among_pipelined_ones) {
+  const std::string stream = std::string{"+PONG\r\n"} + std::string{subscribed} + "$1\r\nx\r\n";
+  for (std::size_t split = 0; split <= stream.size(); ++split) {
+    for (std::size_t chunk : {stream.size(), std::size_t{1}}) {
+      SCOPED_TRACE(testing::Message() << "split " << split << " chunk " << chunk);
+      reading rd;
+      rd.h.mux.add(1, "PING", 1, rd.h.t0 + 1s, 1);
+      rd.h.mux.add(2, "SUBSCRIBE", 1, rd.h.t0 + 1s, 2, clock_type::time_point::max(), confirmed_by::push);
+      rd.h.mux.add(3, "ECHO", 1, rd.h.t0 + 1s, 3);
+      EXPECT_EQ(rd.h.mux.prepare_write(), "PINGSUBSCRIBEECHO");
+      ASSERT_FALSE(rd.deliver(std::string_view{stream}.substr(0, split), chunk));
+      ASSERT_FALSE(rd.deliver(std::string_view{stream}.substr(split), chunk));
+      ASSERT_EQ(rd.h.finished.size(), 3u);
+      EXPECT_EQ(rd.h.finished[0].tag, 1);
+      EXPECT_EQ(rd.h.finished[0].r, harness::reply("PONG"));
+      EXPECT_EQ(rd.h.finished[1].tag, 2);
+      EXPECT_FALSE(rd.h.finished[1].ec);
+      EXPECT_EQ(rd.h.finished[1].r, subscribed_nodes);
+      EXPECT_EQ(rd.h.finished[2].tag, 3);
+      EXPECT_EQ(rd.h.finished[2].r, harness::reply("x", type::blob_string));
+      EXPECT_TRUE(rd.pushes.empty());
+      EXPECT_EQ(rd.count(read_event::reply), 3u);  // the confirmation counts as a reply
+      EXPECT_EQ(rd.count(read_event::push), 0u);
+      EXPECT_TRUE(rd.h.mux.empty());
+    }
+  }
+}
+
+// Messages of a subscription made earlier may come before the confirmation (from another
+// channel) and after it, while requests are in flight: each goes out of band, with its content,
+// told as a push before it is handed over; the requests still get their own replies.
+TEST(multiplexer_push, message_pushes_before_and_after_go_out_of_band_with_their_content) {
+  const std::string other = ">3\r\n$7\r\nmessage\r\n$5\r\nother\r\n$3\r\nbye\r\n";
+  const std::string stream =
+      other + "+PONG\r\n" + std::string{subscribed} + std::string{message} + ":7\r\n" + std::string{message};
+  for (std::size_t split = 0; split <= stream.size(); ++split) {
+    SCOPED_TRACE(testing::Message() << "split " << split);
+    reading rd;
+    rd.h.mux.add(1, "PING", 1, rd.h.t0 + 1s, 1);
+    rd.h.mux.add(2, "SUBSCRIBE", 1, rd.h.t0 + 1s, 2, clock_type::time_point::max(), confirmed_by::push);
+    rd.h.mux.add(3, "INCR", 1, rd.h.t0 + 1s, 3);
+    rd.h.mux.prepare_write();
+    ASSERT_FALSE(rd.deliver(std::string_view{stream}.substr(0, split), 1000));
+    ASSERT_FALSE(rd.deliver(std::string_view{stream}.substr(split), 1000));
+    ASSERT_EQ(rd.h.finished.size(), 3u);
+    EXPECT_EQ(rd.h.finished[0].r, harness::reply("PONG"));
+    EXPECT_EQ(rd.h.finished[1].tag, 2);
+    EXPECT_EQ(rd.h.finished[1].r, subscribed_nodes);
+    EXPECT_EQ(rd.h.finished[2].tag, 3);
+    EXPECT_EQ(rd.h.finished[2].r, harness::reply("7", type::integer));
+    ASSERT_EQ(rd.pushes.size(), 3u);
+    EXPECT_EQ(rd.pushes[0], (response{node{type::push, 3, 0, ""}, node{type::blob_string, 0, 1, "message"},
+                                      node{type::blob_string, 0, 1, "other"}, node{type::blob_string, 0, 1, "bye"}}));
+    EXPECT_EQ(rd.pushes[1], message_nodes);
+    EXPECT_EQ(rd.pushes[2], message_nodes);  // with nothing in flight: still out of band, no error
+    EXPECT_EQ(rd.events, (std::vector<read_event>{read_event::push, read_event::reply, read_event::reply,
+                                                  read_event::push, read_event::reply, read_event::push}));
+    EXPECT_TRUE(rd.h.mux.empty());
+  }
+}
+
+// A refusal (an ACL without the channel) is a normal error reply: it completes the SUBSCRIBE with
+// server_error and its text, and the next reply reaches the next request.
+TEST(multiplexer_push, an_error_reply_to_a_subscription_keeps_the_stream_in_step) {
+  reading rd;
+  rd.h.mux.add(1, "SUBSCRIBE", 1, rd.h.t0 + 1s, 1, clock_type::time_point::max(), confirmed_by::push);
+  rd.h.mux.add(2, "GET", 1, rd.h.t0 + 1s, 2);
+  rd.h.mux.add(3, "SUBSCRIBE", 1, rd.h.t0 + 1s, 3, clock_type::time_point::max(), confirmed_by::push);
+  rd.h.mux.add(4, "PING", 1, rd.h.t0 + 1s, 4);
+  rd.h.mux.prepare_write();
+  const std::string stream =
+      "-NOPERM this user has no permissions to access the 'ch' channel\r\n$1\r\nv\r\n"
+      "-NOPERM this user has no permissions to access the 'ch' channel\r\n" +
+      std::string{message} + "+PONG\r\n";
+  ASSERT_FALSE(rd.deliver(stream, 7));
+  ASSERT_EQ(rd.h.finished.size(), 4u);
+  EXPECT_EQ(rd.h.finished[0].tag, 1);
+  EXPECT_EQ(rd.h.finished[0].ec, redlock::error::server_error);
+  EXPECT_EQ(rd.h.finished[0].r.at(0).value, "NOPERM this user has no permissions to access the 'ch' channel");
+  EXPECT_EQ(rd.h.finished[1].tag, 2);
+  EXPECT_FALSE(rd.h.finished[1].ec);
+  EXPECT_EQ(rd.h.finished[1].r, harness::reply("v", type::blob_string));
+  EXPECT_EQ(rd.h.finished[2].tag, 3);
+  EXPECT_EQ(rd.h.finished[2].ec, redlock::error::server_error);
+  EXPECT_EQ(rd.h.finished[3].tag, 4);  // a message while PING is the oldest: out of band
+  EXPECT_EQ(rd.h.finished[3].r, harness::reply("PONG"));
+  EXPECT_EQ(rd.pushes.size(), 1u);
+  EXPECT_TRUE(rd.h.mux.empty());
+}
+
+// A SUBSCRIBE that timed out after it was written is abandoned like any request: its late
+// confirmation is its reply all the same and is dropped (neither handed out of band nor taken for
+// the next request's reply); a message that comes meanwhile is still out of band.
+TEST(multiplexer_push, the_late_confirmation_of_an_abandoned_subscription_is_dropped) {
+  reading rd;
+  rd.h.mux.add(1, "SUBSCRIBE", 1, rd.h.t0 + 10ms, 1, rd.h.t0 + 1s, confirmed_by::push);
+  rd.h.mux.add(2, "PING", 1, rd.h.t0 + 1s, 2, rd.h.t0 + 2s);
+  rd.h.mux.prepare_write();
+  EXPECT_EQ(rd.h.mux.stall_point(), rd.h.t0 + 1s);  // stall detection sees it like any request
+  rd.h.mux.expire(rd.h.t0 + 10ms, redlock::error::master_timeout, rd.h.sink());
+  ASSERT_EQ(rd.h.finished.size(), 1u);
+  EXPECT_EQ(rd.h.finished[0].ec, redlock::error::master_timeout);
+  EXPECT_TRUE(rd.h.mux.overdue());
+  EXPECT_EQ(rd.h.mux.stall_point(), rd.h.t0 + 1s);  // still owed a reply
+  ASSERT_FALSE(rd.deliver(std::string{message} + std::string{subscribed} + "+PONG\r\n", 64));
+  EXPECT_EQ(rd.count(read_event::dropped), 1u);
+  ASSERT_EQ(rd.pushes.size(), 1u);
+  EXPECT_EQ(rd.pushes[0], message_nodes);
+  ASSERT_EQ(rd.h.finished.size(), 2u);
+  EXPECT_EQ(rd.h.finished[1].tag, 2);
+  EXPECT_EQ(rd.h.finished[1].r, harness::reply("PONG"));
+  EXPECT_FALSE(rd.h.mux.overdue());
+  EXPECT_TRUE(rd.h.mux.empty());
+}
+
+// The same for an abandoned SUBSCRIBE whose late answer is a refusal.
+TEST(multiplexer_push, the_late_refusal_of_an_abandoned_subscription_is_dropped) {
+  reading rd;
+  rd.h.mux.add(1, "SUBSCRIBE", 1, rd.h.t0 + 1s, 1, clock_type::time_point::max(), confirmed_by::push);
+  rd.h.mux.add(2, "PING", 1, rd.h.t0 + 1s, 2);
+  rd.h.mux.prepare_write();
+  EXPECT_TRUE(rd.h.mux.cancel(1, true, boost::asio::error::operation_aborted, rd.h.sink()));
+  ASSERT_FALSE(rd.deliver("-NOPERM no\r\n+PONG\r\n", 64));
+  EXPECT_EQ(rd.count(read_event::dropped), 1u);
+  ASSERT_EQ(rd.h.finished.size(), 2u);
+  EXPECT_EQ(rd.h.finished[1].tag, 2);
+  EXPECT_FALSE(rd.h.finished[1].ec);
+  EXPECT_TRUE(rd.h.mux.empty());
+}
+
+// A confirmation is a reply only for the oldest request in flight, and only if that one is
+// confirmed by a push. Otherwise (a normal request is oldest, nothing is in flight, or the
+// push-confirmed request is still waiting to be written) it is out of band, not an error.
+TEST(multiplexer_push, a_confirmation_when_the_oldest_request_is_not_push_confirmed_is_out_of_band) {
+  reading rd;
+  ASSERT_FALSE(rd.deliver(subscribed, 64));  // nothing in flight
+  rd.h.mux.add(1, "GET", 1, rd.h.t0 + 1s, 1);
+  rd.h.mux.prepare_write();
+  rd.h.mux.add(2, "SUBSCRIBE", 1, rd.h.t0 + 1s, 2, clock_type::time_point::max(), confirmed_by::push);
+  ASSERT_FALSE(rd.deliver(subscribed, 64));  // GET is oldest; the SUBSCRIBE is not even written
+  rd.h.mux.prepare_write();
+  ASSERT_FALSE(rd.deliver(subscribed, 64));  // GET is still the oldest
+  EXPECT_TRUE(rd.h.finished.empty());
+  EXPECT_EQ(rd.pushes.size(), 3u);
+  EXPECT_EQ(rd.count(read_event::push), 3u);
+  ASSERT_FALSE(rd.deliver("$1\r\nv\r\n", 64));
+  ASSERT_FALSE(rd.deliver(subscribed, 64));  // now the SUBSCRIBE is oldest: its reply
+  ASSERT_EQ(rd.h.finished.size(), 2u);
+  EXPECT_EQ(rd.h.finished[0].tag, 1);
+  EXPECT_EQ(rd.h.finished[0].r, harness::reply("v", type::blob_string));
+  EXPECT_EQ(rd.h.finished[1].tag, 2);
+  EXPECT_EQ(rd.h.finished[1].r, subscribed_nodes);
+  EXPECT_EQ(rd.pushes.size(), 3u);
+  EXPECT_TRUE(rd.h.mux.empty());
+}
+
+// on_reply says what it did with a push: routed to its request, or left for the I/O layer.
+TEST(multiplexer_push, on_reply_leaves_an_out_of_band_push_untouched) {
+  harness h;
+  h.mux.add(1, "S", 1, h.t0 + 1s, 1, clock_type::time_point::max(), confirmed_by::push);
+  h.mux.prepare_write();
+  response m = message_nodes;
+  EXPECT_EQ(h.mux.on_reply(m, h.sink()), reply_outcome::out_of_band);
+  EXPECT_EQ(m, message_nodes);
+  EXPECT_TRUE(h.finished.empty());
+  response c = subscribed_nodes;
+  EXPECT_EQ(h.mux.on_reply(c, h.sink()), reply_outcome::completed);
+  EXPECT_TRUE(c.empty());
+  ASSERT_EQ(h.finished.size(), 1u);
+  EXPECT_EQ(h.finished[0].r, subscribed_nodes);
+  response late = subscribed_nodes;  // nothing in flight: out of band, not unsolicited
+  EXPECT_EQ(h.mux.on_reply(late, h.sink()), reply_outcome::out_of_band);
+}
+
+// A connection that came up as RESP2 refuses the push-confirmed requests queued while connecting:
+// they never reach the wire; the others are written in order, and written requests stay.
+TEST(multiplexer_push, refuse_waiting_removes_the_push_confirmed_requests_only) {
+  harness h;
+  h.mux.add(1, "A", 1, h.t0 + 1s, 1, clock_type::time_point::max(), confirmed_by::push);
+  h.mux.prepare_write();
+  h.mux.add(2, "SS", 1, h.t0 + 1s, 2, clock_type::time_point::max(), confirmed_by::push);
+  h.mux.add(3, "BBB", 1, h.t0 + 1s, 3);
+  h.mux.add(4, "TTTT", 1, h.t0 + 1s, 4, clock_type::time_point::max(), confirmed_by::push);
+  h.mux.add(5, "C", 1, h.t0 + 1s, 5);
+  EXPECT_EQ(h.mux.refuse_waiting(confirmed_by::push, redlock::error::not_supported, h.sink()), 2u);
+  ASSERT_EQ(h.finished.size(), 2u);
+  EXPECT_EQ(h.finished[0].tag, 2);
+  EXPECT_EQ(h.finished[0].ec, redlock::error::not_supported);
+  EXPECT_EQ(h.finished[1].tag, 4);
+  EXPECT_EQ(h.mux.in_flight(), 1u);
+  EXPECT_EQ(h.mux.waiting(), 2u);
+  EXPECT_EQ(h.mux.prepare_write(), "BBBC");
+  EXPECT_EQ(h.mux.refuse_waiting(confirmed_by::push, redlock::error::not_supported, h.sink()), 0u);
 }
 
 }  // namespace
