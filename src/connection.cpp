@@ -229,11 +229,17 @@ class connection::impl : public std::enable_shared_from_this<impl> {
 
   // master_link::submit, on the strand: no erased handler, no post, no allocation in steady state.
   error_code submit(std::string_view payload, std::size_t replies, clock::time_point deadline,
-                    std::shared_ptr<detail::reply_sink> sink, std::uint64_t tag) {
+                    std::shared_ptr<detail::reply_sink> sink, std::uint64_t tag, bool push_confirmed) {
     inc(stats_.requests);
-    if (payload.empty() || replies == 0 || !sink) {
+    if (payload.empty() || replies == 0 || !sink || (push_confirmed && replies != 1)) {
       inc(stats_.invalid);
       return make_error_code(error::invalid_argument);
+    }
+    // RESP2 has no pushes: a SUBSCRIBE there would switch the whole connection to subscribe mode,
+    // where the lock client's commands are refused. Never write one (see also refuse_on_resp2()).
+    if (push_confirmed && protocol() == 2) {
+      inc(stats_.invalid);
+      return make_error_code(error::not_supported);
     }
     // Requests queue while (re)connecting, and from run() on: its post may not have reached the
     // strand yet, and a caller that just started the link should not see it as down.
@@ -244,11 +250,15 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     }
     const auto id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
     const auto now = clock::now();
-    mux_.add(id, payload, replies, deadline, pending{std::move(sink), tag, now}, stall_point(now, deadline));
+    mux_.add(id, payload, replies, deadline, pending{std::move(sink), tag, now}, stall_point(now, deadline),
+             push_confirmed ? detail::confirmed_by::push : detail::confirmed_by::reply);
     arm_deadline(deadline);
     start_write();
     return {};
   }
+
+  // The RESP version of the current connection (0: none), from any thread.
+  int protocol() const noexcept { return protocol_.load(std::memory_order_relaxed); }
 
   connection_status status() const {
     std::lock_guard lock{status_mutex_};
@@ -332,6 +342,8 @@ class connection::impl : public std::enable_shared_from_this<impl> {
       inc(stats_.connection_lost);
     } else if (ec == asio::error::operation_aborted) {
       inc(closing_ ? stats_.aborted : stats_.cancelled);
+    } else if (ec == error::not_supported) {
+      inc(stats_.invalid);  // refused without effect, as submit() counts it
     } else {
       inc(stats_.protocol_errors);  // the stream broke on bad bytes after the request was written
     }
@@ -412,6 +424,19 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     return core::stall_point<clock>(now, deadline, cfg_.stall_grace);
   }
 
+  void set_protocol(int p) noexcept { protocol_.store(p, std::memory_order_relaxed); }
+
+  // A connection that came up as RESP2 cannot carry push-confirmed requests (a SUBSCRIBE would put
+  // it in subscribe mode): those queued while connecting complete with not_supported, unsent.
+  void refuse_on_resp2() {
+    if (protocol() != 2) return;
+    if (const auto n =
+            mux_.refuse_waiting(detail::confirmed_by::push, make_error_code(error::not_supported), completer());
+        n > 0) {
+      REDLOCK_LOG(log_, log_level::debug, "{} subscription request(s) refused: the connection is RESP2", n);
+    }
+  }
+
   // Whether a new request is queued (or refused at once with not_connected). Requests queue while
   // up; for the lock client (a master_link) not while a written request timed out and is still
   // unanswered (overdue: the node or the path is in trouble, a new vote could only wait behind it,
@@ -458,6 +483,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
       set_state(connection_state::connecting);
       inc(stats_.connect_attempts);
       REDLOCK_LOG(log_, log_level::debug, "connecting (attempt {})", failed_attempts + 1);
+      set_protocol(0);
       std::string server_text;
       error_code ec = co_await connect_and_handshake(server_text);
       if (closing_) break;
@@ -470,9 +496,9 @@ class connection::impl : public std::enable_shared_from_this<impl> {
           ++status_.connects;
         }
         if (!was_up) {
-          REDLOCK_LOG(log_, log_level::info, "connection up (RESP{})", protocol_);
+          REDLOCK_LOG(log_, log_level::info, "connection up (RESP{})", protocol());
         } else {
-          REDLOCK_LOG(log_, log_level::info, "connection up again (RESP{}) after {} failed attempt(s)", protocol_,
+          REDLOCK_LOG(log_, log_level::info, "connection up again (RESP{}) after {} failed attempt(s)", protocol(),
                       failed_attempts);
         }
         was_up = true;
@@ -481,10 +507,12 @@ class connection::impl : public std::enable_shared_from_this<impl> {
         last_failure.clear();
         suspect_ = false;
         overdue_ = false;
+        refuse_on_resp2();  // before anything can be written
         set_state(connection_state::up);
         ec = co_await serve();
         server_text.clear();
       }
+      set_protocol(0);
       if (closing_) break;
       // A stall or a failed attempt makes the node suspect (requests fail fast until it is back).
       const bool stalled = std::exchange(stalled_, false);
@@ -550,6 +578,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   void finish_run() {
     REDLOCK_LOG(log_, log_level::info, "connection closed");
     closing_ = true;
+    set_protocol(0);
     reset_stream();
     mux_.fail_all(asio::error::operation_aborted, asio::error::operation_aborted, completer());
     set_state(connection_state::closed);
@@ -727,7 +756,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
             REDLOCK_LOG(log_, log_level::debug, "the server refused HELLO 3 ({}): falling back to RESP2",
                         detail::printable(fsm.fallback_reason(), 256, {cfg_.password}));
           }
-          if (!a.ec) protocol_ = a.protocol;
+          if (!a.ec) set_protocol(a.protocol);
           server_text = a.server_text;
           co_return a.ec;
       }
@@ -915,8 +944,10 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   }
 
   error_code dispatch_replies() {
-    // Out-of-band pushes are only counted (by note_read): nobody here subscribes.
-    return mux_.dispatch(completer(), note_read(), [](resp::response&) {});
+    return mux_.dispatch(completer(), note_read(), [this](resp::response& push) {
+      // Out of band (a pub/sub message): in place, as replies are.
+      if (auto o = observer_.lock()) o->on_push(observer_index_, push);
+    });
   }
 
   // ---- the lock client's observer (master_link) ----------------------------------------------
@@ -975,7 +1006,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   std::size_t observer_index_ = 0;
   std::atomic<std::uint64_t> next_id_{0};
   std::atomic<bool> run_requested_{false};  // master_link::run() was called
-  int protocol_ = 3;                        // RESP version of the current connection
+  std::atomic<int> protocol_{0};            // RESP version of the current connection, 0 when none
 
   mutable std::mutex status_mutex_;
   connection_status status_;
@@ -1024,9 +1055,11 @@ void master_link::observe(std::weak_ptr<link_observer> o, std::size_t index) { i
 void master_link::close() { impl_->close(); }
 
 error_code master_link::submit(std::string_view payload, std::size_t replies, clock::time_point deadline,
-                               std::shared_ptr<reply_sink> sink, std::uint64_t tag) {
-  return impl_->submit(payload, replies, deadline, std::move(sink), tag);
+                               std::shared_ptr<reply_sink> sink, std::uint64_t tag, bool push_confirmed) {
+  return impl_->submit(payload, replies, deadline, std::move(sink), tag, push_confirmed);
 }
+
+int master_link::protocol() const noexcept { return impl_->protocol(); }
 
 connection_status master_link::status() const { return impl_->status(); }
 

@@ -150,12 +150,14 @@ struct connection_stats {
   std::uint64_t cancelled = 0;
   /// Outcome: completed with `operation_aborted` by `close()` (or the end of `async_run`).
   std::uint64_t aborted = 0;
-  /// Outcome: rejected without effect (`error::invalid_argument`: empty request, bad timeout).
+  /// Outcome: rejected without effect (`error::invalid_argument`: empty request, bad timeout;
+  /// `error::not_supported`: the lock client's subscription on a RESP2 connection).
   std::uint64_t invalid = 0;
 
   /// Requests written to the socket.
   std::uint64_t written = 0;
-  /// Top-level replies read (one per command; RESP3 pushes excluded, dropped ones included).
+  /// Top-level replies read (one per command; RESP3 pushes excluded, except the one that answers
+  /// the lock client's own `SUBSCRIBE`; dropped ones included).
   std::uint64_t replies = 0;
   /// Replies read and dropped: their request had timed out or been cancelled after it was written.
   std::uint64_t dropped_replies = 0;

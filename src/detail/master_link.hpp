@@ -43,8 +43,14 @@ class link_observer {
   /// what it queues is written right after).
   virtual void on_link_up(std::size_t index) = 0;
   /// An established connection broke (stalled, closed by the node, reset). Its written requests
-  /// have completed with `connection_lost` before this call.
+  /// have completed with `connection_lost` before this call. Its subscriptions are gone with it:
+  /// re-subscribe from `on_link_up`.
   virtual void on_link_down(std::size_t index) = 0;
+  /// The node sent a RESP3 push that is no request's reply (a pub/sub `message`, or a
+  /// subscription change nobody asked for at that point of the stream). `push` holds its nodes
+  /// (the push node first, at depth 0, possibly after an attribute) and is valid during the call
+  /// only. Called in place from the read path: `submit` may be called from here.
+  virtual void on_push(std::size_t /*index*/, const resp::response& /*push*/) {}
 
  protected:
   ~link_observer() = default;
@@ -79,8 +85,23 @@ class master_link {
   /// called. Otherwise `sink->on_reply(tag, ...)` comes later, once, never from inside this call,
   /// and `sink` is kept alive until then. Counted in `stats()` like a public request. No
   /// allocation in steady state.
+  ///
+  /// `push_confirmed`: the payload is one RESP3 pub/sub command of one channel (`SUBSCRIBE ch`,
+  /// `UNSUBSCRIBE ch`, `PSUBSCRIBE`, `SSUBSCRIBE`...), answered by a subscription push instead of
+  /// a reply (see `detail::confirmed_by`): the sink gets that push's nodes (`>3 subscribe ch n`)
+  /// with no error, or the refusal with `error::server_error`. It needs `replies == 1`
+  /// (`invalid_argument` otherwise) and a RESP3 connection: on one that fell back to RESP2 it
+  /// returns `error::not_supported` (counted as `invalid`), and one queued while connecting
+  /// completes with `not_supported` when the connection comes up as RESP2; it is never written
+  /// there. It has a deadline and a stall point like any request. Subscriptions end with the
+  /// connection: the link does not restore them (see `link_observer`).
   boost::system::error_code submit(std::string_view payload, std::size_t replies, clock::time_point deadline,
-                                   std::shared_ptr<reply_sink> sink, std::uint64_t tag);
+                                   std::shared_ptr<reply_sink> sink, std::uint64_t tag, bool push_confirmed = false);
+
+  /// The RESP version of the current connection: 3, 2 after the fallback for a node that refused
+  /// `HELLO 3`, or 0 while there is none (not connected yet, down, or reconnecting). From any
+  /// thread (a snapshot).
+  int protocol() const noexcept;
 
   connection_status status() const;
   connection_stats stats() const;

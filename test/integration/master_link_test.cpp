@@ -71,6 +71,7 @@ using boost::system::error_code;
 using redlock::connection_config;
 using redlock::connection_state;
 using redlock::error;
+using redlock::detail::link_observer;
 using redlock::detail::master_link;
 using redlock::detail::reply_sink;
 using redlock::resp::request;
@@ -95,6 +96,36 @@ class recorder final : public reply_sink {
   bool inside_submit = false;
   std::function<void(std::uint64_t, error_code, const response&)> then;
 };
+
+// Records what a link tells its observer (on the strand).
+class observer final : public link_observer {
+ public:
+  void on_link_up(std::size_t index) override {
+    ups.push_back(index);
+    if (then_up) then_up();
+  }
+  void on_link_down(std::size_t index) override { downs.push_back(index); }
+  void on_push(std::size_t index, const response& push) override {
+    indexes.push_back(index);
+    pushes.push_back(push);
+  }
+  std::vector<std::size_t> ups, downs, indexes;
+  std::vector<response> pushes;
+  std::function<void()> then_up;
+};
+
+// The nodes of a RESP3 push of blob strings (and integers written as ":n").
+response push_of(std::initializer_list<std::string> elements) {
+  response r{redlock::resp::node{redlock::resp::type::push, elements.size(), 0, ""}};
+  for (const auto& e : elements) {
+    if (!e.empty() && e[0] == ':') {
+      r.push_back({redlock::resp::type::integer, 0, 1, e.substr(1)});
+    } else {
+      r.push_back({redlock::resp::type::blob_string, 0, 1, e});
+    }
+  }
+  return r;
+}
 
 template <class... Args>
 std::string encode(std::string_view cmd, const Args&... args) {
@@ -131,12 +162,12 @@ struct master_link_test : ::testing::Test {
 
   // Calls submit on the strand, as the lock client does, and returns its result.
   error_code submit_on_strand(master_link& link, std::string payload, std::size_t replies, std::uint64_t tag,
-                              clock_type::duration timeout = 5s) {
+                              clock_type::duration timeout = 5s, bool push_confirmed = false) {
     bool done = false;
     error_code result;
     asio::post(strand, [&] {
       sink->inside_submit = true;
-      result = link.submit(payload, replies, clock_type::now() + timeout, sink, tag);
+      result = link.submit(payload, replies, clock_type::now() + timeout, sink, tag, push_confirmed);
       payload.assign(payload.size(), 'x');  // the link copied the bytes: the caller may reuse them
       sink->inside_submit = false;
       done = true;
@@ -147,6 +178,18 @@ struct master_link_test : ::testing::Test {
 
   void wait_up(master_link& link) {
     run_until([&] { return link.status().state == connection_state::up; });
+  }
+
+  // Runs `f` on the strand (as the lock client's code runs) and waits for it: what it submits is
+  // queued in one pass, so requests pipeline behind each other.
+  template <class F>
+  void on_strand(F f) {
+    bool done = false;
+    asio::post(strand, [&] {
+      f();
+      done = true;
+    });
+    run_until([&] { return done; });
   }
 };
 
@@ -380,6 +423,201 @@ TEST_F(master_link_test, steady_state_allocates_nothing_per_request) {
     EXPECT_LE(per_request, 0.01);  // a stray one is not the request's
   }
   EXPECT_LE(handlers_per_request, 3.1);
+}
+
+// ---- pub/sub on the link's own connection (RESP3 pushes) ---------------------------------------
+
+// A SUBSCRIBE pipelined between normal commands is answered by its confirmation push; the
+// commands before and after it get their own replies; a PUBLISH from another connection reaches
+// the observer out of band with channel and payload, and normal commands keep working after it.
+TEST_F(master_link_test, subscribe_on_the_link_and_messages_reach_the_observer) {
+  master_link link{strand, config()};
+  auto obs = std::make_shared<observer>();
+  link.observe(obs, 4);
+  EXPECT_EQ(link.protocol(), 0);  // no connection yet
+  link.run();
+  wait_up(link);
+  EXPECT_EQ(link.protocol(), 3);
+  on_strand([&] {
+    const auto deadline = clock_type::now() + 5s;
+    EXPECT_FALSE(link.submit(encode("SET", "k", "v"), 1, deadline, sink, 1));
+    EXPECT_FALSE(link.submit(encode("SUBSCRIBE", "ch"), 1, deadline, sink, 2, true));
+    EXPECT_FALSE(link.submit(encode("GET", "k"), 1, deadline, sink, 3));
+    EXPECT_FALSE(link.submit(encode("ECHO", "after"), 1, deadline, sink, 4));
+  });
+  run_until([&] { return sink->calls.size() == 4; });
+  ASSERT_EQ(sink->calls.size(), 4u);
+  EXPECT_EQ(sink->calls[0].tag, 1u);
+  EXPECT_EQ(sink->calls[0].r.at(0).value, "OK");
+  EXPECT_EQ(sink->calls[1].tag, 2u);
+  EXPECT_FALSE(sink->calls[1].ec) << sink->calls[1].ec.message();
+  EXPECT_EQ(sink->calls[1].r, push_of({"subscribe", "ch", ":1"}));
+  EXPECT_EQ(sink->calls[2].tag, 3u);
+  EXPECT_FALSE(sink->calls[2].ec);
+  EXPECT_EQ(sink->calls[2].r.at(0).value, "v");
+  EXPECT_EQ(sink->calls[3].tag, 4u);
+  EXPECT_EQ(sink->calls[3].r.at(0).value, "after");
+  EXPECT_TRUE(obs->pushes.empty());  // the confirmation was the SUBSCRIBE's reply, not out of band
+
+  EXPECT_EQ(cluster[0].command({"PUBLISH", "ch", "payload"}), ":1\r\n");  // one subscriber: the link
+  run_until([&] { return obs->pushes.size() == 1; });
+  ASSERT_EQ(obs->pushes.size(), 1u);
+  EXPECT_EQ(obs->pushes[0], push_of({"message", "ch", "payload"}));
+  EXPECT_EQ(obs->indexes, std::vector<std::size_t>{4});
+
+  // Still a normal connection: commands and messages interleave, each where it belongs.
+  on_strand([&] { EXPECT_FALSE(link.submit(encode("GET", "k"), 1, clock_type::now() + 5s, sink, 5)); });
+  EXPECT_EQ(cluster[0].command({"PUBLISH", "ch", "second"}), ":1\r\n");
+  on_strand([&] { EXPECT_FALSE(link.submit(encode("PING"), 1, clock_type::now() + 5s, sink, 6)); });
+  run_until([&] { return sink->calls.size() == 6 && obs->pushes.size() == 2; });
+  ASSERT_EQ(sink->calls.size(), 6u);
+  ASSERT_EQ(obs->pushes.size(), 2u);
+  EXPECT_EQ(sink->calls[4].r.at(0).value, "v");
+  EXPECT_EQ(sink->calls[5].r.at(0).value, "PONG");
+  EXPECT_EQ(obs->pushes[1], push_of({"message", "ch", "second"}));
+
+  const auto s = link.stats();
+  EXPECT_EQ(s.requests, 6u);
+  EXPECT_EQ(s.ok, 6u);
+  EXPECT_EQ(s.replies, 6u);  // the confirmation counts as the SUBSCRIBE's reply
+  EXPECT_EQ(s.pushes, 2u);   // the two messages
+  EXPECT_EQ(link.status().pushes, 2u);
+  EXPECT_EQ(s.latency.count, 6u);
+}
+
+// An ACL user without the channel gets an error reply for SUBSCRIBE (server_error, the node's
+// text); the stream stays in step: the next commands get their own replies, on the same socket.
+TEST_F(master_link_test, a_refused_subscription_is_a_server_error_and_the_stream_stays_in_step) {
+  ASSERT_EQ(cluster[0].command({"ACL", "SETUSER", "u", "on", ">pw", "resetchannels", "+@all", "~*"}), "+OK\r\n");
+  auto cfg = config();
+  cfg.username = "u";
+  cfg.password = "pw";
+  master_link link{strand, cfg};
+  auto obs = std::make_shared<observer>();
+  link.observe(obs, 0);
+  link.run();
+  wait_up(link);
+  on_strand([&] {
+    const auto deadline = clock_type::now() + 5s;
+    EXPECT_FALSE(link.submit(encode("SET", "k", "v"), 1, deadline, sink, 1));
+    EXPECT_FALSE(link.submit(encode("SUBSCRIBE", "ch"), 1, deadline, sink, 2, true));
+    EXPECT_FALSE(link.submit(encode("GET", "k"), 1, deadline, sink, 3));
+  });
+  run_until([&] { return sink->calls.size() == 3; });
+  ASSERT_EQ(sink->calls.size(), 3u);
+  EXPECT_EQ(sink->calls[0].r.at(0).value, "OK");
+  EXPECT_EQ(sink->calls[1].tag, 2u);
+  EXPECT_EQ(sink->calls[1].ec, error::server_error);
+  ASSERT_EQ(sink->calls[1].r.size(), 1u);
+  EXPECT_EQ(sink->calls[1].r[0].value.rfind("NOPERM", 0), 0u) << sink->calls[1].r[0].value;
+  EXPECT_EQ(sink->calls[2].tag, 3u);
+  EXPECT_FALSE(sink->calls[2].ec);
+  EXPECT_EQ(sink->calls[2].r.at(0).value, "v");
+  EXPECT_EQ(cluster[0].command({"PUBLISH", "ch", "payload"}), ":0\r\n");  // not subscribed
+  EXPECT_FALSE(submit_on_strand(link, encode("ECHO", "next"), 1, 4));
+  run_until([&] { return sink->calls.size() == 4; });
+  ASSERT_EQ(sink->calls.size(), 4u);
+  EXPECT_EQ(sink->calls[3].r.at(0).value, "next");
+  EXPECT_TRUE(obs->pushes.empty());
+  EXPECT_EQ(link.status().connects, 1u);  // the same socket all along
+  EXPECT_EQ(link.stats().server_errors, 1u);
+}
+
+// A SUBSCRIBE that times out is abandoned like any request: its late confirmation is dropped and
+// the next command gets its own reply. The node did subscribe, though: its messages still come,
+// out of band (the caller decides whether to unsubscribe).
+TEST_F(master_link_test, a_timed_out_subscription_drops_its_late_confirmation) {
+  master_link link{strand, config()};
+  auto obs = std::make_shared<observer>();
+  link.observe(obs, 0);
+  link.run();
+  wait_up(link);
+  cluster[0].pause();
+  EXPECT_FALSE(submit_on_strand(link, encode("SUBSCRIBE", "ch"), 1, 1, 50ms, true));
+  run_until([&] { return sink->calls.size() == 1; });
+  ASSERT_EQ(sink->calls.size(), 1u);
+  EXPECT_EQ(sink->calls[0].ec, error::master_timeout);
+  cluster[0].resume();
+  run_until([&] { return link.stats().dropped_replies == 1; });
+  EXPECT_FALSE(submit_on_strand(link, encode("ECHO", "in step"), 1, 2));
+  run_until([&] { return sink->calls.size() == 2; });
+  ASSERT_EQ(sink->calls.size(), 2u);
+  EXPECT_EQ(sink->calls[1].r.at(0).value, "in step");
+  EXPECT_EQ(cluster[0].command({"PUBLISH", "ch", "anyway"}), ":1\r\n");
+  run_until([&] { return obs->pushes.size() == 1; });
+  ASSERT_EQ(obs->pushes.size(), 1u);
+  EXPECT_EQ(obs->pushes[0], push_of({"message", "ch", "anyway"}));
+  EXPECT_EQ(link.status().connects, 1u);
+}
+
+TEST_F(master_link_test, a_push_confirmed_request_must_be_of_one_reply) {
+  master_link link{strand, config()};
+  link.run();
+  wait_up(link);
+  EXPECT_EQ(submit_on_strand(link, encode("SUBSCRIBE", "a") + encode("SUBSCRIBE", "b"), 2, 1, 5s, true),
+            error::invalid_argument);
+  ioc.restart();
+  ioc.run_for(20ms);
+  EXPECT_TRUE(sink->calls.empty());
+  EXPECT_EQ(link.stats().invalid, 1u);
+}
+
+// A node that refuses HELLO 3 (here a real Redis with HELLO renamed away, as a Redis older than 6
+// would answer) gets a RESP2 connection. RESP2 has no pushes: a SUBSCRIBE there would put the
+// whole connection in subscribe mode and the lock client's commands would be refused. So a
+// subscription queued while the protocol was unknown completes with not_supported, unsent; one
+// submitted once RESP2 is known (on_link_up included) is refused at once; nothing else changes.
+TEST_F(master_link_test, a_resp2_connection_never_writes_a_subscription) {
+  redlock::test::redis_options options;
+  options.extra_args = {"--rename-command", "HELLO", ""};
+  redlock::test::redis_cluster legacy{1, options};
+  ASSERT_EQ(legacy[0].command({"HELLO", "3"}).rfind("-ERR unknown command", 0), 0u);
+  auto cfg = config();
+  cfg.host = legacy[0].host();
+  cfg.port = legacy[0].port();
+  master_link link{strand, cfg};
+  auto obs = std::make_shared<observer>();
+  error_code from_link_up;
+  obs->then_up = [&] {
+    from_link_up = link.submit(encode("SUBSCRIBE", "ch"), 1, clock_type::now() + 5s, sink, 9, true);
+  };
+  link.observe(obs, 0);
+  std::vector<error_code> accepted;
+  on_strand([&] {
+    link.run();
+    const auto deadline = clock_type::now() + 5s;
+    accepted.push_back(link.submit(encode("SET", "k", "v"), 1, deadline, sink, 1));
+    accepted.push_back(link.submit(encode("SUBSCRIBE", "ch"), 1, deadline, sink, 2, true));
+    accepted.push_back(link.submit(encode("GET", "k"), 1, deadline, sink, 3));
+  });
+  EXPECT_EQ(accepted, std::vector<error_code>(3));  // queued: the protocol is not known yet
+  run_until([&] { return sink->calls.size() == 3; });
+  ASSERT_EQ(sink->calls.size(), 3u);
+  EXPECT_EQ(sink->calls[0].tag, 2u);  // refused before anything was written
+  EXPECT_EQ(sink->calls[0].ec, error::not_supported);
+  EXPECT_TRUE(sink->calls[0].r.empty());
+  EXPECT_EQ(sink->calls[1].tag, 1u);
+  EXPECT_EQ(sink->calls[1].r.at(0).value, "OK");
+  EXPECT_EQ(sink->calls[2].tag, 3u);
+  EXPECT_EQ(sink->calls[2].r.at(0).value, "v");
+  EXPECT_EQ(link.protocol(), 2);
+  EXPECT_EQ(obs->ups.size(), 1u);
+  EXPECT_EQ(from_link_up, error::not_supported);
+
+  EXPECT_EQ(submit_on_strand(link, encode("SUBSCRIBE", "ch"), 1, 4, 5s, true), error::not_supported);
+  EXPECT_FALSE(submit_on_strand(link, encode("GET", "k"), 1, 5));
+  run_until([&] { return sink->calls.size() == 4; });
+  ASSERT_EQ(sink->calls.size(), 4u);
+  EXPECT_EQ(sink->calls[3].tag, 5u);
+  EXPECT_EQ(sink->calls[3].r.at(0).value, "v");
+  const std::string stats = legacy[0].command({"INFO", "commandstats"});
+  EXPECT_NE(stats.find("cmdstat_get:"), std::string::npos) << stats;
+  EXPECT_EQ(stats.find("cmdstat_subscribe:"), std::string::npos) << stats;
+  const auto s = link.stats();
+  EXPECT_EQ(s.requests, 6u);
+  EXPECT_EQ(s.invalid, 3u);  // the three subscriptions: refused without effect
+  EXPECT_EQ(s.ok, 3u);
+  EXPECT_EQ(s.written, 3u);
 }
 
 }  // namespace
