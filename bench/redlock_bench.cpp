@@ -375,8 +375,9 @@ int main(int argc, char** argv) {
   if (want("ceiling")) {
     const double set_ops = redis_benchmark_all(s, {"SET", "key:__rand_int__", "token", "NX", "PX", "10000"});
     for (std::size_t i = 0; i < 5; ++i) s.cluster[i].command({"SCRIPT", "LOAD", redlock::detail::release_script.body});
-    const double rel_ops = redis_benchmark_all(
-        s, {"EVALSHA", std::string{redlock::detail::release_script.sha1}, "1", "key:__rand_int__", "token"});
+    const double rel_ops =
+        redis_benchmark_all(s, {"EVALSHA", std::string{redlock::detail::release_script.sha1}, "3", "key:__rand_int__",
+                                "key:__rand_int__:redlock-queue", "key:__rand_int__:redlock-expiry", "token"});
     // One lock cycle costs each master one SET and one release.
     const double ceiling = 1.0 / (5.0 / set_ops + 5.0 / rel_ops);
     fmt::print(

@@ -55,13 +55,18 @@ void bind_cancellation(Handler& h, const std::shared_ptr<Op>& op, const strand_t
 struct lock_op final : op_base {
   lock_op(std::shared_ptr<client_impl> c, std::shared_ptr<lock_state> s, lock_handler h, core::lock_rules rules)
       : owner(std::move(c)), st(std::move(s)), handler(std::move(h)), fsm(rules), timer(owner->strand()) {}
-  ~lock_op() override { owner->retire(*this); }  // also when dropped unfinished (io_context torn down)
+  ~lock_op() override {  // also when dropped unfinished (io_context torn down)
+    owner->retire(*this);
+    if (!member.empty()) owner->forget_waiter(member);
+  }
 
   std::shared_ptr<client_impl> owner;
   std::shared_ptr<lock_state> st;
   std::optional<lock_handler> handler;
   core::lock_fsm fsm;
   asio::steady_timer timer;  // the retry delay
+  std::string member;        // the waiter's name in the masters' queues, once it queued
+  std::int64_t ticket = 0;   // sent with the fair round in progress
 
   void start() {
     auto& c = *owner;
@@ -78,7 +83,7 @@ struct lock_op final : op_base {
     }
     st->key = c.config().key_prefix + st->resource;
     c.enroll(*this);
-    act(fsm.start(clock_type::now()));
+    act(fsm.start(clock_type::now(), c.fair() && c.recently_contended(st->key)));
   }
 
   void act(const core::lock_action& a) {
@@ -91,6 +96,7 @@ struct lock_op final : op_base {
         // Every retry signs with a new token: a failed round's release, even one re-sent much
         // later on a new connection, can then never delete the key of a later round.
         if (fsm.attempts() > 1) {
+          timer.cancel();  // a wake-up may start the round before the retry delay ended
           error_code ec;
           if (!st->new_token(ec)) {
             REDLOCK_LOG(c.log(), log_level::error, "{}: cannot draw a token: {}", lock_name(st->resource, {}),
@@ -100,6 +106,15 @@ struct lock_op final : op_base {
           }
         }
         c.note_attempt();
+        if (a.fair) {
+          if (member.empty()) {
+            member = c.new_waiter(*this);
+            c.note_queued();
+          }
+          c.ensure_inbox();  // queued on each connection before the round: no wake-up is missed
+          ticket = a.ticket;
+          return c.send_all(c.scratch_fair(*st, member, ticket, true), a.at, shared_from_this(), fsm.round());
+        }
         return c.send_all(c.scratch_set(*st), a.at, shared_from_this(), fsm.round());
       case core::lock_action::type::sleep:
         REDLOCK_LOG(c.log(), log_level::debug, "{}: attempt {} failed: {}; masters: {}; retrying in {}",
@@ -128,6 +143,11 @@ struct lock_op final : op_base {
                       describe_masters(fsm.table().results(), st->token));
         }
         if (!a.ec) st->note_key_holders(fsm.table().results());
+        if (!member.empty()) {
+          if (fsm.queued()) c.leave_queues(*st, member, fsm.table().results());
+          c.forget_waiter(member);
+          member.clear();
+        }
         st->set_results(fsm.table().take_results());
         return finish(a.ec);
     }
@@ -135,7 +155,23 @@ struct lock_op final : op_base {
 
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override {
     if (client_impl::is_release(tag)) return;  // a failed round's release: nobody waits for it
+    if (!(tag & eval_flag) && core::is_noscript(ec, r) && !member.empty() && round_of(tag) == fsm.round() &&
+        !fsm.done()) {
+      // The master lost its script cache: the same round again with EVAL on that master, queued
+      // before anything that can follow the round (its release), so the order stays the same.
+      const auto i = master_of(tag);
+      if (!owner->link(i).submit(owner->scratch_fair(*st, member, ticket, false), 1,
+                                 clock_type::now() + owner->config().request_timeout, shared_from_this(),
+                                 tag | eval_flag))
+        return;
+    }
     act(fsm.on_reply(round_of(tag), master_of(tag), ec, r, clock_type::now(), owner->unit_random()));
+  }
+
+  void on_wake(std::size_t master) override {
+    const auto a = fsm.on_wake(master, clock_type::now());
+    if (a.what == core::lock_action::type::acquire) owner->note_wakeup();
+    act(a);
   }
 
   void cancel() override {
@@ -190,6 +226,7 @@ struct unlock_op final : op_base {
           c.note_release(*st, a.ec, fsm.held(), fsm.table());
           st->set_results(fsm.table().results());
         }
+        if (fsm.waiters() && c.fair()) c.note_contended(st->key);
         if (!handler) return;
         auto h = std::move(*handler);
         handler.reset();

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <iterator>
 #include <set>
 
@@ -42,11 +43,21 @@ boost::system::error_code validate(const client_config& cfg, std::string* what) 
   if (cfg.retry.base_delay < std::chrono::milliseconds::zero() ||
       cfg.retry.jitter < std::chrono::milliseconds::zero() || cfg.retry.max_wait < std::chrono::milliseconds::zero())
     return bad("retry delays must not be negative");
+  if (cfg.fairness.entry_timeout < std::chrono::milliseconds::zero()) return bad("fairness.entry_timeout is negative");
+  if (cfg.fairness.entry_timeout > std::chrono::milliseconds::zero() &&
+      cfg.fairness.entry_timeout <= cfg.retry.base_delay + cfg.retry.jitter)
+    return bad("fairness.entry_timeout must exceed retry.base_delay + retry.jitter");
   if (cfg.max_resource_length == 0) return bad("max_resource_length is 0");
   if (cfg.max_ttl <= std::chrono::milliseconds::zero() || cfg.max_ttl > std::chrono::hours{24 * 366})
     return bad("max_ttl outside (0, 366 days]");
   if (what) what->clear();
   return {};
+}
+
+std::chrono::milliseconds queue_entry_timeout(const client_config& cfg) noexcept {
+  if (cfg.fairness.entry_timeout > std::chrono::milliseconds::zero()) return cfg.fairness.entry_timeout;
+  const auto derived = 2 * (cfg.retry.base_delay + cfg.retry.jitter) + cfg.request_timeout;
+  return std::max(derived, std::chrono::milliseconds{500});
 }
 
 namespace detail {
@@ -92,22 +103,37 @@ std::string describe_masters(const std::vector<master_result>& results, std::str
   return out;
 }
 
-void push_script(resp::request& req, const script& s, bool by_sha, std::string_view key, std::string_view token,
+void queue_key_names(std::string_view key, std::string& queue, std::string& expiry) {
+  queue.assign(key).append(queue_suffix);
+  expiry.assign(key).append(expiry_suffix);
+}
+
+void push_script(resp::request& req, const script& s, bool by_sha, const script_keys& keys, std::string_view token,
                  std::optional<std::int64_t> ttl_ms) {
   const std::string_view cmd = by_sha ? "EVALSHA" : "EVAL";
   const std::string_view body = by_sha ? s.sha1 : s.body;
-  if (ttl_ms) {
-    req.push(cmd, body, 1, key, token, *ttl_ms);
+  if (!keys.queue.empty()) {
+    req.push(cmd, body, 3, keys.key, keys.queue, keys.expiry, token);
+  } else if (ttl_ms) {
+    req.push(cmd, body, 1, keys.key, token, *ttl_ms);
   } else {
-    req.push(cmd, body, 1, key, token);
+    req.push(cmd, body, 1, keys.key, token);
   }
 }
 
-std::string encode_eval(const script& s, std::string_view key, std::string_view token,
+std::string encode_eval(const script& s, const script_keys& keys, std::string_view token,
                         std::optional<std::int64_t> ttl_ms) {
   resp::request req;
-  push_script(req, s, false, key, token, ttl_ms);
+  push_script(req, s, false, keys, token, ttl_ms);
   return std::move(req).take_payload();
+}
+
+void push_fair(resp::request& req, bool by_sha, const script_keys& keys, std::string_view token,
+               std::chrono::milliseconds ttl, const fair_args& args) {
+  const std::string_view cmd = by_sha ? "EVALSHA" : "EVAL";
+  const std::string_view body = by_sha ? fair_acquire_script.sha1 : fair_acquire_script.body;
+  req.push(cmd, body, 3, keys.key, keys.queue, keys.expiry, token, ttl.count(), args.member, args.ticket,
+           args.entry_timeout_ms);
 }
 
 // ---- lock state and watcher ---------------------------------------------------------------------
@@ -165,6 +191,13 @@ client_impl::client_impl(asio::any_io_executor ex, client_config cfg)
     REDLOCK_LOG(log_, log_level::error, "invalid configuration: {}", config_problem_);
     return;
   }
+  entry_timeout_ = queue_entry_timeout(cfg_);
+  if (cfg_.fairness.enabled) {
+    error_code ec;
+    inbox_ = make_token(ec).substr(0, 16);
+    if (ec || inbox_.size() != 16) inbox_ = fmt::format("{:016x}", std::random_device{}());
+    wake_channel_ = std::string{wake_channel_prefix} + inbox_;
+  }
   links_.reserve(cfg_.masters.size());
   deferred_.resize(cfg_.masters.size());
   names_.reserve(cfg_.masters.size());
@@ -203,6 +236,7 @@ void client_impl::close() {
       if (auto op = p->weak_from_this().lock()) ops.push_back(std::move(op));
     }
     for (auto& op : ops) op->cancel();
+    self->waiters_.clear();
     self->wakes_.clear();
     self->timer_.cancel();
     for (auto& l : self->links_) l->close();
@@ -238,6 +272,8 @@ client_stats client_impl::stats() const {
   s.background_releases = read(c.background_releases);
   s.releases_resent = read(c.releases_resent);
   s.releases_expired = read(c.releases_expired);
+  s.lock_wakeups = read(c.wakeups);
+  s.locks_queued = read(c.queued);
   s.acquire_latency = c.acquire_latency.snapshot();
   s.log_messages = log_.messages();
   s.log_sink_errors = log_.sink_errors();
@@ -245,7 +281,7 @@ client_stats client_impl::stats() const {
 }
 
 core::lock_rules client_impl::lock_rules(std::chrono::milliseconds ttl, bool retry) const noexcept {
-  return {links_.size(), ttl, cfg_.request_timeout, cfg_.drift, cfg_.retry, retry};
+  return {links_.size(), ttl, cfg_.request_timeout, cfg_.drift, cfg_.retry, retry, cfg_.fairness.enabled};
 }
 
 error_code client_impl::check_lock_args(const std::string& resource, std::chrono::milliseconds ttl) const {
@@ -334,6 +370,8 @@ void client_impl::defer_release(std::size_t i, std::string_view payload, std::ch
 void client_impl::on_link_down(std::size_t i) { deferred_[i].connection_lost(clock_type::now()); }
 
 void client_impl::on_link_up(std::size_t i) {
+  // A new connection has no subscriptions: waiters queued on this master are woken through it.
+  if (inbox_wanted_ && !closed_) subscribe_inbox(i);
   if (deferred_[i].empty() || closed_) return;
   std::size_t expired = 0;
   auto due = deferred_[i].take(clock_type::now(), expired);
@@ -364,15 +402,137 @@ bool client_impl::eval_instead(std::uint64_t tag, error_code ec, const resp::res
   REDLOCK_LOG(log_, log_level::debug, "{}: script not in the server's cache (NOSCRIPT): sending it with EVAL",
               names_[i]);
   const auto timeout = ttl_ms ? cfg_.request_timeout : cfg_.release_timeout;
-  const auto payload = encode_eval(s, st.key, st.token, ttl_ms);
+  std::string queue, expiry;
+  if (&s == &release_script) queue_key_names(st.key, queue, expiry);
+  const auto payload = encode_eval(s, {st.key, queue, expiry}, st.token, ttl_ms);
   return !links_[i]->submit(payload, 1, clock_type::now() + timeout, sink, tag | eval_flag);
 }
 
 std::string_view client_impl::scratch_script(const script& s, const lock_state& st,
                                              std::optional<std::int64_t> ttl_ms) {
   scratch_.clear();  // keeps its capacity
-  push_script(scratch_, s, true, st.key, st.token, ttl_ms);
+  script_keys keys{st.key, {}, {}};
+  if (&s == &release_script) {
+    queue_key_names(st.key, queue_buf_, expiry_buf_);
+    keys.queue = queue_buf_;
+    keys.expiry = expiry_buf_;
+  }
+  push_script(scratch_, s, true, keys, st.token, ttl_ms);
   if (ttl_ms) st.longest_ttl = std::max(st.longest_ttl, std::chrono::milliseconds{*ttl_ms});
+  return scratch_.payload();
+}
+
+// ---- fair hand-over -------------------------------------------------------------------------------
+
+namespace {
+
+// Answers to SUBSCRIBE of the wake channel: a master that refuses (an ACL without the channel, or
+// RESP2) leaves its waiters to the retry schedule, which is logged once per connection.
+struct inbox_sink final : reply_sink {
+  explicit inbox_sink(std::weak_ptr<client_impl> c) : owner(std::move(c)) {}
+  std::weak_ptr<client_impl> owner;
+  void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override {
+    if (!ec || ec == asio::error::operation_aborted) return;
+    auto c = owner.lock();
+    if (!c) return;
+    const auto* v = resp::reply_value(r);
+    REDLOCK_LOG(c->log(), ec == error::not_supported ? log_level::info : log_level::warning,
+                "master {}: no wake-ups for waiters ({}{}{}); they retry on their schedule", master_of(tag) + 1,
+                describe(ec), v && ec == error::server_error ? ": " : "",
+                v && ec == error::server_error ? printable(v->value, 160) : std::string{});
+  }
+};
+
+// "<16 hex digits>:<hex number>" -> the number, if the inbox is `inbox`.
+std::optional<std::uint64_t> waiter_number(std::string_view member, std::string_view inbox) noexcept {
+  if (member.size() <= inbox.size() + 1 || member.substr(0, inbox.size()) != inbox || member[inbox.size()] != ':')
+    return std::nullopt;
+  const auto digits = member.substr(inbox.size() + 1);
+  std::uint64_t n = 0;
+  const auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n, 16);
+  if (ec != std::errc{} || p != digits.data() + digits.size()) return std::nullopt;
+  return n;
+}
+
+}  // namespace
+
+std::string client_impl::new_waiter(op_base& op) {
+  const auto n = ++next_waiter_;
+  waiters_[n] = &op;
+  return fmt::format("{}:{:x}", inbox_, n);
+}
+
+void client_impl::forget_waiter(std::string_view member) noexcept {
+  if (const auto n = waiter_number(member, inbox_)) waiters_.erase(*n);
+}
+
+void client_impl::subscribe_inbox(std::size_t i) {
+  if (!inbox_sink_) inbox_sink_ = std::make_shared<inbox_sink>(weak_from_this());
+  scratch_.clear();
+  scratch_.push("SUBSCRIBE", wake_channel_);
+  // Its deadline is the release timeout: a master that does not confirm is as slow as that.
+  const auto ec = links_[i]->submit(scratch_.payload(), 1, clock_type::now() + cfg_.release_timeout, inbox_sink_,
+                                    make_tag(release_round, i), true);
+  if (ec && ec != error::not_connected) inbox_sink_->on_reply(make_tag(release_round, i), ec, no_reply);
+}
+
+void client_impl::ensure_inbox() {
+  if (inbox_wanted_ || closed_) return;
+  inbox_wanted_ = true;
+  for (std::size_t i = 0; i < links_.size(); ++i) subscribe_inbox(i);
+}
+
+void client_impl::on_push(std::size_t i, const resp::response& push) {
+  // >3 message <channel> <payload>
+  if (push.size() != 4 || push[0].data_type != resp::type::push || push[1].value != "message" ||
+      push[2].value != wake_channel_)
+    return;
+  const auto n = waiter_number(push[3].value, inbox_);
+  if (!n) return;
+  const auto it = waiters_.find(*n);
+  if (it == waiters_.end()) return;  // that acquisition has ended
+  it->second->on_wake(i);
+}
+
+bool client_impl::recently_contended(const std::string& key) {
+  if (contended_.empty()) return false;
+  const auto it = contended_.find(key);
+  if (it == contended_.end()) return false;
+  if (it->second > clock_type::now()) return true;
+  contended_.erase(it);
+  return false;
+}
+
+void client_impl::note_contended(const std::string& key) {
+  const auto now = clock_type::now();
+  // Bounded: expired hints go first, then (rarely) all of them; a lost hint costs fairness only.
+  if (contended_.size() >= 1024) std::erase_if(contended_, [now](const auto& e) { return e.second <= now; });
+  if (contended_.size() >= 1024) contended_.clear();
+  contended_[key] = now + entry_timeout_;
+}
+
+void client_impl::leave_queues(const lock_state& st, std::string_view member, const std::vector<master_result>& round) {
+  queue_key_names(st.key, queue_buf_, expiry_buf_);
+  scratch_.clear();
+  scratch_.push("ZREM", queue_buf_, member);
+  scratch_.push("ZREM", expiry_buf_, member);
+  const auto deadline = clock_type::now() + cfg_.release_timeout;
+  // Nobody waits for the answers (the lock state's sink ignores them); an entry left behind on a
+  // master that is down expires with the entry timeout.
+  const auto sink = std::const_pointer_cast<lock_state>(st.shared_from_this());
+  for (std::size_t i = 0; i < links_.size(); ++i) {
+    if (i < round.size() && round[i].status == master_status::granted) continue;  // it left that queue
+    (void)links_[i]->submit(scratch_.payload(), 2, deadline, sink, make_tag(release_round, i));
+  }
+}
+
+std::string_view client_impl::scratch_fair(const lock_state& st, std::string_view member, std::int64_t ticket,
+                                           bool by_sha) {
+  queue_key_names(st.key, queue_buf_, expiry_buf_);
+  scratch_.clear();
+  push_fair(scratch_, by_sha, {st.key, queue_buf_, expiry_buf_}, st.token, st.ttl,
+            {member, ticket, entry_timeout_.count()});
+  st.longest_ttl = std::max(st.longest_ttl, st.ttl);
   return scratch_.payload();
 }
 

@@ -23,6 +23,8 @@ std::string_view to_string(master_status s) noexcept {
       return "unreachable";
     case master_status::failed:
       return "failed";
+    case master_status::queued:
+      return "queued";
   }
   return "unknown";
 }

@@ -141,6 +141,8 @@ void each_counter(client_stats& a, const client_stats& b, Op op) {
   op(a.background_releases, b.background_releases);
   op(a.releases_resent, b.releases_resent);
   op(a.releases_expired, b.releases_expired);
+  op(a.lock_wakeups, b.lock_wakeups);
+  op(a.locks_queued, b.locks_queued);
   op(a.log_messages, b.log_messages);
   op(a.log_sink_errors, b.log_sink_errors);
 }

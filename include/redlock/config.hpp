@@ -18,6 +18,22 @@
 
 namespace redlock {
 
+/// Fair hand-over of contended locks (docs/design.md, "Fair hand-over").
+struct fairness_options {
+  /// On: an `async_lock` whose first attempt finds the lock taken queues on every master (a sorted
+  /// set beside the key), the next holder is the first of the queued waiters, and the release wakes
+  /// it by a pub/sub message on its client's connection, so it retries within a round trip instead
+  /// of at its next retry tick. Mutual exclusion still rests on the `SET NX PX` key alone. Off:
+  /// every attempt is a plain `SET NX PX`, and waiters only retry on `retry`'s schedule.
+  bool enabled = true;
+  /// How long a waiter's place in a master's queue lives unless one of its attempts renews it: the
+  /// longest that a waiter which died, stopped or lost its network can hold up the waiters behind
+  /// it. Zero: 2 × (retry.base_delay + retry.jitter) + request_timeout, at least 500 ms (700 ms
+  /// with the defaults). Must exceed retry.base_delay + retry.jitter, the longest gap between two
+  /// attempts of a waiter that hears no wake-up.
+  std::chrono::milliseconds entry_timeout{0};
+};
+
 /// The masters and the rules of a Redlock client.
 struct client_config {
   /// The independent masters (no replication between them); typically 5. Each gets one
@@ -37,6 +53,8 @@ struct client_config {
   core::drift_policy drift{};
   /// Retries of `async_lock` (`async_try_lock` makes one attempt).
   core::retry_policy retry{};
+  /// Fair hand-over to waiters, woken on release (on by default).
+  fairness_options fairness{};
   /// Longest resource name accepted (Redis allows 512 MiB keys; lock names that long are a bug).
   std::size_t max_resource_length = 64 * 1024;
   /// Longest ttl accepted (at most 366 days). A lock meant to last longer is kept alive with
@@ -51,6 +69,10 @@ struct client_config {
 /// Checks `cfg` (masters present, distinct and valid; timeouts positive; drift and retry sane).
 /// Returns `error::invalid_config`, with `what` naming the problem, or success.
 boost::system::error_code validate(const client_config& cfg, std::string* what = nullptr);
+
+/// The lifetime of a waiter's queue entry under `cfg` (`fairness_options::entry_timeout`, or the
+/// value derived from the retry schedule when that is zero).
+std::chrono::milliseconds queue_entry_timeout(const client_config& cfg) noexcept;
 
 /// @brief Parses a list of masters such as `"10.0.0.1:7001,10.0.0.2:7001,[::1]:7003,unix:/run/r.sock"`.
 ///

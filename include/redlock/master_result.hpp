@@ -20,6 +20,9 @@ enum class master_status : std::uint8_t {
   timeout,       ///< no answer before the deadline; whether the command ran is unknown
   unreachable,   ///< the connection to the master is down; nothing was sent
   failed,        ///< the connection broke or a reply was malformed after sending; outcome unknown
+  /// Fair acquisition: the key was free, but another client's waiter is ahead in this master's
+  /// queue (see `client_config::fairness`); this client is queued behind it.
+  queued,
 };
 
 /// One master's answer with its detail.
@@ -34,7 +37,7 @@ struct master_result {
 };
 
 /// The status's name as the docs and the CLI's JSON use it: "pending", "granted", "taken",
-/// "server_error", "timeout", "unreachable", "failed".
+/// "server_error", "timeout", "unreachable", "failed", "queued".
 std::string_view to_string(master_status s) noexcept;
 
 }  // namespace redlock

@@ -256,6 +256,11 @@ struct client_stats {
   /// Such releases dropped unsent: every key they could have removed had expired by the time the
   /// master was back (or, rarely, more than 4096 were waiting for one master).
   std::uint64_t releases_expired = 0;
+  /// Fair hand-over: attempts started early because the masters said the lock was released to
+  /// this waiter (rather than at the end of a retry delay).
+  std::uint64_t lock_wakeups = 0;
+  /// Fair hand-over: `async_lock` calls that queued behind other waiters on the masters.
+  std::uint64_t locks_queued = 0;
 
   /// Successful `async_lock`/`async_try_lock`: from the call to the lock, retries included.
   latency_histogram acquire_latency;

@@ -27,6 +27,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace redlock::detail {
@@ -55,6 +56,8 @@ constexpr std::uint64_t round_of(std::uint64_t tag) noexcept { return tag >> 17;
 // finished operation leaves nothing behind).
 struct op_base : reply_sink, std::enable_shared_from_this<op_base> {
   virtual void cancel() = 0;  // on the strand
+  // A master named this operation as the first waiter after a release (fair hand-over).
+  virtual void on_wake(std::size_t /*master*/) {}
   virtual ~op_base() = default;
   op_base* prev_op = nullptr;
   op_base* next_op = nullptr;
@@ -66,12 +69,31 @@ struct op_base : reply_sink, std::enable_shared_from_this<op_base> {
 std::string lock_name(std::string_view resource, std::string_view token);
 // What each master answered: "1 granted 412 us, 2 taken 380 us, 3 server error "WRONGTYPE..."".
 std::string describe_masters(const std::vector<master_result>& results, std::string_view token);
-// Appends `EVALSHA sha 1 key token [ttl]` (`by_sha`) or `EVAL body 1 key token [ttl]` to `req`.
-void push_script(resp::request& req, const script& s, bool by_sha, std::string_view key, std::string_view token,
+// The keys a script touches: the lock key, and for the release and fair acquire scripts the lock's
+// waiter queue and its expiries (empty for the extend script).
+struct script_keys {
+  std::string_view key;
+  std::string_view queue;
+  std::string_view expiry;
+};
+// Writes the names of `key`'s waiter queue and expiry set into `queue` and `expiry` (reused
+// buffers: no allocation once they have grown).
+void queue_key_names(std::string_view key, std::string& queue, std::string& expiry);
+// Appends `EVALSHA sha N keys... token [ttl]` (`by_sha`) or `EVAL body N keys... token [ttl]`.
+void push_script(resp::request& req, const script& s, bool by_sha, const script_keys& keys, std::string_view token,
                  std::optional<std::int64_t> ttl_ms);
-// `EVAL body 1 key token [ttl]` as RESP bytes.
-std::string encode_eval(const script& s, std::string_view key, std::string_view token,
+// The same as RESP bytes, with `EVAL`.
+std::string encode_eval(const script& s, const script_keys& keys, std::string_view token,
                         std::optional<std::int64_t> ttl_ms = std::nullopt);
+// The arguments of one fair acquisition round (see fair_acquire_script).
+struct fair_args {
+  std::string_view member;
+  std::int64_t ticket = 0;
+  std::int64_t entry_timeout_ms = 0;
+};
+// Appends the fair acquire script (`EVALSHA` when `by_sha`, else `EVAL`).
+void push_fair(resp::request& req, bool by_sha, const script_keys& keys, std::string_view token,
+               std::chrono::milliseconds ttl, const fair_args& args);
 
 // The state behind a lock handle, shared by the handle and the operations on it. Fields set
 // before the handle is returned are read-only afterwards; the rest are atomics or under `mutex`.
@@ -125,7 +147,11 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   // must run before the retry's SET, which carries the same token; an EVALSHA whose fallback
   // went out only when NOSCRIPT came back could run after it and delete the new key.
   const std::string& background_release_payload() {
-    if (background_release_.empty()) background_release_ = encode_eval(release_script, key, token);
+    if (background_release_.empty()) {
+      std::string queue, expiry;
+      queue_key_names(key, queue, expiry);
+      background_release_ = encode_eval(release_script, {key, queue, expiry}, token);
+    }
     return background_release_;
   }
   // A new round's token (each round signs its SET with a token never used before, so that a
@@ -188,7 +214,7 @@ struct client_counters {
   counter lock_operations{0}, lock_attempts{0}, acquired{0}, not_acquired{0}, quorum_unavailable{0},
       validity_expired{0}, aborted{0}, rejected{0};
   counter extensions{0}, extension_failures{0}, lost{0}, releases{0}, release_failures{0}, background_releases{0},
-      releases_resent{0}, releases_expired{0};
+      releases_resent{0}, releases_expired{0}, wakeups{0}, queued{0};
   live_histogram<true> acquire_latency;
 };
 
@@ -206,6 +232,7 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   const logger& log() const noexcept { return log_; }
   std::size_t size() const noexcept { return links_.size(); }
   bool closed() const noexcept { return closed_; }
+  master_link& link(std::size_t i) noexcept { return *links_[i]; }
   std::vector<connection_status> statuses() const;
   client_stats stats() const;
 
@@ -242,6 +269,29 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
                      clock_type::time_point until = clock_type::time_point::min());
   void on_link_up(std::size_t i) override;
   void on_link_down(std::size_t i) override;
+  void on_push(std::size_t i, const resp::response& push) override;
+
+  // ---- fair hand-over (docs/design.md, "Fair hand-over") ------------------------------------
+  bool fair() const noexcept { return cfg_.fairness.enabled; }
+  // A new waiter name, "<inbox>:<n>", under which the masters queue `op` and wake it (through
+  // `op.on_wake`) until `forget_waiter`.
+  std::string new_waiter(op_base& op);
+  void forget_waiter(std::string_view member) noexcept;
+  // Subscribes every master's connection to this client's wake channel: once, and again on each
+  // new connection. Before the first fair round, so that no wake-up can be missed.
+  void ensure_inbox();
+  void subscribe_inbox(std::size_t i);
+  // Whether a release of this client saw waiters queued for `key` lately: its next acquisition of
+  // `key` queues from the first round, so that it cannot jump ahead of them.
+  bool recently_contended(const std::string& key);
+  void note_contended(const std::string& key);
+  // Takes `member` out of the queues of the masters where it may still be (every master whose
+  // answer to the last round was not a grant), after its acquisition ended.
+  void leave_queues(const lock_state& st, std::string_view member, const std::vector<master_result>& round);
+  // The fair acquire script for `st`, waiter `member`, with `ticket`, in the scratch buffer.
+  std::string_view scratch_fair(const lock_state& st, std::string_view member, std::int64_t ticket, bool by_sha);
+  void note_queued() noexcept { bump<true>(counters_.queued); }
+  void note_wakeup() noexcept { bump<true>(counters_.wakeups); }
   // A NOSCRIPT answer to EVALSHA: sends the script again with EVAL on the same master (queued
   // after whatever was sent before it) and returns true; false for any other answer.
   bool eval_instead(std::uint64_t tag, error_code ec, const resp::response& r, const lock_state& st, const script& s,
@@ -290,6 +340,17 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
 
   // Operations and watchers in progress, so that close() reaches them.
   op_base* ops_ = nullptr;
+
+  // Fair hand-over.
+  std::string inbox_;         // 16 hex digits naming this client's waiters
+  std::string wake_channel_;  // where the masters wake them
+  bool inbox_wanted_ = false;
+  std::shared_ptr<reply_sink> inbox_sink_;
+  std::uint64_t next_waiter_ = 0;
+  std::unordered_map<std::uint64_t, op_base*> waiters_;                // waiting lock operations by number
+  std::unordered_map<std::string, clock_type::time_point> contended_;  // lock key -> hint's end
+  std::chrono::milliseconds entry_timeout_{0};
+  std::string queue_buf_, expiry_buf_;  // reused key names
 
   // The keep-alive timer: one for every watched lock, armed at the earliest wake-up.
   struct wake_entry {

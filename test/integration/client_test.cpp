@@ -289,6 +289,8 @@ TEST_F(client_test, release_and_extend_survive_an_empty_script_cache) {
               bulk(std::string{redlock::detail::release_script.sha1}));
     EXPECT_EQ(cluster[0].command({"SCRIPT", "LOAD", redlock::detail::extend_script.body}),
               bulk(std::string{redlock::detail::extend_script.sha1}));
+    EXPECT_EQ(cluster[0].command({"SCRIPT", "LOAD", redlock::detail::fair_acquire_script.body}),
+              bulk(std::string{redlock::detail::fair_acquire_script.sha1}));
     auto [ec, l] = co_await c.async_lock("scripts", 10s, use_tuple);
     EXPECT_FALSE(ec);
     for (std::size_t i = 0; i < 5; ++i) cluster[i].command({"SCRIPT", "FLUSH"});

@@ -4,6 +4,12 @@
 /// master, the quorum decision, the validity check, release on every master after a failed round,
 /// and the bounded, randomised retry schedule. The I/O shell sends, sleeps and completes as told;
 /// every decision is here (see ../shared/redlock-spec.md, "Acquire on N masters").
+///
+/// Fair hand-over (docs/design.md, "Fair hand-over"): the first round is plain `SET NX PX`; when it
+/// fails, the waiter queues at once with the fair acquire script, which grants the key only to the
+/// first of the queued waiters by ticket, and is woken by the masters' messages when a holder
+/// releases, retrying as soon as a majority of masters have said so instead of at its next retry
+/// tick. The retry schedule stays as the fallback for any message that never comes.
 
 #include <redlock/core/outcome.hpp>
 #include <redlock/core/retry.hpp>
@@ -13,9 +19,11 @@
 #include <boost/asio/error.hpp>
 #include <boost/system/error_code.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace redlock::core {
 
@@ -27,6 +35,8 @@ struct lock_rules {
   drift_policy drift{};
   retry_policy retry{};
   bool retry_enabled = true;  ///< false: one attempt (`async_try_lock`)
+  /// Rounds after the first queue fairly and wait for wake-ups (`client_config::fairness`).
+  bool fair = false;
 };
 
 /// Checks a ttl against the rules shared by acquire and extend: positive, at most `max_ttl`, and
@@ -55,6 +65,10 @@ struct lock_action {
   bool release = false;
   clock::time_point at{};
   boost::system::error_code ec;
+  /// For `acquire`: send the fair acquire script with `ticket` (0: none yet; -1: move to the back
+  /// of the queue) instead of `SET NX PX`.
+  bool fair = false;
+  std::int64_t ticket = 0;
 };
 
 /// One `async_lock` / `async_try_lock`. Drive it with `start`, then feed it every reply
@@ -65,10 +79,12 @@ class lock_fsm {
  public:
   explicit lock_fsm(const lock_rules& rules) noexcept : rules_(rules) {}
 
-  /// Begins the first attempt at `now`.
-  lock_action start(clock::time_point now) {
+  /// Begins the first attempt at `now`. With `queue_first` (and fair rules), the first round
+  /// queues too: waiters were seen on this lock lately, and a plain `SET NX` could jump their queue.
+  lock_action start(clock::time_point now, bool queue_first = false) {
     if (state_ != state::idle) return {};
     first_start_ = now;
+    queue_first_ = queue_first;
     return begin_round(now);
   }
 
@@ -77,7 +93,13 @@ class lock_fsm {
   lock_action on_reply(std::uint64_t round, std::size_t master, boost::system::error_code ec,
                        const resp::response& reply, clock::time_point now, double unit_random) {
     if (state_ != state::waiting || round != round_) return {};
-    if (!table_.record(master, classify(command::acquire, ec, reply), now)) return {};
+    if (fair_round_ && !ec) {
+      // The waiter's ticket is the highest any master gave it: the same on every master from the
+      // next round on, so that all masters order the waiters alike.
+      if (const auto f = fair_reply_of(reply); f.valid && f.ticket > ticket_) ticket_ = f.ticket;
+    }
+    if (!table_.record(master, classify(fair_round_ ? command::acquire_fair : command::acquire, ec, reply), now))
+      return {};
     if (table_.state() == quorum_state::reached) {
       if (validity<clock>(rules_.ttl, table_.start(), now, rules_.drift) > clock::duration::zero()) {
         deadline_ = core::validity_deadline<clock>(rules_.ttl, table_.start(), rules_.drift);
@@ -87,8 +109,25 @@ class lock_fsm {
       // A majority said yes, but too late to rely on it: as good as a failure.
       return fail_round(error::validity_expired, now, unit_random);
     }
-    return fail_round(table_.any(master_status::taken) ? error::not_acquired : error::quorum_unavailable, now,
-                      unit_random);
+    const bool contended = table_.any(master_status::taken) || table_.any(master_status::queued);
+    return fail_round(contended ? error::not_acquired : error::quorum_unavailable, now, unit_random);
+  }
+
+  /// A master said a holder released the lock and named this waiter as the first in its queue
+  /// (fair hand-over). Once a majority has said so since the last round was sent, the next round
+  /// starts at once instead of at the end of the retry delay.
+  lock_action on_wake(std::size_t master, clock::time_point now) {
+    if (!rules_.fair || master >= rules_.masters) return {};
+    if (state_ != state::waiting && state_ != state::sleeping) return {};
+    if (woken_.size() != rules_.masters) woken_.assign(rules_.masters, false);
+    if (woken_[master]) return {};
+    woken_[master] = true;
+    ++woken_count_;
+    if (state_ == state::sleeping && woken_count_ >= majority(rules_.masters)) {
+      ++wakeups_;
+      return begin_round(now);
+    }
+    return {};
   }
 
   /// The retry delay has passed: the next attempt.
@@ -126,6 +165,13 @@ class lock_fsm {
   clock::time_point first_start() const noexcept { return first_start_; }
   /// The error that failed the last round (empty after success or before any failure).
   boost::system::error_code last_error() const noexcept { return last_error_; }
+  /// Whether a fair round was sent: the waiter may be queued on masters that did not grant it
+  /// the lock, and leaves their queues when the operation ends.
+  bool queued() const noexcept { return sent_fair_; }
+  /// The waiter's ticket (0 before any master gave one).
+  std::int64_t ticket() const noexcept { return ticket_; }
+  /// Rounds started early by wake-ups rather than by the retry delay.
+  std::size_t wakeups() const noexcept { return wakeups_; }
 
  private:
   enum class state : std::uint8_t { idle, waiting, sleeping, done };
@@ -134,17 +180,35 @@ class lock_fsm {
     ++round_;
     ++attempts_;
     state_ = state::waiting;
-    table_.begin(command::acquire, rules_.masters, now);
-    return {lock_action::type::acquire, false, now + rules_.request_timeout, {}};
+    fair_round_ = rules_.fair && (attempts_ > 1 || queue_first_);
+    sent_fair_ = sent_fair_ || fair_round_;
+    std::fill(woken_.begin(), woken_.end(), false);
+    woken_count_ = 0;
+    const std::int64_t ticket = requeue_ ? -1 : ticket_;
+    requeue_ = false;
+    table_.begin(fair_round_ ? command::acquire_fair : command::acquire, rules_.masters, now);
+    return {lock_action::type::acquire, false, now + rules_.request_timeout, {}, fair_round_, ticket};
   }
 
   // The round failed with `ec`: release it everywhere, then retry after a random delay while the
-  // retry policy allows, else complete with `ec`.
+  // retry policy allows, else complete with `ec`. A fair waiter retries at once after its first,
+  // plain round (to take its place in the queues), and when it was woken while the round ran.
   lock_action fail_round(boost::system::error_code ec, clock::time_point now, double unit_random) {
     last_error_ = ec;
-    const auto delay = retry_delay(rules_.retry, unit_random);
+    bool now_again = false;
+    if (rules_.fair) {
+      // A waiter that cannot reach a majority would keep the first place in the queues it does
+      // reach, holding up everyone behind it there: it moves to the back instead.
+      const auto unanswered = table_.count(master_status::timeout) + table_.count(master_status::unreachable) +
+                              table_.count(master_status::failed) + table_.count(master_status::server_error);
+      if (unanswered > rules_.masters - majority(rules_.masters)) requeue_ = true;
+      now_again = !fair_round_ || woken_count_ >= majority(rules_.masters);
+    }
+    const auto delay = now_again ? std::chrono::milliseconds{0} : retry_delay(rules_.retry, unit_random);
     const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(now - first_start_);
     if (!rules_.retry_enabled || !may_retry(rules_.retry, attempts_, elapsed, delay)) return finish(ec, true);
+    // Even "at once" goes through a (zero) sleep: the shell releases the failed round first, from
+    // its answers, which the next round would overwrite.
     state_ = state::sleeping;
     return {lock_action::type::sleep, true, now + delay, {}};
   }
@@ -162,6 +226,14 @@ class lock_fsm {
   clock::time_point deadline_{};
   boost::system::error_code last_error_;
   round_table table_;
+  bool fair_round_ = false;  // the round in progress uses the fair acquire script
+  bool sent_fair_ = false;
+  bool requeue_ = false;  // the next fair round moves this waiter to the back
+  bool queue_first_ = false;
+  std::int64_t ticket_ = 0;
+  std::vector<bool> woken_;  // per master: a wake-up came since the round was sent
+  std::size_t woken_count_ = 0;
+  std::size_t wakeups_ = 0;
 };
 
 }  // namespace redlock::core

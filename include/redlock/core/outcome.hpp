@@ -11,8 +11,10 @@
 #include <boost/system/error_code.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 #include <vector>
 
@@ -24,8 +26,45 @@ using clock = std::chrono::steady_clock;
 enum class command : std::uint8_t {
   acquire,  ///< `SET key token NX PX ttl`: `+OK` granted, nil taken
   extend,   ///< the extend script: 1 granted (ours, extended), 0 taken (not ours any more)
-  release,  ///< the release script: 1 granted (ours, deleted), 0 taken (not ours, or gone)
+  release,  ///< the release script: 1 or 2 granted (ours, deleted; 2: waiters queued), 0 taken
+  /// The fair acquire script: `{1, ticket}` granted, `{0, ticket}` taken, `{-1, ticket}` queued
+  /// (the key is free but another waiter comes first).
+  acquire_fair,
 };
+
+/// The fair acquire script's answer: its status and the waiter's ticket on that master.
+struct fair_reply {
+  bool valid = false;
+  master_status status = master_status::pending;
+  std::int64_t ticket = 0;
+};
+
+/// Reads `{status, ticket}` (two integers) from a reply of the fair acquire script.
+inline fair_reply fair_reply_of(const resp::response& r) noexcept {
+  fair_reply out;
+  const resp::node* v = resp::reply_value(r);
+  if (!v || v->data_type != resp::type::array || v->aggregate_size != 2) return out;
+  const auto first = static_cast<std::size_t>(v - r.data());
+  if (first + 2 >= r.size()) return out;
+  const auto& s = r[first + 1];
+  const auto& t = r[first + 2];
+  if (s.data_type != resp::type::integer || t.data_type != resp::type::integer) return out;
+  std::int64_t ticket = 0;
+  const auto* end = t.value.data() + t.value.size();
+  if (auto [p, ec] = std::from_chars(t.value.data(), end, ticket); ec != std::errc{} || p != end) return out;
+  if (s.value == "1") {
+    out.status = master_status::granted;
+  } else if (s.value == "0") {
+    out.status = master_status::taken;
+  } else if (s.value == "-1") {
+    out.status = master_status::queued;
+  } else {
+    return out;
+  }
+  out.valid = true;
+  out.ticket = ticket;
+  return out;
+}
 
 /// What one master's reply (or the failure to get one, `ec`) means for `cmd`.
 ///
@@ -54,8 +93,11 @@ inline master_result classify(command cmd, boost::system::error_code ec, const r
     if (cmd == command::acquire) {
       if (v->data_type == resp::type::simple_string && v->value == "OK") out.status = master_status::granted;
       if (v->data_type == resp::type::null) out.status = master_status::taken;
+    } else if (cmd == command::acquire_fair) {
+      const auto f = fair_reply_of(r);
+      if (f.valid) out.status = f.status;
     } else if (v->data_type == resp::type::integer) {
-      if (v->value == "1") out.status = master_status::granted;
+      if (v->value == "1" || (cmd == command::release && v->value == "2")) out.status = master_status::granted;
       if (v->value == "0") out.status = master_status::taken;
     }
     if (out.status != master_status::pending) return out;

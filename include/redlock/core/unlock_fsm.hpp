@@ -45,6 +45,10 @@ class unlock_fsm {
   unlock_action on_reply(std::size_t master, boost::system::error_code ec, const resp::response& reply,
                          clock::time_point now) {
     if (state_ != state::waiting) return {};
+    if (!ec) {
+      const resp::node* v = resp::reply_value(reply);
+      if (v && v->data_type == resp::type::integer && v->value == "2") waiters_ = true;
+    }
     if (!table_.record(master, classify(command::release, ec, reply), now)) return {};
     state_ = state::done;
     held_ = table_.count(master_status::granted);
@@ -65,6 +69,9 @@ class unlock_fsm {
   bool decided() const noexcept { return state_ == state::done && !cancelled_; }
   /// Masters that still had our token and deleted it, among those that answered by the decision.
   std::size_t held() const noexcept { return held_; }
+  /// Whether a master said other clients' waiters are queued for the lock (fair hand-over): the
+  /// releasing client then queues behind them should it ask for the same lock again soon.
+  bool waiters() const noexcept { return waiters_; }
   const round_table& table() const noexcept { return table_; }
   round_table& table() noexcept { return table_; }
 
@@ -74,6 +81,7 @@ class unlock_fsm {
   std::chrono::milliseconds timeout_;
   state state_ = state::idle;
   bool cancelled_ = false;
+  bool waiters_ = false;
   std::size_t held_ = 0;
   round_table table_;
 };

@@ -1,10 +1,8 @@
-#include <redlock_test/fake_server.hpp>
-
 #include "run_on.hpp"
-
 #include <redlock/detail/scripts.hpp>
 #include <redlock/resp/node.hpp>
 #include <redlock/resp/parser.hpp>
+#include <redlock_test/fake_server.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -150,7 +148,7 @@ class tiny_redis {
     }
     if (name == "SCRIPT") {
       if (cmd.size() == 3 && upper(cmd[1]) == "LOAD") {
-        for (const auto* s : {&detail::release_script, &detail::extend_script}) {
+        for (const auto* s : {&detail::release_script, &detail::extend_script, &detail::fair_acquire_script}) {
           if (cmd[2] == s->body) return bulk(s->sha1);
         }
         return "-ERR the fake server runs only the lock client's scripts\r\n";
@@ -240,11 +238,13 @@ class tiny_redis {
     return ok;
   }
 
-  // EVALSHA sha|EVAL body, numkeys 1, KEYS[1], ARGV[1] = token [, ARGV[2] = ttl ms].
+  // EVALSHA sha|EVAL body with the lock client's arguments: release (numkeys 3: key, queue,
+  // expiries; token), extend (numkeys 1: key; token, ttl ms), fair acquire (numkeys 3; token, ttl
+  // ms, waiter, ticket, entry timeout). No queue is kept: a fair acquire is a plain SET NX PX here.
   std::string eval(const std::string& name, const fake_server::command& cmd) {
     if (cmd.size() < 3) return wrong_args(name);
     const detail::script* s = nullptr;
-    for (const auto* known : {&detail::release_script, &detail::extend_script}) {
+    for (const auto* known : {&detail::release_script, &detail::extend_script, &detail::fair_acquire_script}) {
       if (name == "EVALSHA" ? cmd[1] == known->sha1 : cmd[1] == known->body) s = known;
     }
     if (!s) {
@@ -252,9 +252,21 @@ class tiny_redis {
                                : "-ERR the fake server runs only the lock client's scripts\r\n";
     }
     const bool extend = s == &detail::extend_script;
-    if (cmd[2] != "1" || cmd.size() != (extend ? 6u : 5u)) return "-ERR wrong arguments for the lock script\r\n";
+    const bool fair = s == &detail::fair_acquire_script;
+    const auto args = extend ? 6u : fair ? 11u : 7u;
+    if (cmd[2] != (extend ? "1" : "3") || cmd.size() != args) return "-ERR wrong arguments for the lock script\r\n";
+    if (fair) {
+      const auto ms = to_integer(cmd[7]);
+      if (!ms || *ms <= 0) return "-ERR invalid expire time\r\n";
+      if (find(cmd[3])) return "*2\r\n" + integer(0) + integer(1);
+      auto& e = data_[cmd[3]];
+      e.value = cmd[6];
+      e.expires = clock_type::now() + std::chrono::milliseconds{*ms};
+      return "*2\r\n" + integer(1) + integer(0);
+    }
     const auto* e = find(cmd[3]);
-    if (!e || e->value != cmd[4]) return integer(0);
+    const auto& token = extend ? cmd[4] : cmd[6];
+    if (!e || e->value != token) return integer(0);
     if (!extend) {
       data_.erase(cmd[3]);
       return integer(1);
@@ -329,8 +341,8 @@ class fake_server::impl {
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   tcp::acceptor acceptor_;
   std::unordered_set<std::shared_ptr<session>> sessions_;  // server thread only
-  bool stopping_ = false;                                   // server thread only
-  mutable std::mutex mutex_;                                // guards the two below
+  bool stopping_ = false;                                  // server thread only
+  mutable std::mutex mutex_;                               // guards the two below
   responder responder_;
   std::map<std::string, std::size_t, std::less<>> seen_by_name_;
   std::thread thread_;
@@ -339,7 +351,8 @@ class fake_server::impl {
 /// One client connection: reads commands and answers them in order.
 class fake_server::impl::session : public std::enable_shared_from_this<session> {
  public:
-  session(impl& owner, tcp::socket socket) : owner_(owner), socket_(std::move(socket)), timer_(socket_.get_executor()) {}
+  session(impl& owner, tcp::socket socket)
+      : owner_(owner), socket_(std::move(socket)), timer_(socket_.get_executor()) {}
 
   void start() { asio::co_spawn(socket_.get_executor(), run(shared_from_this()), rethrow); }
 
@@ -377,8 +390,8 @@ class fake_server::impl::session : public std::enable_shared_from_this<session> 
         const bool valid = !perr && to_command(nodes, cmd);
         nodes.clear();
         if (valid && cmd.empty()) continue;  // "*0": Redis ignores it too
-        const reply_action action = valid ? owner_.decide(cmd)
-                                          : reply_action::send_and_close("-ERR Protocol error: expected a command\r\n");
+        const reply_action action =
+            valid ? owner_.decide(cmd) : reply_action::send_and_close("-ERR Protocol error: expected a command\r\n");
         if (action.delay > std::chrono::milliseconds::zero()) {
           timer_.expires_after(action.delay);
           co_await timer_.async_wait(nothrow);

@@ -36,6 +36,8 @@ const char* name(command c) {
       return "extend";
     case command::release:
       return "release";
+    case command::acquire_fair:
+      return "acquire_fair";
   }
   return "?";
 }

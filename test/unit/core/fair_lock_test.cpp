@@ -1,0 +1,261 @@
+// Fair hand-over in the acquisition machine (docs/design.md, "Fair hand-over"): when the first,
+// plain round finds the lock taken the waiter queues at once; its ticket is the highest any master
+// gave it; a majority of wake-ups starts the next round before the retry delay ends; a waiter that
+// cannot reach a majority moves to the back. Also the replies of the fair and release scripts.
+
+#include "transcript.hpp"
+#include <redlock/core/lock_fsm.hpp>
+#include <redlock/core/outcome.hpp>
+#include <redlock/core/unlock_fsm.hpp>
+#include <redlock/error.hpp>
+
+#include <boost/asio/error.hpp>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace {
+
+using namespace redlock::test;
+using redlock::master_status;
+using redlock::core::command;
+using redlock::core::fair_reply_of;
+using redlock::core::lock_action;
+using redlock::core::lock_fsm;
+using redlock::core::lock_rules;
+using redlock::core::retry_policy;
+namespace resp = redlock::resp;
+using boost::system::error_code;
+
+lock_rules fair_rules(std::size_t masters = 5, bool retry = true) {
+  lock_rules r;
+  r.masters = masters;
+  r.ttl = 10s;
+  r.request_timeout = 250ms;
+  r.retry = retry_policy{0, 2000ms, 50ms, 100ms};
+  r.retry_enabled = retry;
+  r.fair = true;
+  return r;
+}
+
+// `{status, ticket}` as the fair acquire script answers (a RESP array of two integers).
+resp::response fair(std::int64_t status, std::int64_t ticket) {
+  return {{resp::type::array, 2, 0, ""},
+          {resp::type::integer, 0, 1, std::to_string(status)},
+          {resp::type::integer, 0, 1, std::to_string(ticket)}};
+}
+
+std::string what(const lock_action& a) {
+  switch (a.what) {
+    case lock_action::type::wait:
+      return "wait";
+    case lock_action::type::acquire:
+      return a.fair ? "fair " + std::to_string(a.ticket) : "plain";
+    case lock_action::type::sleep:
+      return "sleep " + describe(a.at) + (a.release ? " +release" : "");
+    case lock_action::type::complete:
+      return "complete " + describe(a.ec) + (a.release ? " +release" : "");
+  }
+  return "?";
+}
+
+// Answers `r` from every master in `first..last` at `t`; returns the first action other than
+// `wait` (the one that decided), or `wait`.
+lock_action answer_all(lock_fsm& f, std::size_t first, std::size_t last, const resp::response& r, clock::duration t) {
+  lock_action decided;
+  for (std::size_t m = first; m <= last; ++m) {
+    const auto a = f.on_reply(f.round(), m, {}, r, at(t), 0.0);
+    if (decided.what == lock_action::type::wait) decided = a;
+  }
+  return decided;
+}
+
+TEST(fair_lock, the_first_round_is_plain_and_a_taken_lock_queues_at_once) {
+  lock_fsm f{fair_rules()};
+  EXPECT_EQ(what(f.start(at(0ms))), "plain");
+  EXPECT_FALSE(f.queued());
+  // Three masters say taken: the round fails, is released, and the next round comes at once.
+  EXPECT_EQ(what(answer_all(f, 0, 2, nil_reply(), 1ms)), "sleep +1000us +release");
+  EXPECT_EQ(f.last_error(), redlock::error::not_acquired);
+  EXPECT_EQ(what(f.on_timer(at(1ms))), "fair 0");
+  EXPECT_TRUE(f.queued());
+  EXPECT_EQ(f.table().cmd(), command::acquire_fair);
+}
+
+TEST(fair_lock, without_fairness_every_round_is_plain_and_wake_ups_are_ignored) {
+  auto r = fair_rules();
+  r.fair = false;
+  lock_fsm f{r};
+  EXPECT_EQ(what(f.start(at(0ms), true)), "plain");
+  EXPECT_EQ(what(answer_all(f, 0, 2, nil_reply(), 1ms)), "sleep +51000us +release");  // 50 ms + 0 jitter
+  for (std::size_t m = 0; m < 5; ++m) EXPECT_EQ(what(f.on_wake(m, at(2ms))), "wait");
+  EXPECT_EQ(what(f.on_timer(at(51ms))), "plain");
+  EXPECT_FALSE(f.queued());
+}
+
+TEST(fair_lock, a_client_that_saw_waiters_queues_from_the_first_round) {
+  lock_fsm f{fair_rules()};
+  EXPECT_EQ(what(f.start(at(0ms), true)), "fair 0");
+  EXPECT_TRUE(f.queued());
+}
+
+TEST(fair_lock, granted_by_a_majority_of_fair_answers) {
+  lock_fsm f{fair_rules()};
+  f.start(at(0ms), true);
+  EXPECT_EQ(what(answer_all(f, 0, 1, fair(1, 4), 1ms)), "wait");
+  EXPECT_EQ(what(f.on_reply(f.round(), 2, {}, fair(1, 4), at(2ms), 0.0)), "complete ok");
+  EXPECT_EQ(f.validity_deadline(), at(10s - 102ms));  // ttl - drift (1 % + 2 ms), from the round's start
+  EXPECT_EQ(f.table().results()[0].status, master_status::granted);
+}
+
+TEST(fair_lock, queued_answers_fail_the_round_as_contention_and_the_ticket_is_the_highest_given) {
+  lock_fsm f{fair_rules()};
+  f.start(at(0ms), true);
+  f.on_reply(f.round(), 0, {}, fair(-1, 7), at(1ms), 0.0);
+  f.on_reply(f.round(), 1, {}, fair(0, 9), at(1ms), 0.0);
+  EXPECT_EQ(what(f.on_reply(f.round(), 2, {}, fair(-1, 8), at(1ms), 0.0)), "sleep +51000us +release");
+  EXPECT_EQ(f.last_error(), redlock::error::not_acquired);
+  EXPECT_EQ(f.table().results()[0].status, master_status::queued);
+  EXPECT_EQ(f.ticket(), 9);
+  // Answers after the decision still count for the ticket? No: the round is over.
+  f.on_reply(f.round(), 3, {}, fair(0, 20), at(2ms), 0.0);
+  EXPECT_EQ(f.ticket(), 9);
+  // Every master gets the same ticket from now on.
+  EXPECT_EQ(what(f.on_timer(at(51ms))), "fair 9");
+}
+
+TEST(fair_lock, a_majority_of_wake_ups_starts_the_next_round_before_the_delay_ends) {
+  lock_fsm f{fair_rules()};
+  f.start(at(0ms), true);
+  answer_all(f, 0, 2, fair(0, 3), 1ms);  // asleep until 51 ms
+  EXPECT_EQ(what(f.on_wake(4, at(5ms))), "wait");
+  EXPECT_EQ(what(f.on_wake(4, at(5ms))), "wait");  // one master counts once
+  EXPECT_EQ(what(f.on_wake(1, at(6ms))), "wait");
+  EXPECT_EQ(what(f.on_wake(9, at(6ms))), "wait");  // no such master
+  EXPECT_EQ(what(f.on_wake(0, at(7ms))), "fair 3");
+  EXPECT_EQ(f.wakeups(), 1U);
+  EXPECT_EQ(f.attempts(), 2U);
+  // The retry delay's end finds the machine waiting for the new round: nothing happens.
+  EXPECT_EQ(what(f.on_timer(at(51ms))), "wait");
+  // Wake-ups heard before a round was sent do not count for the next one.
+  EXPECT_EQ(what(answer_all(f, 0, 2, fair(0, 3), 8ms)), "sleep +58000us +release");
+  EXPECT_EQ(what(f.on_wake(0, at(9ms))), "wait");
+  EXPECT_EQ(what(f.on_wake(1, at(9ms))), "wait");
+  EXPECT_EQ(what(f.on_wake(2, at(9ms))), "fair 3");
+}
+
+TEST(fair_lock, wake_ups_during_a_failing_round_retry_at_once) {
+  lock_fsm f{fair_rules()};
+  f.start(at(0ms), true);
+  // The holder released while our round was on its way: the masters woke us, then said taken.
+  for (std::size_t m = 0; m < 3; ++m) f.on_wake(m, at(1ms));
+  EXPECT_EQ(what(answer_all(f, 0, 2, fair(0, 1), 2ms)), "sleep +2000us +release");
+  EXPECT_EQ(what(f.on_timer(at(2ms))), "fair 1");
+}
+
+TEST(fair_lock, a_waiter_that_cannot_reach_a_majority_moves_to_the_back) {
+  lock_fsm f{fair_rules()};
+  f.start(at(0ms), true);
+  f.on_reply(f.round(), 0, {}, fair(1, 2), at(1ms), 0.0);
+  f.on_reply(f.round(), 1, {}, fair(1, 2), at(1ms), 0.0);
+  f.on_reply(f.round(), 2, redlock::error::master_timeout, no_reply(), at(250ms), 0.0);
+  f.on_reply(f.round(), 3, redlock::error::master_timeout, no_reply(), at(250ms), 0.0);
+  EXPECT_EQ(what(f.on_reply(f.round(), 4, redlock::error::not_connected, no_reply(), at(250ms), 0.0)),
+            "sleep +300000us +release");
+  EXPECT_EQ(f.last_error(), redlock::error::quorum_unavailable);
+  EXPECT_EQ(what(f.on_timer(at(300ms))), "fair -1");
+  // The masters answer with its new place; the round after keeps it.
+  answer_all(f, 0, 2, fair(0, 12), 301ms);
+  EXPECT_EQ(what(f.on_timer(at(351ms))), "fair 12");
+}
+
+TEST(fair_lock, two_failures_out_of_five_keep_the_place) {
+  lock_fsm f{fair_rules()};
+  f.start(at(0ms), true);
+  f.on_reply(f.round(), 0, redlock::error::master_timeout, no_reply(), at(250ms), 0.0);
+  f.on_reply(f.round(), 1, redlock::error::master_timeout, no_reply(), at(250ms), 0.0);
+  EXPECT_EQ(what(answer_all(f, 2, 4, fair(-1, 5), 250ms)), "sleep +300000us +release");
+  EXPECT_EQ(what(f.on_timer(at(300ms))), "fair 5");
+}
+
+TEST(fair_lock, try_lock_makes_one_round_and_ends_queued_when_it_queued) {
+  lock_fsm f{fair_rules(5, false)};
+  EXPECT_EQ(what(f.start(at(0ms), true)), "fair 0");
+  EXPECT_EQ(what(answer_all(f, 0, 2, fair(-1, 1), 1ms)),
+            "complete redlock:the lock is held by another client +release");
+  EXPECT_TRUE(f.queued());  // the shell takes it out of the queues
+  lock_fsm plain{fair_rules(5, false)};
+  plain.start(at(0ms));
+  answer_all(plain, 0, 2, nil_reply(), 1ms);
+  EXPECT_TRUE(plain.done());
+  EXPECT_FALSE(plain.queued());
+}
+
+TEST(fair_lock, the_retry_bound_still_ends_a_waiter) {
+  auto r = fair_rules();
+  r.retry = retry_policy{3, 0ms, 50ms, 0ms};  // three attempts in all
+  lock_fsm f{r};
+  f.start(at(0ms));
+  answer_all(f, 0, 2, nil_reply(), 1ms);
+  EXPECT_EQ(what(f.on_timer(at(1ms))), "fair 0");
+  answer_all(f, 0, 2, fair(0, 1), 2ms);
+  EXPECT_EQ(what(f.on_wake(0, at(3ms))), "wait");
+  EXPECT_EQ(what(f.on_wake(1, at(3ms))), "wait");
+  EXPECT_EQ(what(f.on_wake(2, at(3ms))), "fair 1");
+  EXPECT_EQ(what(answer_all(f, 0, 2, fair(0, 1), 4ms)), "complete redlock:the lock is held by another client +release");
+  EXPECT_EQ(what(f.on_wake(3, at(5ms))), "wait");  // done: nothing moves it
+}
+
+TEST(fair_lock, cancelled_while_queued) {
+  lock_fsm f{fair_rules()};
+  f.start(at(0ms), true);
+  answer_all(f, 0, 2, fair(0, 1), 1ms);
+  EXPECT_EQ(what(f.cancel()), "complete system:Operation canceled");
+  EXPECT_TRUE(f.queued());
+  EXPECT_EQ(what(f.on_wake(0, at(2ms))), "wait");
+}
+
+TEST(fair_reply, reads_status_and_ticket) {
+  auto g = fair_reply_of(fair(1, 0));
+  EXPECT_TRUE(g.valid);
+  EXPECT_EQ(g.status, master_status::granted);
+  EXPECT_EQ(fair_reply_of(fair(0, 3)).status, master_status::taken);
+  EXPECT_EQ(fair_reply_of(fair(-1, 4)).status, master_status::queued);
+  EXPECT_EQ(fair_reply_of(fair(-1, 4)).ticket, 4);
+}
+
+TEST(fair_reply, rejects_other_shapes) {
+  EXPECT_FALSE(fair_reply_of(fair(2, 1)).valid);
+  EXPECT_FALSE(fair_reply_of(ok_reply()).valid);
+  EXPECT_FALSE(fair_reply_of(int_reply("1")).valid);
+  EXPECT_FALSE(fair_reply_of({{resp::type::array, 2, 0, ""}, {resp::type::integer, 0, 1, "1"}}).valid);
+  EXPECT_FALSE(
+      fair_reply_of(
+          {{resp::type::array, 2, 0, ""}, {resp::type::integer, 0, 1, "1"}, {resp::type::blob_string, 0, 1, "x"}})
+          .valid);
+  EXPECT_FALSE(
+      fair_reply_of(
+          {{resp::type::array, 2, 0, ""}, {resp::type::integer, 0, 1, "1"}, {resp::type::integer, 0, 1, "12x"}})
+          .valid);
+  // classify turns a malformed answer into a failed vote.
+  const auto r = redlock::core::classify(command::acquire_fair, {}, ok_reply());
+  EXPECT_EQ(r.status, master_status::failed);
+  EXPECT_EQ(r.error, redlock::error::unexpected_reply);
+}
+
+TEST(release_reply, two_means_released_with_waiters) {
+  EXPECT_EQ(redlock::core::classify(command::release, {}, int_reply("2")).status, master_status::granted);
+  EXPECT_EQ(redlock::core::classify(command::extend, {}, int_reply("2")).status, master_status::failed);
+  redlock::core::unlock_fsm u{3, 1s};
+  u.start(at(0ms));
+  u.on_reply(0, {}, int_reply("1"), at(1ms));
+  EXPECT_FALSE(u.waiters());
+  u.on_reply(1, {}, int_reply("2"), at(1ms));
+  EXPECT_TRUE(u.done());
+  EXPECT_TRUE(u.waiters());
+  EXPECT_EQ(u.held(), 2U);
+}
+
+}  // namespace
