@@ -11,9 +11,13 @@
 // retry, connect timeout and reconnect are what an application gets out of the box. Without it
 // the worker uses the short timeouts the safety suite needs (`--request-timeout-ms` applies).
 //
+// `--hold-ms A-B` holds each lock for a uniform A..B ms (default 1-8) and, for the fair
+// hand-over tests, reports the longest `async_lock` wait (`longest_wait_ms`), the waits that
+// queued and the attempts started by wake-ups; `--no-fair` turns `client_config::fairness` off.
+//
 // Usage: redlock_worker --masters h:p,... --resources a,b --seconds S --ttl-ms T --out FILE
 //                       [--mode normal|no_nx|first_ok] [--request-timeout-ms R] [--seed N]
-//                       [--defaults]
+//                       [--defaults] [--no-fair] [--hold-ms A-B]
 
 #include <redlock/client.hpp>
 #include <redlock/core/quorum.hpp>
@@ -28,6 +32,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -38,6 +43,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace asio = boost::asio;
@@ -57,6 +63,8 @@ struct options {
   std::string mode = "normal";
   unsigned seed = 1;
   bool defaults = false;
+  bool fair = true;
+  int hold_min_ms = 1, hold_max_ms = 8;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -91,16 +99,16 @@ struct recorder {
   }
 };
 
-// The guarded work: a few milliseconds, never started past the validity.
+// The guarded work: `hold` ms drawn uniformly, never started past the validity.
 asio::awaitable<void> critical_section(recorder& rec, std::mt19937& rng, const std::string& resource,
-                                       const std::string& token, clock_type::time_point deadline,
-                                       std::uint32_t granted) {
+                                       const std::string& token, clock_type::time_point deadline, std::uint32_t granted,
+                                       std::pair<int, int> hold = {1, 8}) {
   const auto enter = clock_type::now();
   if (enter >= deadline) {
     ++rec.counts["late_grant"];
     co_return;
   }
-  const auto work = std::chrono::milliseconds{std::uniform_int_distribution<int>{1, 8}(rng)};
+  const auto work = std::chrono::milliseconds{std::uniform_int_distribution<int>{hold.first, hold.second}(rng)};
   co_await sleep_for(std::min<clock_type::duration>(work, (deadline - enter) / 2));
   rec.section(resource, token, enter, clock_type::now(), deadline, granted);
 }
@@ -128,6 +136,7 @@ asio::awaitable<void> run_normal(const options& o, recorder& rec) {
       *log << ns(clock_type::now()) << ' ' << m << '\n';
     };
   }
+  cfg.fairness.enabled = o.fair;
   if (!o.defaults) {
     cfg.request_timeout = std::chrono::milliseconds{o.request_timeout_ms};
     cfg.retry.max_wait = 1000ms;
@@ -140,8 +149,13 @@ asio::awaitable<void> run_normal(const options& o, recorder& rec) {
       clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.seconds));
   while (clock_type::now() < until) {
     const auto& resource = o.resources[std::uniform_int_distribution<std::size_t>{0, o.resources.size() - 1}(rng)];
+    const auto asked = clock_type::now();
     auto [ec, l] = co_await c.async_lock(resource, std::chrono::milliseconds{o.ttl_ms}, use_tuple);
     ++rec.counts["attempted"];
+    auto& longest = rec.counts["longest_wait_ms"];
+    longest = std::max<long>(
+        longest,
+        static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - asked).count()));
     if (ec) {
       ++rec.counts[ec == redlock::error::not_acquired         ? "not_acquired"
                    : ec == redlock::error::quorum_unavailable ? "quorum_unavailable"
@@ -149,7 +163,8 @@ asio::awaitable<void> run_normal(const options& o, recorder& rec) {
                                                               : "other_error"];
       continue;
     }
-    co_await critical_section(rec, rng, resource, l.token(), l.validity_deadline(), granted_mask(l));
+    co_await critical_section(rec, rng, resource, l.token(), l.validity_deadline(), granted_mask(l),
+                              {o.hold_min_ms, o.hold_max_ms});
     co_await l.async_unlock(use_tuple);
     co_await sleep_for(std::chrono::milliseconds{std::uniform_int_distribution<int>{0, 3}(rng)});
   }
@@ -161,6 +176,8 @@ asio::awaitable<void> run_normal(const options& o, recorder& rec) {
     rec.counts["master_timeouts"] += static_cast<long>(m.timeouts);
   }
   rec.counts["releases_resent"] += static_cast<long>(stats.releases_resent);
+  rec.counts["queued"] += static_cast<long>(stats.locks_queued);
+  rec.counts["wakeups"] += static_cast<long>(stats.lock_wakeups);
   std::erase_if(rec.counts, [](const auto& kv) { return kv.second == 0; });
   c.close();
 }
@@ -227,8 +244,12 @@ int main(int argc, char** argv) {
   std::string masters;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--defaults") {  // the only flag without a value
+    if (a == "--defaults") {  // the flags without a value
       o.defaults = true;
+      continue;
+    }
+    if (a == "--no-fair") {
+      o.fair = false;
       continue;
     }
     if (i + 1 >= argc) break;
@@ -249,6 +270,10 @@ int main(int argc, char** argv) {
       o.mode = v;
     } else if (a == "--seed") {
       o.seed = static_cast<unsigned>(std::stoul(v));
+    } else if (a == "--hold-ms") {
+      const auto dash = v.find('-');
+      o.hold_min_ms = std::stoi(v.substr(0, dash));
+      o.hold_max_ms = dash == std::string::npos ? o.hold_min_ms : std::stoi(v.substr(dash + 1));
     }
   }
   if (!masters.empty()) {
