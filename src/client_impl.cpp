@@ -45,8 +45,8 @@ boost::system::error_code validate(const client_config& cfg, std::string* what) 
     return bad("retry delays must not be negative");
   if (cfg.fairness.entry_timeout < std::chrono::milliseconds::zero()) return bad("fairness.entry_timeout is negative");
   if (cfg.fairness.entry_timeout > std::chrono::milliseconds::zero() &&
-      cfg.fairness.entry_timeout <= cfg.retry.base_delay + cfg.retry.jitter)
-    return bad("fairness.entry_timeout must exceed retry.base_delay + retry.jitter");
+      cfg.fairness.entry_timeout <= cfg.retry.base_delay + cfg.retry.jitter + cfg.request_timeout)
+    return bad("fairness.entry_timeout must exceed retry.base_delay + retry.jitter + request_timeout");
   if (cfg.max_resource_length == 0) return bad("max_resource_length is 0");
   if (cfg.max_ttl <= std::chrono::milliseconds::zero() || cfg.max_ttl > std::chrono::hours{24 * 366})
     return bad("max_ttl outside (0, 366 days]");

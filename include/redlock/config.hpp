@@ -28,9 +28,9 @@ struct fairness_options {
   bool enabled = true;
   /// How long a waiter's place in a master's queue lives unless one of its attempts renews it: the
   /// longest that a waiter which died, stopped or lost its network can hold up the waiters behind
-  /// it. Zero: 2 × (retry.base_delay + retry.jitter) + request_timeout, at least 500 ms (700 ms
-  /// with the defaults). Must exceed retry.base_delay + retry.jitter, the longest gap between two
-  /// attempts of a waiter that hears no wake-up.
+  /// it. Zero: 2 × (retry.base_delay + retry.jitter) + request_timeout, at least 500 ms (550 ms
+  /// with the defaults). Must exceed retry.base_delay + retry.jitter + request_timeout, the
+  /// longest gap between two attempts of a waiter that hears no wake-up.
   std::chrono::milliseconds entry_timeout{0};
 };
 

@@ -256,6 +256,11 @@ std::vector<client_case> client_cases() {
       {"retry_jitter_negative", [](c& x) { x.retry.jitter = -1ms; }, "retry"},
       {"retry_max_wait_negative", [](c& x) { x.retry.max_wait = -1ms; }, "retry"},
       {"max_resource_length_zero", [](c& x) { x.max_resource_length = 0; }, "max_resource_length"},
+      {"fairness_entry_timeout_negative", [](c& x) { x.fairness.entry_timeout = -1ms; }, "fairness.entry_timeout"},
+      // Shorter than the longest gap between a waiter's attempts: its place would lapse between them.
+      {"fairness_entry_timeout_below_the_retry_gap",
+       [](c& x) { x.fairness.entry_timeout = x.retry.base_delay + x.retry.jitter + x.request_timeout; },
+       "fairness.entry_timeout"},
   };
 }
 
