@@ -160,7 +160,7 @@ struct release_job final : reply_sink {
   std::string payload;
   std::chrono::milliseconds ttl;
   clock_type::time_point until;  // min(): a first send; else the bound of a re-sent one
-  std::vector<bool> settled;     // masters where no key of ours can be (their SET said taken)
+  std::vector<bool> settled;     // masters where no key of ours can be (the held lock's round said so)
   void on_reply(std::uint64_t tag, error_code ec, const resp::response&) override {
     const auto i = master_of(tag);
     if (!client_impl::in_doubt(ec) || (i < settled.size() && settled[i])) return;
@@ -329,24 +329,39 @@ void client_impl::send_all(std::string_view payload, clock_type::time_point dead
   for (const auto& [i, ec] : refused) sink->on_reply(make_tag(round, i), ec, no_reply);
 }
 
+namespace {
+
+// Whether a failed round's SET may have set the key on a master that answered `s`: granted, timed
+// out, failed, or not answered yet. Not where it answered "taken" or "queued" or an error (the
+// command did not set the key, and no other request carries the round's token), nor where it was
+// refused before it left (unreachable). See docs/design.md, "Decisions" of the lock client.
+bool may_have_set(master_status s) noexcept {
+  return !(s == master_status::taken || s == master_status::queued || s == master_status::server_error ||
+           s == master_status::unreachable);
+}
+
+}  // namespace
+
 void client_impl::release_everywhere(lock_state& st, const std::vector<master_result>* round) {
+  const auto status = [round](std::size_t i) {
+    return i < round->size() ? (*round)[i].status : master_status::pending;
+  };
+  if (round) {
+    bool any = false;
+    for (std::size_t i = 0; i < links_.size() && !any; ++i) any = may_have_set(status(i));
+    if (!any) return;  // e.g. every master said "taken": nothing to release, nothing to encode
+  }
   const auto deadline = clock_type::now() + cfg_.release_timeout;
   const auto ttl = std::max(st.ttl, st.longest_ttl);
   auto job = std::make_shared<release_job>(weak_from_this(), st.background_release_payload(), ttl);
-  // A master whose SET answered "taken" (or an error) holds no key of this token: the release
-  // still goes there (the spec's rule), but is not worth keeping if it gets lost.
+  // A held lock (no `round`): a master where its granting round's SET said "taken" holds no key of
+  // this token; the release still goes there, but is not worth keeping if it gets lost.
   job->settled.resize(links_.size(), false);
-  for (std::size_t i = 0; i < links_.size(); ++i) {
-    if (round) {
-      const auto s = i < round->size() ? (*round)[i].status : master_status::pending;
-      job->settled[i] = s == master_status::taken || s == master_status::server_error;
-    } else {
-      job->settled[i] = !st.may_hold(i);
-    }
+  if (!round) {
+    for (std::size_t i = 0; i < links_.size(); ++i) job->settled[i] = !st.may_hold(i);
   }
   for (std::size_t i = 0; i < links_.size(); ++i) {
-    // The round's SET was refused before it left (the master was down or suspect): nothing to release.
-    if (round && i < round->size() && (*round)[i].status == master_status::unreachable) continue;
+    if (round && !may_have_set(status(i))) continue;
     if (links_[i]->submit(job->payload, 1, deadline, job, make_tag(release_round, i))) {
       // Refused now; the SET may have reached it (it was sent, its answer is unknown or granted).
       if (!job->settled[i]) defer_release(i, job->payload, ttl);
