@@ -8,8 +8,9 @@
 //                      [--floor-bench BIN] [--worker BIN] [--g-seconds S=40] [--g-no-fair-seconds S=20]
 // --only c runs (c) in its three configurations (c: the library's defaults, fair hand-over on;
 // c_no_fair: default retry, fairness off; c_poll_2ms: fairness off, 0-2 ms retry, the setting of
-// this benchmark before fair hand-over), each also selectable alone; (c) brings the floor along,
-// since its hand-over latency is reported in quorum round trips.
+// this benchmark before fair hand-over), each also selectable alone. Right before each, the
+// floor's quorum round trip (PING to all five until three answered) is measured again, 2,000
+// times: the unit in which that configuration's hand-over latency is also reported.
 // --worker BIN: the safety suite's worker (test/safety/worker.cpp), which (g) runs as four
 // processes; the default is the one CMake builds (REDLOCK_WORKER_PATH). (g) runs for --g-seconds
 // with fair hand-over, then --g-no-fair-seconds without (0 skips either); the workers' records go
@@ -51,6 +52,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -285,15 +287,63 @@ throughput_result throughput(asio::io_context& ioc, redlock::client& c, int conc
 // contender (itself included). Counted over the run's window only: grants that complete after
 // the deadline (the contenders still waiting finish their acquisition) are left out of every
 // figure but `handovers_after_deadline`.
+// Where the time of a hand-over goes: CPU of this process and of the masters (utime + stime from
+// /proc, 10 ms ticks) and the commands the masters ran (INFO commandstats, scripts' inner calls
+// included), each per grant over the whole run, its tail after the deadline included.
+struct master_load {
+  double cpu_s = 0;
+  std::map<std::string, double> calls;  // command -> calls, summed over the masters
+  std::map<std::string, double> usec;   // command -> time spent in it (a script's includes its calls)
+};
+
+master_load read_masters(setup& s, bool reset) {
+  master_load m;
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  for (std::size_t i = 0; i < s.cluster.size(); ++i) {
+    std::ifstream stat{fmt::format("/proc/{}/stat", s.cluster[i].pid())};
+    std::string text{std::istreambuf_iterator<char>{stat}, std::istreambuf_iterator<char>{}};
+    if (const auto paren = text.rfind(')'); paren != std::string::npos) {
+      std::istringstream fields{text.substr(paren + 2)};
+      std::string f;
+      double utime = 0, stime = 0;
+      for (int k = 3; k <= 15 && fields >> f; ++k) {  // field 14: utime, 15: stime (man 5 proc)
+        if (k == 14) utime = std::stod(f);
+        if (k == 15) stime = std::stod(f);
+      }
+      m.cpu_s += (utime + stime) / tick;
+    }
+    if (reset) {
+      s.cluster[i].command({"CONFIG", "RESETSTAT"});
+      continue;
+    }
+    // "cmdstat_evalsha:calls=12,usec=..." lines.
+    std::istringstream info{s.cluster[i].command({"INFO", "commandstats"})};
+    std::string line;
+    while (std::getline(info, line)) {
+      if (line.rfind("cmdstat_", 0) != 0) continue;
+      const auto colon = line.find(':'), calls = line.find("calls="), usec = line.find(",usec=");
+      if (colon == std::string::npos || calls == std::string::npos || usec == std::string::npos) continue;
+      m.calls[line.substr(8, colon - 8)] += std::atof(line.c_str() + calls + 6);
+      m.usec[line.substr(8, colon - 8)] += std::atof(line.c_str() + usec + 6);
+    }
+  }
+  return m;
+}
+
 struct contention_result {
   double handovers_per_s = 0, fairness = 0, wall_s = 0;
   std::vector<long> shares;
   long failures = 0, after_deadline = 0, self_regrants = 0;
   std::vector<double> handover_us;  // release -> next grant
+  std::vector<double> unlock_us;    // async_unlock call -> its completion
   std::uint64_t wakeups = 0, queued = 0;
+  double client_cpu_us = 0, masters_cpu_us = 0;  // per grant
+  std::map<std::string, double> master_calls;    // per grant, all masters together
+  std::map<std::string, double> master_usec;     // per grant, all masters together
 };
 
-contention_result contention(asio::io_context& ioc, redlock::client& c, double seconds, const std::string& name) {
+contention_result contention(asio::io_context& ioc, redlock::client& c, setup& s, double seconds,
+                             const std::string& name) {
   constexpr int contenders = 16;
   contention_result r;
   r.shares.assign(contenders, 0);
@@ -301,6 +351,8 @@ contention_result contention(asio::io_context& ioc, redlock::client& c, double s
   std::optional<clock_type::time_point> released;  // the last async_unlock call, until a grant follows
   int released_by = -1;
   const auto stats0 = c.stats();
+  const auto masters0 = read_masters(s, true);
+  const double cpu0 = cpu_seconds();
   const auto until =
       clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
   const auto t0 = clock_type::now();
@@ -326,7 +378,9 @@ contention_result contention(asio::io_context& ioc, redlock::client& c, double s
             }
             released = clock_type::now();
             released_by = k;
+            const auto unlock_start = *released;
             co_await l.async_unlock(use_tuple);
+            if (unlock_start < until) r.unlock_us.push_back(us_since(unlock_start));
           }
           --running;
         },
@@ -334,13 +388,26 @@ contention_result contention(asio::io_context& ioc, redlock::client& c, double s
   }
   while (running > 0) pump(ioc);
   r.wall_s = std::chrono::duration<double>(clock_type::now() - t0).count();
+  const double cpu1 = cpu_seconds();
+  const auto masters1 = read_masters(s, false);
   long total = 0, least = r.shares.front();
-  for (long s : r.shares) {
-    total += s;
-    least = std::min(least, s);
+  for (long v : r.shares) {
+    total += v;
+    least = std::min(least, v);
   }
   r.handovers_per_s = static_cast<double>(total) / seconds;
   r.fairness = total ? static_cast<double>(least) / (static_cast<double>(total) / contenders) : 0;
+  if (const double grants = static_cast<double>(total + r.after_deadline); grants > 0) {
+    r.client_cpu_us = (cpu1 - cpu0) / grants * 1e6;
+    r.masters_cpu_us = (masters1.cpu_s - masters0.cpu_s) / grants * 1e6;
+    for (const auto& [cmd, n] : masters1.calls) {
+      if (cmd != "info" && cmd != "config|resetstat" && cmd != "config") r.master_calls[cmd] = n / grants;
+    }
+    for (const auto& [cmd, us] : masters1.usec) {
+      if (cmd == "eval" || cmd == "evalsha" || cmd == "set" || cmd == "zrem" || cmd == "publish")
+        r.master_usec[cmd] = us / grants;
+    }
+  }
   const auto stats1 = c.stats();
   r.wakeups = stats1.lock_wakeups - stats0.lock_wakeups;
   r.queued = stats1.locks_queued - stats0.locks_queued;
@@ -524,8 +591,6 @@ int main(int argc, char** argv) {
       while (std::getline(ss, item, ',')) only.insert(item);
     }
   }
-  // (c) reports its hand-over latency in quorum round trips: the floor runs whenever (c) does.
-  if (!only.empty() && (only.count("c") || only.count("c_no_fair") || only.count("c_poll_2ms"))) only.insert("floor");
   auto want = [&](const char* s) { return only.empty() || only.count(s); };
   if (want("g") && worker_bin.empty()) {
     fmt::print(stderr, "(g) needs the worker: --worker PATH (test/safety/worker.cpp)\n");
@@ -535,12 +600,10 @@ int main(int argc, char** argv) {
   setup s;
   asio::io_context ioc{1};
   std::vector<std::string> json;
-  double quorum_rtt_p50 = 0;  // one quorum round trip, from the floor scenario
   fmt::print("redlock-asio benchmark: 5 local masters, one client thread\n\n");
 
   if (want("floor")) {
     auto [one, quorum] = floor_rtt(ioc, s.config(false), cycles);
-    quorum_rtt_p50 = quorum.p50;
     fmt::print(
         "floor     PING via our connection class: one master p50 {:.1f} us p99 {:.1f} us; PING all 5 to a majority p50 "
         "{:.1f} us p99 {:.1f} us\n",
@@ -641,32 +704,50 @@ int main(int argc, char** argv) {
     cfg.retry.base_delay = cc.base;
     cfg.retry.jitter = cc.jitter;
     cfg.retry.max_wait = cc.max_wait;
+    // The quorum round trip again right before this configuration (the machine's load drifts):
+    // the unit of its hand-over latency.
+    const double rtt = floor_rtt(ioc, cfg, 2000).second.p50;
     redlock::client c{ioc.get_executor(), cfg};
     wait_up(ioc, c, 5);
     std::vector<std::string> rows;
     std::vector<double> pooled, rates, fairness;
     for (int run_no = 0; run_no < contention_runs; ++run_no) {
-      auto r = contention(ioc, c, std::min(seconds, 2.0), fmt::format("contended:{}:{}", cc.key, run_no));
+      auto r = contention(ioc, c, s, std::min(seconds, 2.0), fmt::format("contended:{}:{}", cc.key, run_no));
       const auto h = summarize(r.handover_us);
+      const auto u = summarize(r.unlock_us);
+      std::string calls, calls_json, usec, usec_json;
+      for (const auto& [cmd, n] : r.master_calls) {
+        if (n < 0.05) continue;
+        calls += fmt::format(" {} {:.1f}", cmd, n);
+        calls_json += fmt::format("{}\"{}\": {:.2f}", calls_json.empty() ? "" : ", ", cmd, n);
+      }
+      for (const auto& [cmd, us] : r.master_usec) {
+        if (us < 0.05) continue;
+        usec += fmt::format(" {} {:.1f}", cmd, us);
+        usec_json += fmt::format("{}\"{}\": {:.2f}", usec_json.empty() ? "" : ", ", cmd, us);
+      }
       fmt::print(
           "({}) run {:<2} {:>6.0f} hand-overs/s  fairness {:.2f}  release->grant p50 {:.0f} p99 {:.0f} us  "
-          "wake-ups {} queued {} self {} failures {}\n",
-          cc.key, run_no, r.handovers_per_s, r.fairness, h.p50, h.p99, r.wakeups, r.queued, r.self_regrants,
-          r.failures);
+          "(unlock p50 {:.0f} us)  wake-ups {} queued {} self {} failures {}\n"
+          "     per grant: CPU client {:.0f} us, masters {:.0f} us; master calls:{}; in-command us:{}\n",
+          cc.key, run_no, r.handovers_per_s, r.fairness, h.p50, h.p99, u.p50, r.wakeups, r.queued, r.self_regrants,
+          r.failures, r.client_cpu_us, r.masters_cpu_us, calls, usec);
       std::string shares;
       for (long v : r.shares) shares += fmt::format("{}{}", shares.empty() ? "" : ", ", v);
       rows.push_back(fmt::format(
           "{{\"handovers_per_s\": {:.0f}, \"fairness\": {:.3f}, \"failures\": {}, \"handover_us\": {}, "
-          "\"handover_mean_us\": {:.1f}, \"handovers\": {}, \"self_regrants\": {}, \"handovers_after_deadline\": {}, "
-          "\"wall_s\": {:.3f}, \"lock_wakeups\": {}, \"locks_queued\": {}, \"shares\": [{}]}}",
-          r.handovers_per_s, r.fairness, r.failures, json_stats(h), mean_of(r.handover_us), r.handover_us.size(),
-          r.self_regrants, r.after_deadline, r.wall_s, r.wakeups, r.queued, shares));
+          "\"handover_mean_us\": {:.1f}, \"unlock_us\": {}, \"handovers\": {}, \"self_regrants\": {}, "
+          "\"handovers_after_deadline\": {}, \"wall_s\": {:.3f}, \"lock_wakeups\": {}, \"locks_queued\": {}, "
+          "\"client_cpu_us_per_grant\": {:.1f}, \"masters_cpu_us_per_grant\": {:.1f}, "
+          "\"master_calls_per_grant\": {{{}}}, \"master_usec_per_grant\": {{{}}}, \"shares\": [{}]}}",
+          r.handovers_per_s, r.fairness, r.failures, json_stats(h), mean_of(r.handover_us), json_stats(u),
+          r.handover_us.size(), r.self_regrants, r.after_deadline, r.wall_s, r.wakeups, r.queued, r.client_cpu_us,
+          r.masters_cpu_us, calls_json, usec_json, shares));
       pooled.insert(pooled.end(), r.handover_us.begin(), r.handover_us.end());
       rates.push_back(r.handovers_per_s);
       fairness.push_back(r.fairness);
     }
     const auto all = summarize(pooled);
-    const double rtt = quorum_rtt_p50;
     fmt::print(
         "({}) median {:.0f} hand-overs/s, fairness {:.2f}; release->grant over all runs p50 {:.0f} p99 {:.0f} us{}\n",
         cc.key, median_of(rates), median_of(fairness), all.p50, all.p99,
