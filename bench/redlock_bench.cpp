@@ -6,11 +6,15 @@
 // Usage: redlock_bench [--json FILE] [--cycles N] [--seconds S] [--contention-runs R]
 //                      [--only a,b,c,c_no_fair,c_poll_2ms,d,e,g,floor,ceiling] [--hold-for-peers CMD]
 //                      [--floor-bench BIN] [--worker BIN] [--g-seconds S=40] [--g-no-fair-seconds S=20]
+//                      [--c-hold-ms H=0]
 // --only c runs (c) in its three configurations (c: the library's defaults, fair hand-over on;
 // c_no_fair: default retry, fairness off; c_poll_2ms: fairness off, 0-2 ms retry, the setting of
 // this benchmark before fair hand-over), each also selectable alone. Right before each, the
 // floor's quorum round trip (PING to all five until three answered) is measured again, 2,000
 // times: the unit in which that configuration's hand-over latency is also reported.
+// --c-hold-ms H: (c)'s contenders hold the lock H ms before releasing (a diagnosis: with a hold,
+// the releaser's next attempt and the masters' work of the last hand-over are off the path of the
+// next one). The JSON records it; the default, 0, is what docs/benchmarks.md reports.
 // --worker BIN: the safety suite's worker (test/safety/worker.cpp), which (g) runs as four
 // processes; the default is the one CMake builds (REDLOCK_WORKER_PATH). (g) runs for --g-seconds
 // with fair hand-over, then --g-no-fair-seconds without (0 skips either); the workers' records go
@@ -343,7 +347,7 @@ struct contention_result {
 };
 
 contention_result contention(asio::io_context& ioc, redlock::client& c, setup& s, double seconds,
-                             const std::string& name) {
+                             const std::string& name, clock_type::duration hold) {
   constexpr int contenders = 16;
   contention_result r;
   r.shares.assign(contenders, 0);
@@ -375,6 +379,10 @@ contention_result contention(asio::io_context& ioc, redlock::client& c, setup& s
               }
             } else {
               ++r.after_deadline;
+            }
+            if (hold > clock_type::duration::zero()) {
+              asio::steady_timer t{co_await asio::this_coro::executor, hold};
+              co_await t.async_wait(use_tuple);
             }
             released = clock_type::now();
             released_by = k;
@@ -573,6 +581,7 @@ int main(int argc, char** argv) {
 #endif
   int cycles = 5000, contention_runs = 10;
   double seconds = 3, g_seconds = 40, g_no_fair_seconds = 20;
+  clock_type::duration c_hold{};
   std::set<std::string> only;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
@@ -583,6 +592,9 @@ int main(int argc, char** argv) {
     if (a == "--hold-for-peers") peers_cmd = v;
     if (a == "--floor-bench") floor_bin = v;
     if (a == "--worker") worker_bin = v;
+    if (a == "--c-hold-ms")
+      c_hold =
+          std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double, std::milli>(std::stod(v)));
     if (a == "--g-seconds") g_seconds = std::stod(v);
     if (a == "--g-no-fair-seconds") g_no_fair_seconds = std::stod(v);
     if (a == "--only") {
@@ -712,7 +724,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> rows;
     std::vector<double> pooled, rates, fairness;
     for (int run_no = 0; run_no < contention_runs; ++run_no) {
-      auto r = contention(ioc, c, s, std::min(seconds, 2.0), fmt::format("contended:{}:{}", cc.key, run_no));
+      auto r = contention(ioc, c, s, std::min(seconds, 2.0), fmt::format("contended:{}:{}", cc.key, run_no), c_hold);
       const auto h = summarize(r.handover_us);
       const auto u = summarize(r.unlock_us);
       std::string calls, calls_json, usec, usec_json;
@@ -758,10 +770,12 @@ int main(int argc, char** argv) {
     json.push_back(
         fmt::format("\"{}\": {{\"config\": {{\"fairness\": {}, \"retry\": {{\"base_ms\": {}, \"jitter_ms\": {}, "
                     "\"max_wait_ms\": {}}}}}, "
-                    "\"contenders\": 16, \"seconds\": {:.1f}, \"handover_us\": {}, \"quorum_rtt_p50_us\": {:.1f}, "
-                    "\"handover_p50_in_rtt\": {:.2f}, \"handover_p99_in_rtt\": {:.2f}, \"runs\": [{}]}}",
-                    cc.key, cc.fair, cc.base.count(), cc.jitter.count(), cc.max_wait.count(), std::min(seconds, 2.0),
-                    json_stats(all), rtt, rtt > 0 ? all.p50 / rtt : 0, rtt > 0 ? all.p99 / rtt : 0, arr));
+                    "\"contenders\": 16, \"hold_ms\": {:.3f}, \"seconds\": {:.1f}, \"handover_us\": {}, "
+                    "\"quorum_rtt_p50_us\": {:.1f}, \"handover_p50_in_rtt\": {:.2f}, \"handover_p99_in_rtt\": {:.2f}, "
+                    "\"runs\": [{}]}}",
+                    cc.key, cc.fair, cc.base.count(), cc.jitter.count(), cc.max_wait.count(),
+                    std::chrono::duration<double, std::milli>(c_hold).count(), std::min(seconds, 2.0), json_stats(all),
+                    rtt, rtt > 0 ? all.p50 / rtt : 0, rtt > 0 ? all.p99 / rtt : 0, arr));
     c.close();
     pump_for(ioc, 50ms);
   }
