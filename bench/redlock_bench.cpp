@@ -1,10 +1,24 @@
-// The lock benchmark: scenarios a-e of docs/benchmarks.md against five local masters (two of them
-// reachable through fault proxies for the slow-minority scenario), next to the round-trip floor
-// and the masters' ceiling measured in the same run. Peers are run by bench/run.sh against the
-// same masters (this program prints their ports and waits when asked to).
+// The lock benchmark: scenarios a-e and g of docs/benchmarks.md against five local masters (two
+// of them reachable through fault proxies for the slow-minority scenario), next to the round-trip
+// floor and the masters' ceiling measured in the same run. Peers are run by bench/run.sh against
+// the same masters (this program prints their ports and waits when asked to).
 //
 // Usage: redlock_bench [--json FILE] [--cycles N] [--seconds S] [--contention-runs R]
-//                      [--only a,b,c,d,e,floor,ceiling] [--hold-for-peers CMD] [--floor-bench BIN]
+//                      [--only a,b,c,c_no_fair,c_poll_2ms,d,e,g,floor,ceiling] [--hold-for-peers CMD]
+//                      [--floor-bench BIN] [--worker BIN] [--g-seconds S=40] [--g-no-fair-seconds S=20]
+//                      [--c-hold-ms H=0]
+// --only c runs (c) in its three configurations (c: the library's defaults, fair hand-over on;
+// c_no_fair: default retry, fairness off; c_poll_2ms: fairness off, 0-2 ms retry, the setting of
+// this benchmark before fair hand-over), each also selectable alone. Right before each, the
+// floor's quorum round trip (PING to all five until three answered) is measured again, 2,000
+// times: the unit in which that configuration's hand-over latency is also reported.
+// --c-hold-ms H: (c)'s contenders hold the lock H ms before releasing (a diagnosis: with a hold,
+// the releaser's next attempt and the masters' work of the last hand-over are off the path of the
+// next one). The JSON records it; the default, 0, is what docs/benchmarks.md reports.
+// --worker BIN: the safety suite's worker (test/safety/worker.cpp), which (g) runs as four
+// processes; the default is the one CMake builds (REDLOCK_WORKER_PATH). (g) runs for --g-seconds
+// with fair hand-over, then --g-no-fair-seconds without (0 skips either); the workers' records go
+// to a directory g/ next to the JSON.
 // --floor-bench BIN: right before (a), runs the independent floor (bench/floor_bench.cpp, no
 // redlock code) against the same five masters, writes its JSON next to ours (floor_bench.json)
 // and reports (a) as a ratio to it. The "floor" scenario below is different: PING through our
@@ -29,15 +43,22 @@
 
 #include <fmt/core.h>
 
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -58,6 +79,19 @@ using redlock::bench::summarize;
 
 double us_since(clock_type::time_point s) {
   return std::chrono::duration<double, std::micro>(clock_type::now() - s).count();
+}
+
+double mean_of(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? 0 : sum / static_cast<double>(v.size());
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 std::string json_stats(const stats& s) {
@@ -251,19 +285,78 @@ throughput_result throughput(asio::io_context& ioc, redlock::client& c, int conc
   return r;
 }
 
-// (c): 16 contenders on one resource with retries; hand-overs per second and fairness.
-struct contention_result {
-  double handovers_per_s = 0, fairness = 0;
-  std::vector<long> shares;
-  long failures = 0;
+// (c): 16 contenders on one resource, each releasing at once, with the client's retries (and fair
+// hand-over, as configured); hand-overs per second, fairness, and the release -> next-grant
+// latency: from a contender calling async_unlock to the next successful async_lock of any
+// contender (itself included). Counted over the run's window only: grants that complete after
+// the deadline (the contenders still waiting finish their acquisition) are left out of every
+// figure but `handovers_after_deadline`.
+// Where the time of a hand-over goes: CPU of this process and of the masters (utime + stime from
+// /proc, 10 ms ticks) and the commands the masters ran (INFO commandstats, scripts' inner calls
+// included), each per grant over the whole run, its tail after the deadline included.
+struct master_load {
+  double cpu_s = 0;
+  std::map<std::string, double> calls;  // command -> calls, summed over the masters
+  std::map<std::string, double> usec;   // command -> time spent in it (a script's includes its calls)
 };
 
-contention_result contention(asio::io_context& ioc, redlock::client& c, double seconds, int run_no) {
+master_load read_masters(setup& s, bool reset) {
+  master_load m;
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  for (std::size_t i = 0; i < s.cluster.size(); ++i) {
+    std::ifstream stat{fmt::format("/proc/{}/stat", s.cluster[i].pid())};
+    std::string text{std::istreambuf_iterator<char>{stat}, std::istreambuf_iterator<char>{}};
+    if (const auto paren = text.rfind(')'); paren != std::string::npos) {
+      std::istringstream fields{text.substr(paren + 2)};
+      std::string f;
+      double utime = 0, stime = 0;
+      for (int k = 3; k <= 15 && fields >> f; ++k) {  // field 14: utime, 15: stime (man 5 proc)
+        if (k == 14) utime = std::stod(f);
+        if (k == 15) stime = std::stod(f);
+      }
+      m.cpu_s += (utime + stime) / tick;
+    }
+    if (reset) {
+      s.cluster[i].command({"CONFIG", "RESETSTAT"});
+      continue;
+    }
+    // "cmdstat_evalsha:calls=12,usec=..." lines.
+    std::istringstream info{s.cluster[i].command({"INFO", "commandstats"})};
+    std::string line;
+    while (std::getline(info, line)) {
+      if (line.rfind("cmdstat_", 0) != 0) continue;
+      const auto colon = line.find(':'), calls = line.find("calls="), usec = line.find(",usec=");
+      if (colon == std::string::npos || calls == std::string::npos || usec == std::string::npos) continue;
+      m.calls[line.substr(8, colon - 8)] += std::atof(line.c_str() + calls + 6);
+      m.usec[line.substr(8, colon - 8)] += std::atof(line.c_str() + usec + 6);
+    }
+  }
+  return m;
+}
+
+struct contention_result {
+  double handovers_per_s = 0, fairness = 0, wall_s = 0;
+  std::vector<long> shares;
+  long failures = 0, after_deadline = 0, self_regrants = 0;
+  std::vector<double> handover_us;  // release -> next grant
+  std::vector<double> unlock_us;    // async_unlock call -> its completion
+  std::uint64_t wakeups = 0, queued = 0;
+  double client_cpu_us = 0, masters_cpu_us = 0;  // per grant
+  std::map<std::string, double> master_calls;    // per grant, all masters together
+  std::map<std::string, double> master_usec;     // per grant, all masters together
+};
+
+contention_result contention(asio::io_context& ioc, redlock::client& c, setup& s, double seconds,
+                             const std::string& name, clock_type::duration hold) {
   constexpr int contenders = 16;
   contention_result r;
   r.shares.assign(contenders, 0);
   int running = contenders;
-  const auto name = fmt::format("contended:{}", run_no);
+  std::optional<clock_type::time_point> released;  // the last async_unlock call, until a grant follows
+  int released_by = -1;
+  const auto stats0 = c.stats();
+  const auto masters0 = read_masters(s, true);
+  const double cpu0 = cpu_seconds();
   const auto until =
       clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
   const auto t0 = clock_type::now();
@@ -273,26 +366,168 @@ contention_result contention(asio::io_context& ioc, redlock::client& c, double s
         [&, k]() -> asio::awaitable<void> {
           while (clock_type::now() < until) {
             auto [ec, l] = co_await c.async_lock(name, 10s, use_tuple);
+            const auto granted = clock_type::now();
             if (ec) {
               ++r.failures;
               continue;
             }
-            ++r.shares[static_cast<std::size_t>(k)];
+            if (granted < until) {
+              ++r.shares[static_cast<std::size_t>(k)];
+              if (released) {
+                r.handover_us.push_back(std::chrono::duration<double, std::micro>(granted - *released).count());
+                r.self_regrants += released_by == k;
+              }
+            } else {
+              ++r.after_deadline;
+            }
+            if (hold > clock_type::duration::zero()) {
+              asio::steady_timer t{co_await asio::this_coro::executor, hold};
+              co_await t.async_wait(use_tuple);
+            }
+            released = clock_type::now();
+            released_by = k;
+            const auto unlock_start = *released;
             co_await l.async_unlock(use_tuple);
+            if (unlock_start < until) r.unlock_us.push_back(us_since(unlock_start));
           }
           --running;
         },
         asio::detached);
   }
   while (running > 0) pump(ioc);
-  const double wall = std::chrono::duration<double>(clock_type::now() - t0).count();
+  r.wall_s = std::chrono::duration<double>(clock_type::now() - t0).count();
+  const double cpu1 = cpu_seconds();
+  const auto masters1 = read_masters(s, false);
   long total = 0, least = r.shares.front();
-  for (long s : r.shares) {
-    total += s;
-    least = std::min(least, s);
+  for (long v : r.shares) {
+    total += v;
+    least = std::min(least, v);
   }
-  r.handovers_per_s = static_cast<double>(total) / wall;
+  r.handovers_per_s = static_cast<double>(total) / seconds;
   r.fairness = total ? static_cast<double>(least) / (static_cast<double>(total) / contenders) : 0;
+  if (const double grants = static_cast<double>(total + r.after_deadline); grants > 0) {
+    r.client_cpu_us = (cpu1 - cpu0) / grants * 1e6;
+    r.masters_cpu_us = (masters1.cpu_s - masters0.cpu_s) / grants * 1e6;
+    for (const auto& [cmd, n] : masters1.calls) {
+      if (cmd != "info" && cmd != "config|resetstat" && cmd != "config") r.master_calls[cmd] = n / grants;
+    }
+    for (const auto& [cmd, us] : masters1.usec) {
+      if (cmd == "eval" || cmd == "evalsha" || cmd == "set" || cmd == "zrem" || cmd == "publish")
+        r.master_usec[cmd] = us / grants;
+    }
+  }
+  const auto stats1 = c.stats();
+  r.wakeups = stats1.lock_wakeups - stats0.lock_wakeups;
+  r.queued = stats1.locks_queued - stats0.locks_queued;
+  return r;
+}
+
+// (g): 4 processes, each its own default-configured client (test/safety/worker.cpp with
+// --defaults), contending for one resource and holding it 20-300 ms; per-process shares, the
+// longest single async_lock wait each reported, and the longest time each went without the lock
+// (from its start to its first critical section, between two of its sections, from its last one
+// to its end), read from the section records. Also checks that no two sections overlapped.
+struct process_result {
+  long sections = 0, longest_wait_ms = 0, queued = 0, wakeups = 0, not_acquired = 0, attempted = 0;
+  double longest_gap_ms = 0;
+  int exit_code = 0;
+};
+
+struct processes_result {
+  std::vector<process_result> procs;
+  double fairness = 0, seconds = 0;
+  long overlaps = 0;
+};
+
+pid_t spawn(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
+  return pid;
+}
+
+processes_result processes(const std::string& worker, const std::string& masters, const std::string& dir,
+                           const std::string& tag, double seconds, bool fair) {
+  constexpr int count = 4;
+  processes_result r;
+  r.seconds = seconds;
+  std::filesystem::create_directories(dir);
+  const auto resource = fmt::format("g:{}:{}", tag, ::getpid());
+  std::vector<pid_t> pids;
+  std::vector<std::string> files;
+  const auto start = clock_type::now();
+  for (int i = 0; i < count; ++i) {
+    files.push_back(fmt::format("{}/{}_{}.txt", dir, tag, i));
+    std::vector<std::string> args{
+        worker,     "--masters", masters, "--resources", resource, "--seconds",           fmt::format("{}", seconds),
+        "--ttl-ms", "10000",     "--out", files.back(),  "--seed", std::to_string(i + 1), "--hold-ms",
+        "20-300",   "--defaults"};
+    if (!fair) args.push_back("--no-fair");
+    pids.push_back(spawn(args));
+  }
+  r.procs.resize(count);
+  for (int i = 0; i < count; ++i) {
+    int status = 0;
+    if (pids[static_cast<std::size_t>(i)] <= 0 || waitpid(pids[static_cast<std::size_t>(i)], &status, 0) < 0) {
+      r.procs[static_cast<std::size_t>(i)].exit_code = -1;
+    } else {
+      r.procs[static_cast<std::size_t>(i)].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+  }
+  const auto start_ns = std::chrono::duration<double, std::nano>(start.time_since_epoch()).count();
+  const double end_ns = start_ns + seconds * 1e9;
+  std::vector<std::pair<double, double>> all;  // (enter, exit) of every section, in ns
+  for (int i = 0; i < count; ++i) {
+    auto& p = r.procs[static_cast<std::size_t>(i)];
+    std::ifstream in{files[static_cast<std::size_t>(i)]};
+    std::string line;
+    std::vector<std::pair<double, double>> own;
+    while (std::getline(in, line)) {
+      std::istringstream ls{line};
+      if (line.rfind('#', 0) == 0) {
+        std::string kv;
+        ls >> kv;  // '#'
+        while (ls >> kv) {
+          const auto eq = kv.find('=');
+          if (eq == std::string::npos) continue;
+          const auto k = kv.substr(0, eq);
+          const long v = std::stol(kv.substr(eq + 1));
+          if (k == "sections") p.sections = v;
+          if (k == "longest_wait_ms") p.longest_wait_ms = v;
+          if (k == "queued") p.queued = v;
+          if (k == "wakeups") p.wakeups = v;
+          if (k == "not_acquired") p.not_acquired = v;
+          if (k == "attempted") p.attempted = v;
+        }
+        continue;
+      }
+      std::string res, token;
+      double enter = 0, exit = 0;
+      if (ls >> res >> token >> enter >> exit) own.emplace_back(enter, exit);
+    }
+    std::sort(own.begin(), own.end());
+    double last = start_ns;
+    for (const auto& [enter, exit] : own) {
+      p.longest_gap_ms = std::max(p.longest_gap_ms, (enter - last) / 1e6);
+      last = exit;
+    }
+    p.longest_gap_ms = std::max(p.longest_gap_ms, (end_ns - last) / 1e6);
+    all.insert(all.end(), own.begin(), own.end());
+  }
+  std::sort(all.begin(), all.end());
+  double latest_exit = 0;
+  for (const auto& [enter, exit] : all) {
+    r.overlaps += enter < latest_exit;
+    latest_exit = std::max(latest_exit, exit);
+  }
+  long total = 0, least = r.procs.front().sections;
+  for (const auto& p : r.procs) {
+    total += p.sections;
+    least = std::min(least, p.sections);
+  }
+  r.fairness = total ? static_cast<double>(least) / (static_cast<double>(total) / count) : 0;
   return r;
 }
 
@@ -339,8 +574,14 @@ double redis_benchmark_all(setup& s, const std::vector<std::string>& command) {
 
 int main(int argc, char** argv) {
   std::string json_path = "redlock_bench.json", peers_cmd, floor_bin;
+#ifdef REDLOCK_WORKER_PATH
+  std::string worker_bin = REDLOCK_WORKER_PATH;
+#else
+  std::string worker_bin;
+#endif
   int cycles = 5000, contention_runs = 10;
-  double seconds = 3;
+  double seconds = 3, g_seconds = 40, g_no_fair_seconds = 20;
+  clock_type::duration c_hold{};
   std::set<std::string> only;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
@@ -350,6 +591,12 @@ int main(int argc, char** argv) {
     if (a == "--contention-runs") contention_runs = std::stoi(v);
     if (a == "--hold-for-peers") peers_cmd = v;
     if (a == "--floor-bench") floor_bin = v;
+    if (a == "--worker") worker_bin = v;
+    if (a == "--c-hold-ms")
+      c_hold =
+          std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double, std::milli>(std::stod(v)));
+    if (a == "--g-seconds") g_seconds = std::stod(v);
+    if (a == "--g-no-fair-seconds") g_no_fair_seconds = std::stod(v);
     if (a == "--only") {
       std::stringstream ss{v};
       std::string item;
@@ -357,6 +604,10 @@ int main(int argc, char** argv) {
     }
   }
   auto want = [&](const char* s) { return only.empty() || only.count(s); };
+  if (want("g") && worker_bin.empty()) {
+    fmt::print(stderr, "(g) needs the worker: --worker PATH (test/safety/worker.cpp)\n");
+    return 2;
+  }
 
   setup s;
   asio::io_context ioc{1};
@@ -444,29 +695,124 @@ int main(int argc, char** argv) {
     c.close();
     pump_for(ioc, 50ms);
   }
-  if (want("c")) {
+  // (c) in three configurations, each with its own client: the library's defaults (fair
+  // hand-over on, retry 50-150 ms), fairness off with the default retry, and the 0-2 ms polling
+  // this benchmark used before fair hand-over (fairness off, as there was none then).
+  struct c_config {
+    const char* key;
+    bool fair;
+    std::chrono::milliseconds base, jitter, max_wait;
+  };
+  const redlock::core::retry_policy defaults{};
+  const c_config c_configs[] = {
+      {"c", true, defaults.base_delay, defaults.jitter, defaults.max_wait},
+      {"c_no_fair", false, defaults.base_delay, defaults.jitter, defaults.max_wait},
+      {"c_poll_2ms", false, 0ms, 2ms, 10s},
+  };
+  for (const auto& cc : c_configs) {
+    if (!want("c") && !want(cc.key)) continue;
     auto cfg = s.config(false);
-    cfg.retry.base_delay = 0ms;
-    cfg.retry.jitter = 2ms;
-    cfg.retry.max_wait = 10s;
+    cfg.fairness.enabled = cc.fair;
+    cfg.retry.base_delay = cc.base;
+    cfg.retry.jitter = cc.jitter;
+    cfg.retry.max_wait = cc.max_wait;
+    // The quorum round trip again right before this configuration (the machine's load drifts):
+    // the unit of its hand-over latency.
+    const double rtt = floor_rtt(ioc, cfg, 2000).second.p50;
     redlock::client c{ioc.get_executor(), cfg};
     wait_up(ioc, c, 5);
     std::vector<std::string> rows;
+    std::vector<double> pooled, rates, fairness;
     for (int run_no = 0; run_no < contention_runs; ++run_no) {
-      auto r = contention(ioc, c, std::min(seconds, 2.0), run_no);
-      fmt::print("(c) run {:<2} {:>8.0f} hand-overs/s  fairness {:.2f}  failures {}\n", run_no, r.handovers_per_s,
-                 r.fairness, r.failures);
+      auto r = contention(ioc, c, s, std::min(seconds, 2.0), fmt::format("contended:{}:{}", cc.key, run_no), c_hold);
+      const auto h = summarize(r.handover_us);
+      const auto u = summarize(r.unlock_us);
+      std::string calls, calls_json, usec, usec_json;
+      for (const auto& [cmd, n] : r.master_calls) {
+        if (n < 0.05) continue;
+        calls += fmt::format(" {} {:.1f}", cmd, n);
+        calls_json += fmt::format("{}\"{}\": {:.2f}", calls_json.empty() ? "" : ", ", cmd, n);
+      }
+      for (const auto& [cmd, us] : r.master_usec) {
+        if (us < 0.05) continue;
+        usec += fmt::format(" {} {:.1f}", cmd, us);
+        usec_json += fmt::format("{}\"{}\": {:.2f}", usec_json.empty() ? "" : ", ", cmd, us);
+      }
+      fmt::print(
+          "({}) run {:<2} {:>6.0f} hand-overs/s  fairness {:.2f}  release->grant p50 {:.0f} p99 {:.0f} us  "
+          "(unlock p50 {:.0f} us)  wake-ups {} queued {} self {} failures {}\n"
+          "     per grant: CPU client {:.0f} us, masters {:.0f} us; master calls:{}; in-command us:{}\n",
+          cc.key, run_no, r.handovers_per_s, r.fairness, h.p50, h.p99, u.p50, r.wakeups, r.queued, r.self_regrants,
+          r.failures, r.client_cpu_us, r.masters_cpu_us, calls, usec);
       std::string shares;
       for (long v : r.shares) shares += fmt::format("{}{}", shares.empty() ? "" : ", ", v);
-      rows.push_back(
-          fmt::format("{{\"handovers_per_s\": {:.0f}, \"fairness\": {:.3f}, \"failures\": {}, \"shares\": [{}]}}",
-                      r.handovers_per_s, r.fairness, r.failures, shares));
+      rows.push_back(fmt::format(
+          "{{\"handovers_per_s\": {:.0f}, \"fairness\": {:.3f}, \"failures\": {}, \"handover_us\": {}, "
+          "\"handover_mean_us\": {:.1f}, \"unlock_us\": {}, \"handovers\": {}, \"self_regrants\": {}, "
+          "\"handovers_after_deadline\": {}, \"wall_s\": {:.3f}, \"lock_wakeups\": {}, \"locks_queued\": {}, "
+          "\"client_cpu_us_per_grant\": {:.1f}, \"masters_cpu_us_per_grant\": {:.1f}, "
+          "\"master_calls_per_grant\": {{{}}}, \"master_usec_per_grant\": {{{}}}, \"shares\": [{}]}}",
+          r.handovers_per_s, r.fairness, r.failures, json_stats(h), mean_of(r.handover_us), json_stats(u),
+          r.handover_us.size(), r.self_regrants, r.after_deadline, r.wall_s, r.wakeups, r.queued, r.client_cpu_us,
+          r.masters_cpu_us, calls_json, usec_json, shares));
+      pooled.insert(pooled.end(), r.handover_us.begin(), r.handover_us.end());
+      rates.push_back(r.handovers_per_s);
+      fairness.push_back(r.fairness);
     }
+    const auto all = summarize(pooled);
+    fmt::print(
+        "({}) median {:.0f} hand-overs/s, fairness {:.2f}; release->grant over all runs p50 {:.0f} p99 {:.0f} us{}\n",
+        cc.key, median_of(rates), median_of(fairness), all.p50, all.p99,
+        rtt > 0 ? fmt::format(" = {:.2f} / {:.2f} quorum round trips ({:.0f} us)", all.p50 / rtt, all.p99 / rtt, rtt)
+                : std::string{});
     std::string arr;
     for (const auto& row : rows) arr += (arr.empty() ? "" : ", ") + row;
-    json.push_back("\"c\": {\"retry\": {\"base_ms\": 0, \"jitter_ms\": 2}, \"runs\": [" + arr + "]}");
+    json.push_back(
+        fmt::format("\"{}\": {{\"config\": {{\"fairness\": {}, \"retry\": {{\"base_ms\": {}, \"jitter_ms\": {}, "
+                    "\"max_wait_ms\": {}}}}}, "
+                    "\"contenders\": 16, \"hold_ms\": {:.3f}, \"seconds\": {:.1f}, \"handover_us\": {}, "
+                    "\"quorum_rtt_p50_us\": {:.1f}, \"handover_p50_in_rtt\": {:.2f}, \"handover_p99_in_rtt\": {:.2f}, "
+                    "\"runs\": [{}]}}",
+                    cc.key, cc.fair, cc.base.count(), cc.jitter.count(), cc.max_wait.count(),
+                    std::chrono::duration<double, std::milli>(c_hold).count(), std::min(seconds, 2.0), json_stats(all),
+                    rtt, rtt > 0 ? all.p50 / rtt : 0, rtt > 0 ? all.p99 / rtt : 0, arr));
     c.close();
     pump_for(ioc, 50ms);
+  }
+  // (g) four processes with default-configured clients, fair hand-over on, then off.
+  if (want("g")) {
+    const auto slash = json_path.rfind('/');
+    const std::string dir = (slash == std::string::npos ? std::string{"."} : json_path.substr(0, slash)) + "/g";
+    std::vector<std::string> parts;
+    for (const auto& [tag, fair, secs] :
+         {std::tuple<const char*, bool, double>{"g", true, g_seconds},
+          std::tuple<const char*, bool, double>{"g_no_fair", false, g_no_fair_seconds}}) {
+      if (secs <= 0) continue;
+      std::fflush(stdout);
+      auto r = processes(worker_bin, s.list(false), dir, tag, secs, fair);
+      std::string shares, procs;
+      long longest_wait = 0;
+      double longest_gap = 0;
+      for (const auto& p : r.procs) {
+        shares += fmt::format("{}{}", shares.empty() ? "" : "/", p.sections);
+        longest_wait = std::max(longest_wait, p.longest_wait_ms);
+        longest_gap = std::max(longest_gap, p.longest_gap_ms);
+        procs += fmt::format(
+            "{}{{\"sections\": {}, \"longest_wait_ms\": {}, \"longest_gap_ms\": {:.0f}, \"queued\": {}, "
+            "\"wakeups\": {}, \"not_acquired\": {}, \"attempted\": {}, \"exit_code\": {}}}",
+            procs.empty() ? "" : ", ", p.sections, p.longest_wait_ms, p.longest_gap_ms, p.queued, p.wakeups,
+            p.not_acquired, p.attempted, p.exit_code);
+      }
+      fmt::print(
+          "({}) 4 processes, {:.0f} s, fairness {}: sections {}  min/mean {:.2f}  longest wait {} ms  longest gap "
+          "{:.0f} ms  overlaps {}\n",
+          tag, secs, fair ? "on" : "off", shares, r.fairness, longest_wait, longest_gap, r.overlaps);
+      json.push_back(fmt::format(
+          "\"{}\": {{\"processes\": 4, \"fairness_enabled\": {}, \"seconds\": {:.1f}, \"hold_ms\": [20, 300], "
+          "\"ttl_ms\": 10000, \"fairness\": {:.3f}, \"longest_wait_ms\": {}, \"longest_gap_ms\": {:.0f}, "
+          "\"overlaps\": {}, \"per_process\": [{}]}}",
+          tag, fair, secs, r.fairness, longest_wait, longest_gap, r.overlaps, procs));
+    }
   }
   if (want("d")) {
     for (auto& p : s.proxies) p->set_latency(25ms);  // +50 ms round trip on 2 of 5

@@ -14,6 +14,23 @@ import sys
 from pathlib import Path
 
 LIBS = ("node-redlock", "redlock-universal")
+# redlock_bench's (c) configurations, in the order of the tables.
+C_CONFIGS = ("c", "c_no_fair", "c_poll_2ms")
+
+
+def c_config_name(key: str, c: dict) -> str:
+    conf = c.get("config")
+    if not conf:  # a JSON from before fair hand-over: retry settings only
+        r = c.get("retry", {})
+        return f"retry {r.get('base_ms', '?')}–{r.get('base_ms', 0) + r.get('jitter_ms', 0)} ms"
+    r = conf["retry"]
+    return f"`{key}`: fair {'on' if conf['fairness'] else 'off'}, retry {r['base_ms']}–{r['base_ms'] + r['jitter_ms']} ms"
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return 0 if not n else v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
 
 
 def load(path: Path):
@@ -125,14 +142,70 @@ def report(out: Path) -> int:
         w(f"\nCeiling: redis-benchmark pipelined on all 5 masters ⇒ {ceiling:.0f} lock cycles/s.")
 
     w("\n## (c) 16 contenders on one resource\n")
-    w("| library | run | hand-overs/s | fairness (min ÷ mean share) | failures |")
-    w("| --- | --- | --- | --- | --- |")
-    for i, r in enumerate(ours.get("c", {}).get("runs", [])):
-        w(f"| redlock-asio | {i} | {r['handovers_per_s']:.0f} | {r['fairness']:.2f} | {r['failures']} |")
+    w("Each contender locks, releases at once and locks again, for 2 s per run. Release → next grant: from a "
+      "contender calling `async_unlock` to the next successful `async_lock` of any contender (itself included), "
+      "over all runs of the configuration; also in quorum round trips: the floor's PING to all 5 until 3 answered, "
+      "p50 of 2,000 measured right before the configuration.\n")
+    w("| library | configuration | runs | hand-overs/s (median, range) | fairness min ÷ mean (median, range) | "
+      "release → next grant p50 / p99 (µs) | p50 / p99 in quorum round trips | self re-grants | "
+      "CPU µs per grant: client / masters | failures |")
+    w("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    rtt = floor_q
+    for key in C_CONFIGS:
+        c = ours.get(key)
+        if not c or "runs" not in c:
+            continue
+        runs = c["runs"]
+        rates = [r["handovers_per_s"] for r in runs]
+        fair = [r["fairness"] for r in runs]
+        h = c.get("handover_us")
+        lat = f"{h['p50']:.0f} / {h['p99']:.0f}" if h else "n/a"
+        rtt_c = c.get("quorum_rtt_p50_us") or rtt
+        in_rtt = f"{h['p50'] / rtt_c:.2f} / {h['p99'] / rtt_c:.2f} (RTT {rtt_c:.0f} µs)" if h and rtt_c else "n/a"
+        grants = sum(r.get("handovers", 0) for r in runs)
+        selfs = sum(r.get("self_regrants", 0) for r in runs)
+        self_share = f"{selfs / grants:.0%}" if grants and "self_regrants" in runs[0] else "n/a"
+        cpu = (f"{median([r['client_cpu_us_per_grant'] for r in runs]):.0f} / "
+               f"{median([r['masters_cpu_us_per_grant'] for r in runs]):.0f}"
+               if "client_cpu_us_per_grant" in runs[0] else "n/a")
+        w(f"| redlock-asio | {c_config_name(key, c)} | {len(runs)} | {median(rates):.0f} ({min(rates):.0f}–{max(rates):.0f}) | "
+          f"{median(fair):.2f} ({min(fair):.2f}–{max(fair):.2f}) | {lat} | {in_rtt} | {self_share} | {cpu} | "
+          f"{sum(r['failures'] for r in runs)} |")
     for lib in LIBS:
-        for i, r in enumerate(peers[lib]["c"]):
-            if r and "handovers_per_s" in r:
-                w(f"| {lib} | {i} | {r['handovers_per_s']:.0f} | {r['fairness']:.2f} | {r['failures']} |")
+        runs = [r for r in peers[lib]["c"] if r and "handovers_per_s" in r]
+        if not runs:
+            continue
+        rates = [r["handovers_per_s"] for r in runs]
+        fair = [r["fairness"] for r in runs]
+        retry = runs[0].get("retry") or {}
+        jitter = retry.get("retryJitter")
+        conf = ("its defaults" if "retryDelay" not in retry else
+                f"retry {retry['retryDelay']} ms" + (f" ± {jitter} ms" if jitter else " (no jitter)"))
+        w(f"| {lib} | {conf} | {len(runs)} | {median(rates):.0f} ({min(rates):.0f}–{max(rates):.0f}) | "
+          f"{median(fair):.2f} ({min(fair):.2f}–{max(fair):.2f}) | n/a | n/a | n/a | "
+          f"{median([r['cpu_us_per_handover'] for r in runs]):.0f} / n/a | {sum(r['failures'] for r in runs)} |")
+    per_run = [(key, ours[key]["runs"]) for key in C_CONFIGS if ours.get(key, {}).get("runs")]
+    if per_run:
+        w("\nPer run, hand-overs/s (fairness): " + "; ".join(
+            f"`{key}` " + ", ".join(f"{r['handovers_per_s']:.0f} ({r['fairness']:.2f})" for r in runs)
+            for key, runs in per_run) + ".")
+
+    g_rows = [(key, ours[key]) for key in ("g", "g_no_fair") if key in ours]
+    if g_rows:
+        w("\n## (g) 4 processes, one resource, default-configured clients\n")
+        w("Four `redlock_worker --defaults --hold-ms 20-300` processes (ttl 10 s), each with its own client, "
+          "contending for one resource. Longest wait: the longest single `async_lock` call (a call gives up after "
+          "`retry.max_wait`, 2 s); longest without the lock: the longest time a process went without a critical "
+          "section (start to first, between two of its own, last to end).\n")
+        w("| fair hand-over | seconds | sections per process | min ÷ mean | longest wait (ms) | "
+          "longest without the lock (ms) | queued / wake-ups (all processes) | not acquired | overlaps |")
+        w("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for key, g in g_rows:
+            procs = g.get("per_process", [])
+            w(f"| {'on' if g.get('fairness_enabled') else 'off'} | {g['seconds']:.0f} | "
+              f"{' / '.join(str(p['sections']) for p in procs)} | {g['fairness']:.2f} | {g['longest_wait_ms']} | "
+              f"{g['longest_gap_ms']:.0f} | {sum(p['queued'] for p in procs)} / {sum(p['wakeups'] for p in procs)} | "
+              f"{sum(p['not_acquired'] for p in procs)} | {g['overlaps']} |")
 
     w("\n## (d) 2 of 5 masters +50 ms, and (e) 1 of 5 down: lock+unlock (µs)\n")
     w("| library | (d) p50 | (d) p99 | (d) p50 ÷ no-fault p50 | (e) p50 | (e) p99 |")

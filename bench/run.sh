@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every benchmark in one go on this machine: builds the release preset, installs the peers
-# (npm ci), runs ours, the independent floor and the peers against the same five masters, the
-# auto-extension cost, the instruction, allocation and scheduler-pass counts, and regenerates the
-# plots. Results land in bench/results/.
+# (npm ci), runs ours (the four-process scenario g included), the independent floor and the peers
+# against the same five masters, the auto-extension cost, the instruction, allocation and
+# scheduler-pass counts, and regenerates the plots. Results land in bench/results/.
 # Usage: bench/run.sh [--quick]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +13,9 @@ command -v gnuplot >/dev/null || { sudo_=""; [ "$(id -u)" -ne 0 ] && sudo_=sudo;
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 cmake --preset release "${launcher[@]}" >/dev/null
-cmake --build --preset release --target redlock_bench keep_alive_bench connection_bench cycle_cost_bench floor_bench
+# redlock_worker: the safety suite's worker, which scenario (g) runs as four processes.
+cmake --build --preset release --target redlock_bench redlock_worker keep_alive_bench connection_bench \
+  cycle_cost_bench floor_bench
 mkdir -p bench/results
 out=bench/results
 
@@ -25,10 +27,10 @@ if command -v node >/dev/null && [ -f bench/peers/package-lock.json ]; then
 fi
 
 if [ "$quick" = 1 ]; then
-  args=(--cycles 2000 --seconds 2 --contention-runs 3)
+  args=(--cycles 2000 --seconds 2 --contention-runs 3 --g-seconds 10 --g-no-fair-seconds 10)
   ka=(--locks 2000 --seconds 10)
 else
-  args=(--cycles 5000 --seconds 3 --contention-runs 10)
+  args=(--cycles 5000 --seconds 3 --contention-runs 10 --g-seconds 40 --g-no-fair-seconds 20)
   ka=(--locks 10000 --seconds 30)
 fi
 # --floor-bench: the independent floor (no redlock code) on the same masters, right before (a).
