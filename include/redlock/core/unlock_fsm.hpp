@@ -45,11 +45,13 @@ class unlock_fsm {
   unlock_action on_reply(std::size_t master, boost::system::error_code ec, const resp::response& reply,
                          clock::time_point now) {
     if (state_ != state::waiting) return {};
-    if (!ec) {
+    auto result = classify(command::release, ec, reply);
+    if (result.status == master_status::granted && !waiters_) {
+      // 2 rather than 1: deleted, and other clients' waiters are queued.
       const resp::node* v = resp::reply_value(reply);
-      if (v && v->data_type == resp::type::integer && v->value == "2") waiters_ = true;
+      waiters_ = v && v->value.size() == 1 && v->value[0] == '2';
     }
-    if (!table_.record(master, classify(command::release, ec, reply), now)) return {};
+    if (!table_.record(master, std::move(result), now)) return {};
     state_ = state::done;
     held_ = table_.count(master_status::granted);
     const bool reached = table_.state() == quorum_state::reached;
