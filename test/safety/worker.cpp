@@ -14,10 +14,13 @@
 // `--hold-ms A-B` holds each lock for a uniform A..B ms (default 1-8) and, for the fair
 // hand-over tests, reports the longest `async_lock` wait (`longest_wait_ms`), the waits that
 // queued and the attempts started by wake-ups; `--no-fair` turns `client_config::fairness` off.
+// `--max-wait-ms N` and `--entry-timeout-ms N` set `retry.max_wait` and `fairness.entry_timeout`
+// (also with `--defaults`): a waiter that stays queued for the fair hand-over tests.
 //
 // Usage: redlock_worker --masters h:p,... --resources a,b --seconds S --ttl-ms T --out FILE
 //                       [--mode normal|no_nx|first_ok] [--request-timeout-ms R] [--seed N]
-//                       [--defaults] [--no-fair] [--hold-ms A-B]
+//                       [--defaults] [--no-fair] [--hold-ms A-B] [--max-wait-ms N]
+//                       [--entry-timeout-ms N]
 
 #include <redlock/client.hpp>
 #include <redlock/core/quorum.hpp>
@@ -65,6 +68,8 @@ struct options {
   bool defaults = false;
   bool fair = true;
   int hold_min_ms = 1, hold_max_ms = 8;
+  long max_wait_ms = -1;       // -1: the mode's own
+  long entry_timeout_ms = -1;  // -1: the library's
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -143,6 +148,8 @@ asio::awaitable<void> run_normal(const options& o, recorder& rec) {
     cfg.retry.base_delay = 5ms;
     cfg.retry.jitter = 30ms;
   }
+  if (o.max_wait_ms >= 0) cfg.retry.max_wait = std::chrono::milliseconds{o.max_wait_ms};
+  if (o.entry_timeout_ms >= 0) cfg.fairness.entry_timeout = std::chrono::milliseconds{o.entry_timeout_ms};
   redlock::client c{co_await asio::this_coro::executor, cfg};
   std::mt19937 rng{o.seed};
   const auto until =
@@ -274,6 +281,10 @@ int main(int argc, char** argv) {
       const auto dash = v.find('-');
       o.hold_min_ms = std::stoi(v.substr(0, dash));
       o.hold_max_ms = dash == std::string::npos ? o.hold_min_ms : std::stoi(v.substr(dash + 1));
+    } else if (a == "--max-wait-ms") {
+      o.max_wait_ms = std::stol(v);
+    } else if (a == "--entry-timeout-ms") {
+      o.entry_timeout_ms = std::stol(v);
     }
   }
   if (!masters.empty()) {
