@@ -1,0 +1,876 @@
+// Fair hand-over (docs/design.md, "Fair hand-over") against real redis-server masters: waiters
+// queue on every master and are woken by the release; what the masters hold (queues, expiries,
+// keys) is read from the masters themselves, not through the client. The `fair_processes` tests
+// run worker processes (test/safety/worker.cpp) that contend, are stopped and are killed for real.
+//
+// No test asserts speed. The bounds are an order of magnitude apart from what a broken
+// hand-over would take (a retry delay of seconds, an entry that never expires), and the unfair
+// variants assert the slow path explicitly, so each fast bound is shown to be earned.
+
+#include "checker.hpp"
+#include <redlock/client.hpp>
+#include <redlock/detail/scripts.hpp>
+#include <redlock_test/configs.hpp>
+#include <redlock_test/coro.hpp>
+#include <redlock_test/redis_cluster.hpp>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <set>
+#include <signal.h>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using boost::system::error_code;
+using redlock::error;
+using redlock::test::run_test;
+using redlock::test::sleep_for;
+using redlock::test::use_tuple;
+using clock_type = std::chrono::steady_clock;
+using ms = std::chrono::milliseconds;
+
+// ---- reading raw RESP2 replies of redis_node::command ---------------------------------------------
+
+// "*2\r\n$3\r\nabc\r\n$1\r\nx\r\n" -> {"abc", "x"}; anything else (nil, error) -> {}.
+std::vector<std::string> strings_of(const std::string& raw) {
+  std::vector<std::string> out;
+  if (raw.empty() || raw[0] != '*') return out;
+  std::size_t pos = raw.find("\r\n");
+  const long n = std::stol(raw.substr(1, pos - 1));
+  pos += 2;
+  for (long i = 0; i < n && pos < raw.size(); ++i) {
+    if (raw[pos] != '$') break;
+    const auto eol = raw.find("\r\n", pos);
+    const long len = std::stol(raw.substr(pos + 1, eol - pos - 1));
+    pos = eol + 2;
+    if (len < 0) continue;
+    out.push_back(raw.substr(pos, static_cast<std::size_t>(len)));
+    pos += static_cast<std::size_t>(len) + 2;
+  }
+  return out;
+}
+
+std::string bulk(const std::string& v) { return "$" + std::to_string(v.size()) + "\r\n" + v + "\r\n"; }
+const std::string nil = "$-1\r\n";
+
+std::string queue_of(const std::string& key) { return key + std::string{redlock::detail::queue_suffix}; }
+std::string expiry_of(const std::string& key) { return key + std::string{redlock::detail::expiry_suffix}; }
+
+double ms_of(clock_type::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// An async_lock started with a callback, so that a test can do other things while it waits.
+struct pending_lock {
+  bool done = false;
+  error_code ec;
+  redlock::lock lock;
+  clock_type::time_point at{};
+  asio::cancellation_signal cancel;
+};
+
+std::shared_ptr<pending_lock> start_lock(redlock::client& c, const std::string& resource, ms ttl = 10000ms) {
+  auto p = std::make_shared<pending_lock>();
+  c.async_lock(resource, ttl, asio::bind_cancellation_slot(p->cancel.slot(), [p](error_code ec, redlock::lock l) {
+                 p->ec = ec;
+                 p->lock = std::move(l);
+                 p->at = clock_type::now();
+                 p->done = true;
+               }));
+  return p;
+}
+
+// Waits, bounded, until `pred()`; false if it never held.
+asio::awaitable<bool> until(const std::function<bool()>& pred, clock_type::duration limit = 10s,
+                            clock_type::duration step = 2ms) {
+  const auto end = clock_type::now() + limit;
+  while (!pred()) {
+    if (clock_type::now() >= end) co_return false;
+    co_await sleep_for(step);
+  }
+  co_return true;
+}
+
+// Five masters and what they keep for a lock: its key, its waiter queue and the queue's expiries.
+struct fair_base : ::testing::Test {
+  redlock::test::redis_cluster cluster{5};
+
+  // Tests' defaults (short connect and request timeouts), fairness on; `base`/`jitter` the retry
+  // delay, `max_wait` the longest async_lock.
+  redlock::client_config config(ms base = 50ms, ms jitter = 100ms, ms max_wait = 10s) {
+    auto cfg = redlock::test::client_config_for(cluster);
+    cfg.retry.base_delay = base;
+    cfg.retry.jitter = jitter;
+    cfg.retry.max_wait = max_wait;
+    return cfg;
+  }
+
+  // The waiters queued for `key` on master `i`, first first.
+  std::vector<std::string> queue(std::size_t i, const std::string& key) {
+    return strings_of(cluster[i].command({"ZRANGE", queue_of(key), "0", "-1"}));
+  }
+
+  // How many masters list exactly `want` (in this order) as `key`'s queue.
+  std::size_t queues_equal(const std::string& key, const std::vector<std::string>& want) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < cluster.size(); ++i) n += queue(i, key) == want;
+    return n;
+  }
+
+  // How many masters have `member` in `key`'s queue or in its expiries.
+  std::size_t listing(const std::string& key, const std::string& member) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < cluster.size(); ++i) {
+      n += cluster[i].command({"ZSCORE", queue_of(key), member}) != nil ||
+           cluster[i].command({"ZSCORE", expiry_of(key), member}) != nil;
+    }
+    return n;
+  }
+
+  // Every key of the fair hand-over (queues and expiries, of any lock) on every master.
+  std::vector<std::string> fairness_keys() {
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < cluster.size(); ++i) {
+      for (auto& k : strings_of(cluster[i].command({"KEYS", "*:redlock-*"})))
+        out.push_back(fmt::format("master {}: {}", i + 1, k));
+    }
+    return out;
+  }
+
+  // How many masters hold `key` with `value` ("" = absent).
+  std::size_t holding(const std::string& key, const std::string& value) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < cluster.size(); ++i)
+      n += cluster[i].command({"GET", key}) == (value.empty() ? nil : bulk(value));
+    return n;
+  }
+
+  // Waits until one waiter more than `before` is queued for `key`, the same on every master, and
+  // returns its name (the last of the queue).
+  asio::awaitable<std::string> newcomer(const std::string& key, const std::vector<std::string>& before) {
+    std::string name;
+    const bool ok = co_await until(
+        [&] {
+          auto q = queue(0, key);
+          if (q.size() != before.size() + 1 || !std::equal(before.begin(), before.end(), q.begin())) return false;
+          name = q.back();
+          return queues_equal(key, q) == cluster.size();
+        },
+        10s, 5ms);
+    if (!ok) ADD_FAILURE() << "no new waiter queued behind " << before.size() << " on every master";
+    co_return name;
+  }
+
+  asio::awaitable<void> wait_connected(redlock::client& c) {
+    const bool ok = co_await until(
+        [&] {
+          for (const auto& s : c.masters())
+            if (s.state != redlock::connection_state::up) return false;
+          return true;
+        },
+        5s, 5ms);
+    if (!ok) ADD_FAILURE() << "client did not connect to every master";
+  }
+};
+
+// ---- 1. wake-up -----------------------------------------------------------------------------------
+
+// A waiter's retry delay is 3 s. With fairness, the release wakes it, and it holds the lock within
+// a few round trips; without, it waits for its retry tick (the fallback, which always stays).
+struct wake_up : fair_base, ::testing::WithParamInterface<bool> {};
+
+TEST_P(wake_up, the_release_wakes_the_waiter_long_before_its_retry_delay) {
+  const bool fair = GetParam();
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    auto cfg = config(3000ms, 0ms, 20s);
+    cfg.fairness.enabled = fair;
+    redlock::client a{ioc.get_executor(), cfg};
+    redlock::client b{ioc.get_executor(), cfg};
+    co_await wait_connected(a);
+    co_await wait_connected(b);
+    auto [ea, la] = co_await a.async_lock("wake", 10s, use_tuple);
+    EXPECT_FALSE(ea) << ea.message();
+
+    const auto asked = clock_type::now();
+    auto pb = start_lock(b, "wake");
+    if (fair) {
+      co_await newcomer("wake", {});  // b's first round failed; it queued on every master
+      EXPECT_EQ(b.stats().locks_queued, 1u);
+    } else {
+      co_await sleep_for(300ms);  // b's first round failed; it sleeps 3 s
+      EXPECT_TRUE(fairness_keys().empty());
+    }
+    EXPECT_FALSE(pb->done);
+
+    const auto released = clock_type::now();
+    auto [eu, held] = co_await la.async_unlock(use_tuple);
+    EXPECT_FALSE(eu) << eu.message();
+    EXPECT_TRUE(co_await until([&] { return pb->done; }, 15s));
+    EXPECT_FALSE(pb->ec) << pb->ec.message();
+    const auto waited = pb->at - released;
+    std::printf("fairness %s: granted %.1f ms after the release (%.1f ms after asking), attempts %zu, wake-ups %llu\n",
+                fair ? "on" : "off", ms_of(waited), ms_of(pb->at - asked), pb->lock.attempts(),
+                static_cast<unsigned long long>(b.stats().lock_wakeups));
+    if (fair) {
+      EXPECT_LT(waited, 1s);  // a few round trips; its retry tick was 3 s after its queueing round
+      EXPECT_GE(b.stats().lock_wakeups, 1u);
+      EXPECT_EQ(pb->lock.attempts(), 3u);  // plain, queueing, woken
+    } else {
+      // Only the retry tick: never before 3 s after its first round began.
+      EXPECT_GE(pb->at - asked, 3s);
+      EXPECT_EQ(b.stats().lock_wakeups, 0u);
+      EXPECT_EQ(pb->lock.attempts(), 2u);
+    }
+    co_await pb->lock.async_unlock(use_tuple);
+  });
+}
+
+std::string wake_up_name(const ::testing::TestParamInfo<bool>& p) {
+  return p.param ? "fairness_on" : "fairness_off_polls";
+}
+INSTANTIATE_TEST_SUITE_P(fair, wake_up, ::testing::Values(true, false), wake_up_name);
+
+// ---- 2. no barging, first come first served --------------------------------------------------------
+
+using fair = fair_base;
+
+// A locks and unlocks in a tight loop; B waits. A's unlock finds B queued (the release answers
+// 2), so A's next async_lock queues from its first round, behind B: B has the lock after at most
+// one more of A's cycles, not after A tires. Without fairness A re-acquires within a round trip of
+// each release, long before B's next poll, and B waits through many of A's cycles.
+TEST_F(fair, the_releaser_does_not_barge_ahead_of_a_queued_waiter) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    auto cfg = config(50ms, 100ms, 10s);
+    redlock::client a{ioc.get_executor(), cfg};
+    redlock::client b{ioc.get_executor(), cfg};
+    co_await wait_connected(a);
+    co_await wait_connected(b);
+    auto [ea, first] = co_await a.async_lock("loop", 10s, use_tuple);
+    EXPECT_FALSE(ea) << ea.message();
+    // B: waits, holds it 20 ms, releases.
+    bool b_granted = false, b_done = false;
+    error_code b_ec;
+    asio::co_spawn(
+        ioc,
+        [&]() -> asio::awaitable<void> {
+          auto [ec, l] = co_await b.async_lock("loop", 10s, use_tuple);
+          b_ec = ec;
+          b_granted = true;
+          co_await sleep_for(20ms);
+          if (l.owns_lock()) co_await l.async_unlock(use_tuple);
+          b_done = true;
+        },
+        asio::detached);
+    co_await newcomer("loop", {});
+
+    // A's loop: hold 20 ms, unlock, lock again at once; counts A's grants while B waits.
+    int a_grants_while_b_waits = 0, a_cycles = 0;
+    redlock::lock held = std::move(first);
+    while (!b_granted && a_cycles < 40) {
+      co_await sleep_for(20ms);
+      co_await held.async_unlock(use_tuple);
+      auto [ec, l] = co_await a.async_lock("loop", 10s, use_tuple);
+      ++a_cycles;
+      if (ec) {
+        ADD_FAILURE() << "A: " << ec.message();
+        break;
+      }
+      if (!b_granted) ++a_grants_while_b_waits;
+      held = std::move(l);
+    }
+    EXPECT_TRUE(co_await until([&] { return b_done; }, 15s));
+    std::printf("B granted after %d of A's grants (A: %d cycles, queued %llu times)\n", a_grants_while_b_waits,
+                a_cycles, static_cast<unsigned long long>(a.stats().locks_queued));
+    EXPECT_FALSE(b_ec) << b_ec.message();
+    EXPECT_LE(a_grants_while_b_waits, 1);
+    EXPECT_GE(a.stats().locks_queued, 1u);  // A's lock after its hand-over queued
+    if (held.owns_lock()) co_await held.async_unlock(use_tuple);
+  });
+}
+
+// Three waiters queue in a known order (each after the previous one is listed on every master)
+// and get the lock in that order. Their retry delays are chosen against that order: the last
+// polls every 20 ms, the first only every 2 s. Plain polling would hand the lock to the last one
+// at the first release; the queue and the wake-ups hand it over first come, first served.
+TEST_F(fair, queued_waiters_get_the_lock_in_their_order) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client h{ioc.get_executor(), config()};
+    redlock::client w1{ioc.get_executor(), config(2000ms, 0ms, 20s)};
+    redlock::client w2{ioc.get_executor(), config(300ms, 0ms, 20s)};
+    redlock::client w3{ioc.get_executor(), config(20ms, 0ms, 20s)};
+    for (auto* c : {&h, &w1, &w2, &w3}) co_await wait_connected(*c);
+    auto [eh, lh] = co_await h.async_lock("fifo", 10s, use_tuple);
+    EXPECT_FALSE(eh) << eh.message();
+
+    std::vector<int> order;
+    int done = 0;
+    auto waiter = [&](redlock::client& c, int id) -> asio::awaitable<void> {
+      auto [ec, l] = co_await c.async_lock("fifo", 10s, use_tuple);
+      EXPECT_FALSE(ec) << "waiter " << id << ": " << ec.message();
+      order.push_back(id);
+      co_await sleep_for(30ms);
+      co_await l.async_unlock(use_tuple);
+      ++done;
+    };
+    std::vector<std::string> queued;
+    asio::co_spawn(ioc, waiter(w1, 1), asio::detached);
+    queued.push_back(co_await newcomer("fifo", queued));
+    asio::co_spawn(ioc, waiter(w2, 2), asio::detached);
+    queued.push_back(co_await newcomer("fifo", queued));
+    asio::co_spawn(ioc, waiter(w3, 3), asio::detached);
+    queued.push_back(co_await newcomer("fifo", queued));
+
+    const auto released = clock_type::now();
+    co_await lh.async_unlock(use_tuple);
+    EXPECT_TRUE(co_await until([&] { return done == 3; }, 15s));
+    const auto took = clock_type::now() - released;
+    std::printf("order %s in %.1f ms; wake-ups %llu %llu %llu\n", fmt::format("{}", fmt::join(order, " ")).c_str(),
+                ms_of(took), static_cast<unsigned long long>(w1.stats().lock_wakeups),
+                static_cast<unsigned long long>(w2.stats().lock_wakeups),
+                static_cast<unsigned long long>(w3.stats().lock_wakeups));
+    EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+    // Handed over by wake-ups: well inside the first waiter's single 2 s retry delay.
+    EXPECT_LT(took, 1500ms);
+    EXPECT_GE(w1.stats().lock_wakeups, 1u);
+    EXPECT_TRUE(co_await until([&] { return fairness_keys().empty(); }, 2s))
+        << fmt::format("{}", fmt::join(fairness_keys(), ", "));
+  });
+}
+
+// ---- 5. interoperability with plain Redlock clients ------------------------------------------------
+
+// Another library's client on the same resource name: plain `SET key token NX PX ttl` on each
+// master, released by its own check-the-token script, which publishes nothing.
+struct plain_client {
+  fair_base& bed;
+  std::string token;
+  std::size_t lock(const std::string& key, ms ttl = 10000ms) {
+    std::size_t ok = 0;
+    for (std::size_t i = 0; i < bed.cluster.size(); ++i)
+      ok += bed.cluster[i].command({"SET", key, token, "NX", "PX", std::to_string(ttl.count())}) == "+OK\r\n";
+    return ok;
+  }
+  std::size_t unlock(const std::string& key) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < bed.cluster.size(); ++i) {
+      n += bed.cluster[i].command({"EVAL",
+                                   "if redis.call('get',KEYS[1]) == ARGV[1] then return redis.call('del',KEYS[1]) "
+                                   "else return 0 end",
+                                   "1", key, token}) == ":1\r\n";
+    }
+    return n;
+  }
+};
+
+TEST_F(fair, a_plain_redlock_client_and_ours_exclude_each_other_and_its_release_lets_ours_in) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    plain_client other{*this, "other-library-token"};
+    redlock::client c{ioc.get_executor(), config(50ms, 100ms, 600ms)};
+    co_await wait_connected(c);
+
+    // The other client holds it: ours is refused, with and without retries, and touches nothing.
+    EXPECT_EQ(other.lock("shared"), 5u);
+    auto [e1, l1] = co_await c.async_try_lock("shared", 10s, use_tuple);
+    EXPECT_EQ(e1, error::not_acquired);
+    auto [e2, l2] = co_await c.async_lock("shared", 10s, use_tuple);  // queues, retries for 600 ms
+    EXPECT_EQ(e2, error::not_acquired);
+    EXPECT_GE(c.stats().locks_queued, 1u);
+    EXPECT_EQ(holding("shared", other.token), 5u);
+    EXPECT_EQ(other.unlock("shared"), 5u);
+
+    // Ours holds it: the other client's SET NX fails everywhere.
+    auto [e3, l3] = co_await c.async_lock("shared", 10s, use_tuple);
+    EXPECT_FALSE(e3) << e3.message();
+    EXPECT_EQ(other.lock("shared"), 0u);
+    EXPECT_EQ(holding("shared", l3.token()), 5u);
+    co_await l3.async_unlock(use_tuple);
+
+    // The other client holds it and ours queues; its release publishes nothing, and ours still
+    // gets in at its next poll (retry delay 500 ms): liveness without the message.
+    redlock::client w{ioc.get_executor(), config(500ms, 0ms, 20s)};
+    co_await wait_connected(w);
+    EXPECT_EQ(other.lock("shared"), 5u);
+    auto pw = start_lock(w, "shared");
+    co_await newcomer("shared", {});
+    const auto released = clock_type::now();
+    EXPECT_EQ(other.unlock("shared"), 5u);
+    EXPECT_TRUE(co_await until([&] { return pw->done; }, 10s));
+    EXPECT_FALSE(pw->ec) << pw->ec.message();
+    std::printf("granted %.1f ms after the plain release\n", ms_of(pw->at - released));
+    EXPECT_LT(pw->at - released, 500ms + 1500ms);
+    EXPECT_EQ(w.stats().lock_wakeups, 0u);  // nobody said anything: it polled
+    EXPECT_EQ(holding("shared", pw->lock.token()), 5u);
+    co_await pw->lock.async_unlock(use_tuple);
+    EXPECT_TRUE(co_await until([&] { return fairness_keys().empty(); }, 2s))
+        << fmt::format("{}", fmt::join(fairness_keys(), ", "));
+  });
+}
+
+// ---- 6. nothing left behind --------------------------------------------------------------------------
+
+// Entries live 10 s here, so whatever disappears within a second was removed by the client (the
+// waiter leaving its queues, or its grant), not by expiry.
+TEST_F(fair, waiters_that_time_out_are_cancelled_or_are_granted_leave_no_queue_behind) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    auto cfg = config(50ms, 100ms, 20s);
+    cfg.fairness.entry_timeout = 10s;
+    redlock::client h{ioc.get_executor(), cfg};
+    auto short_cfg = cfg;
+    short_cfg.retry.max_wait = 500ms;
+    redlock::client timing_out{ioc.get_executor(), short_cfg};
+    redlock::client cancelled{ioc.get_executor(), cfg};
+    redlock::client granted{ioc.get_executor(), cfg};
+    for (auto* c : {&h, &timing_out, &cancelled, &granted}) co_await wait_connected(*c);
+    auto [eh, lh] = co_await h.async_lock("tidy", 10s, use_tuple);
+    EXPECT_FALSE(eh) << eh.message();
+
+    // Gives up after 500 ms: gone from every queue when it returns.
+    auto pt = start_lock(timing_out, "tidy");
+    const auto t_name = co_await newcomer("tidy", {});
+    EXPECT_TRUE(co_await until([&] { return pt->done; }, 5s));
+    EXPECT_EQ(pt->ec, error::not_acquired);
+    EXPECT_TRUE(co_await until([&] { return listing("tidy", t_name) == 0; }, 1s))
+        << "the timed-out waiter is still listed on " << listing("tidy", t_name) << " master(s)";
+
+    // Cancelled while queued: gone at once, not after its 10 s.
+    auto pc = start_lock(cancelled, "tidy");
+    const auto c_name = co_await newcomer("tidy", {});
+    EXPECT_EQ(listing("tidy", c_name), 5u);
+    const auto cancelled_at = clock_type::now();
+    pc->cancel.emit(asio::cancellation_type::terminal);
+    EXPECT_TRUE(co_await until([&] { return pc->done; }, 2s));
+    EXPECT_EQ(pc->ec, asio::error::operation_aborted);
+    EXPECT_TRUE(co_await until([&] { return listing("tidy", c_name) == 0; }, 1s))
+        << "the cancelled waiter is still listed on " << listing("tidy", c_name) << " master(s)";
+    std::printf("cancelled waiter gone from every master %.1f ms after the cancellation\n",
+                ms_of(clock_type::now() - cancelled_at));
+
+    // Granted: its grant takes it off the masters that granted, its end off the others.
+    auto pg = start_lock(granted, "tidy");
+    co_await newcomer("tidy", {});
+    co_await lh.async_unlock(use_tuple);
+    EXPECT_TRUE(co_await until([&] { return pg->done; }, 5s));
+    EXPECT_FALSE(pg->ec) << pg->ec.message();
+    co_await pg->lock.async_unlock(use_tuple);
+    EXPECT_TRUE(co_await until([&] { return fairness_keys().empty(); }, 1s))
+        << fmt::format("left behind: {}", fmt::join(fairness_keys(), ", "));
+    EXPECT_EQ(holding("tidy", ""), 5u);
+  });
+}
+
+// A waiter whose client is closed while it is queued completes with operation_aborted. Its
+// leaving (ZREM) is queued on each connection just before close() closes them, so it reaches only
+// the masters where it was written in time (2 or 3 of 5 here); elsewhere the entry stays until it
+// expires. `entry_timeout` bounds that: here 1.5 s.
+asio::awaitable<void> close_a_queued_waiter(fair_base& bed, asio::io_context& ioc, const std::string& key,
+                                            std::string& name) {
+  auto cfg = bed.config(50ms, 100ms, 20s);
+  cfg.fairness.entry_timeout = 1500ms;
+  redlock::client h{ioc.get_executor(), cfg};
+  auto w = std::make_unique<redlock::client>(ioc.get_executor(), cfg);
+  co_await bed.wait_connected(h);
+  co_await bed.wait_connected(*w);
+  auto [eh, lh] = co_await h.async_lock(key, 10s, use_tuple);
+  EXPECT_FALSE(eh) << eh.message();
+  auto pw = start_lock(*w, key);
+  name = co_await bed.newcomer(key, {});
+  w->close();
+  EXPECT_TRUE(co_await until([&] { return pw->done; }, 2s));
+  EXPECT_EQ(pw->ec, asio::error::operation_aborted);
+  co_await lh.async_unlock(use_tuple);
+}
+
+TEST_F(fair, a_waiter_whose_client_closes_is_dropped_within_its_entry_timeout) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    std::string name;
+    co_await close_a_queued_waiter(*this, ioc, "closing", name);
+    const auto closed = clock_type::now();
+    EXPECT_TRUE(co_await until([&] { return listing("closing", name) == 0; }, 1500ms + 1s))
+        << "still listed on " << listing("closing", name) << " master(s)";
+    std::printf("the closed client's waiter was gone from every master %.1f ms after close()\n",
+                ms_of(clock_type::now() - closed));
+    EXPECT_TRUE(co_await until([&] { return fairness_keys().empty(); }, 2s))
+        << fmt::format("left behind: {}", fmt::join(fairness_keys(), ", "));
+  });
+}
+
+// A waiter whose round is in flight when it ends (the masters are paused, so the round surely
+// is): the round runs on each master before anything sent after it on that connection, so the
+// waiter's leaving (ZREM) comes after the round that renews its entry, never before it. Ended by
+// cancellation (`close` false) or by closing its client.
+asio::awaitable<void> end_a_waiter_mid_round(fair_base& bed, asio::io_context& ioc, bool close) {
+  auto cfg = bed.config(50ms, 100ms, 20s);
+  cfg.fairness.entry_timeout = 10s;
+  cfg.request_timeout = 5s;  // the round stays in flight while the masters are paused
+  redlock::client h{ioc.get_executor(), cfg};
+  redlock::client w{ioc.get_executor(), cfg};
+  co_await bed.wait_connected(h);
+  co_await bed.wait_connected(w);
+  auto [eh, lh] = co_await h.async_lock("mid-round", 10s, use_tuple);
+  EXPECT_FALSE(eh) << eh.message();
+  auto pw = start_lock(w, "mid-round");
+  const auto name = co_await bed.newcomer("mid-round", {});
+  const auto attempts = w.stats().lock_attempts;
+  for (std::size_t i = 0; i < bed.cluster.size(); ++i) bed.cluster[i].pause();
+  // Past its longest retry delay: its next round is in flight.
+  EXPECT_TRUE(co_await until([&] { return w.stats().lock_attempts > attempts; }, 1s));
+  co_await sleep_for(20ms);
+  if (close) {
+    w.close();
+  } else {
+    pw->cancel.emit(asio::cancellation_type::terminal);
+  }
+  EXPECT_TRUE(co_await until([&] { return pw->done; }, 2s));
+  EXPECT_EQ(pw->ec, asio::error::operation_aborted);
+  for (std::size_t i = 0; i < bed.cluster.size(); ++i) bed.cluster[i].resume();
+  EXPECT_TRUE(co_await until([&] { return bed.listing("mid-round", name) == 0; }, 500ms))
+      << "the waiter is still listed on " << bed.listing("mid-round", name) << " master(s)";
+  co_await lh.async_unlock(use_tuple);
+}
+
+TEST_F(fair, a_waiter_cancelled_mid_round_leaves_its_queues_after_the_round) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> { co_await end_a_waiter_mid_round(*this, ioc, false); });
+}
+
+// Library bug (disabled until fixed): close() is documented as cancelling the operations in
+// progress, which the test above shows leaves the queues at once. But closing the client instead
+// leaves the waiter first in every queue until its entry expires (10 s here), holding up
+// everyone behind it. The cancellation runs in client_impl::close()'s handler and submits two
+// requests per master: the in-flight round's release, then leave_queues()'s ZREMs. With requests
+// in flight, the release goes out through async_write, which keeps the connection "writing"
+// until its completion handler runs; the ZREMs queue behind it, and close_on_strand(), posted by
+// the same handler, aborts them unsent. The paused masters make the round surely in flight;
+// without them the same happens by chance (seen twice in about 40 closes under load). Run with
+// --gtest_also_run_disabled_tests.
+TEST_F(fair, DISABLED_a_waiter_closed_mid_round_leaves_its_queues_at_once) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> { co_await end_a_waiter_mid_round(*this, ioc, true); });
+}
+
+// Library bug (disabled until fixed), the same root cause without fairness: two acquisitions in
+// flight when the client closes. Each one's cancellation releases its round, but only the first
+// release submitted on a connection is written; the second queues behind that write and is
+// aborted by the close. Its keys then stay on every master for their whole ttl (10 s), held by
+// nobody, although close() promises to release what operations in progress acquired.
+TEST_F(fair, DISABLED_closing_a_client_with_two_rounds_in_flight_releases_both) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    auto cfg = config(50ms, 100ms, 20s);
+    cfg.fairness.enabled = false;
+    cfg.request_timeout = 5s;  // the rounds stay in flight while the masters are paused
+    redlock::client w{ioc.get_executor(), cfg};
+    co_await wait_connected(w);
+    for (std::size_t i = 0; i < cluster.size(); ++i) cluster[i].pause();
+    auto p1 = start_lock(w, "first");
+    auto p2 = start_lock(w, "second");
+    co_await sleep_for(50ms);
+    w.close();
+    EXPECT_TRUE(co_await until([&] { return p1->done && p2->done; }, 2s));
+    for (std::size_t i = 0; i < cluster.size(); ++i) cluster[i].resume();  // the SETs run now, then the releases
+    EXPECT_TRUE(co_await until([&] { return holding("first", "") == 5 && holding("second", "") == 5; }, 500ms))
+        << "\"first\" absent on " << holding("first", "") << " master(s), \"second\" on " << holding("second", "");
+  });
+}
+
+// ---- 7. RESP2 masters --------------------------------------------------------------------------------
+
+// Masters without HELLO (as a Redis older than 6 answers) speak RESP2: a subscription would turn
+// the shared connection into a subscriber, so there is none, and no wake-up from them. Their
+// queues still order the waiters; a waiter then polls. Two such masters of five leave the three
+// others' messages, a majority: wake-ups still work.
+struct resp2 : ::testing::Test, ::testing::WithParamInterface<std::size_t> {};
+
+TEST_P(resp2, waiters_still_get_the_lock_on_resp2_masters) {
+  const std::size_t legacy_count = GetParam();
+  redlock::test::redis_options legacy_options;
+  legacy_options.extra_args = {"--rename-command", "HELLO", ""};
+  redlock::test::redis_cluster modern{5 - legacy_count};
+  redlock::test::redis_cluster legacy{legacy_count, legacy_options};
+  auto cfg = redlock::test::client_config_for(modern);
+  auto legacy_cfg = redlock::test::client_config_for(legacy);
+  cfg.masters.insert(cfg.masters.end(), legacy_cfg.masters.begin(), legacy_cfg.masters.end());
+  cfg.retry = {.max_attempts = 0, .max_wait = 20s, .base_delay = 2000ms, .jitter = 0ms};
+  std::mutex m;
+  std::vector<std::string> log;
+  cfg.logging.level = redlock::log_level::info;
+  cfg.logging.sink = [&](redlock::log_level, std::string_view msg) {
+    std::lock_guard g{m};
+    log.emplace_back(msg);
+  };
+  auto all_nodes = [&](const std::function<void(redlock::test::redis_node&)>& f) {
+    for (std::size_t i = 0; i < modern.size(); ++i) f(modern[i]);
+    for (std::size_t i = 0; i < legacy.size(); ++i) f(legacy[i]);
+  };
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client a{ioc.get_executor(), cfg};
+    redlock::client b{ioc.get_executor(), cfg};
+    auto [ea, la] = co_await a.async_lock("old", 10s, use_tuple);
+    EXPECT_FALSE(ea) << ea.message();
+    const auto asked = clock_type::now();
+    auto pb = start_lock(b, "old");
+    // Queued on every master, RESP2 ones included.
+    EXPECT_TRUE(co_await until([&] {
+      std::size_t n = 0;
+      all_nodes([&](redlock::test::redis_node& node) { n += node.command({"ZCARD", queue_of("old")}) == ":1\r\n"; });
+      return n == 5;
+    }));
+    const auto released = clock_type::now();
+    co_await la.async_unlock(use_tuple);
+    EXPECT_TRUE(co_await until([&] { return pb->done; }, 10s));
+    EXPECT_FALSE(pb->ec) << pb->ec.message();
+    const auto waited = pb->at - released;
+    std::printf("%zu RESP2 master(s): granted %.1f ms after the release, wake-ups %llu\n", legacy_count, ms_of(waited),
+                static_cast<unsigned long long>(b.stats().lock_wakeups));
+    if (legacy_count >= 3) {  // no majority of messages: it polls, every 2 s
+      EXPECT_EQ(b.stats().lock_wakeups, 0u);
+      EXPECT_GE(pb->at - asked, 2s);
+      EXPECT_LT(waited, 2000ms + 1500ms);
+    } else {  // woken by the three RESP3 masters
+      EXPECT_GE(b.stats().lock_wakeups, 1u);
+      EXPECT_LT(waited, 1s);
+    }
+    co_await pb->lock.async_unlock(use_tuple);
+    // Nothing broke on the RESP2 connections (a subscription there would have put them in
+    // subscribe mode, refusing everything else): every master takes the next lock and its release.
+    auto [ec, l] = co_await b.async_try_lock("old", 10s, use_tuple);
+    EXPECT_FALSE(ec) << ec.message();
+    auto count_nodes = [&](const std::vector<std::string>& cmd_get, const std::string& want) {
+      std::size_t n = 0;
+      all_nodes([&](redlock::test::redis_node& node) { n += node.command({cmd_get[0], cmd_get[1]}) == want; });
+      return n;
+    };
+    EXPECT_TRUE(co_await until([&] { return count_nodes({"GET", "old"}, bulk(l.token())) == 5; }, 2s));
+    co_await l.async_unlock(use_tuple);
+    EXPECT_TRUE(co_await until([&] { return count_nodes({"GET", "old"}, nil) == 5; }, 2s));
+    EXPECT_TRUE(co_await until([&] { return count_nodes({"EXISTS", queue_of("old")}, ":0\r\n") == 5; }, 2s));
+    // The RESP2 masters, and only they, were named as giving no wake-ups.
+    std::lock_guard g{m};
+    std::set<std::size_t> named;
+    for (const auto& s : log) {
+      if (s.find("no wake-ups for waiters") == std::string::npos) continue;
+      named.insert(static_cast<std::size_t>(std::stoul(s.substr(s.find("master ") + 7))));
+    }
+    std::set<std::size_t> expected;
+    for (std::size_t i = 5 - legacy_count + 1; i <= 5; ++i) expected.insert(i);
+    EXPECT_EQ(named, expected) << fmt::format("{}", fmt::join(log, "\n"));
+  });
+}
+
+std::string resp2_name(const ::testing::TestParamInfo<std::size_t>& p) { return fmt::format("{}_of_5_resp2", p.param); }
+INSTANTIATE_TEST_SUITE_P(fair, resp2, ::testing::Values(std::size_t{2}, std::size_t{5}), resp2_name);
+
+// ---- worker processes ----------------------------------------------------------------------------------
+
+// A worker process (test/safety/worker.cpp); killed (after SIGCONT) when dropped.
+class worker_process {
+ public:
+  explicit worker_process(std::vector<std::string> args) {
+    args.insert(args.begin(), REDLOCK_WORKER_PATH);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid_, REDLOCK_WORKER_PATH, nullptr, nullptr, argv.data(), environ) != 0)
+      throw std::runtime_error("cannot start the worker");
+  }
+  ~worker_process() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::kill(pid_, SIGCONT);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  worker_process(const worker_process&) = delete;
+  worker_process& operator=(const worker_process&) = delete;
+
+  // Sends `sig` and returns once it took effect (stopped, or dead and reaped).
+  void signal(int sig) {
+    ::kill(pid_, sig);
+    int status = 0;
+    if (sig == SIGSTOP) {
+      ::waitpid(pid_, &status, WUNTRACED);
+    } else if (sig == SIGKILL) {
+      ::waitpid(pid_, &status, 0);
+      pid_ = -1;
+    }
+  }
+  // Waits for the exit; true if it exited with status 0.
+  bool wait() {
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+struct fair_processes : fair_base {
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / fmt::format("redlock-fair-{}-{}", ::getpid(), ++runs);
+  static inline int runs = 0;
+
+  fair_processes() { std::filesystem::create_directories(dir); }
+  ~fair_processes() override {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
+
+  std::string masters() {
+    std::string out;
+    for (std::size_t i = 0; i < cluster.size(); ++i)
+      out += fmt::format("{}127.0.0.1:{}", i ? "," : "", cluster[i].port());
+    return out;
+  }
+};
+
+// ---- 3. processes share ---------------------------------------------------------------------------------
+
+// Four processes with the library's defaults contend for one resource for 8 s, each holding it
+// 20-300 ms and asking again at once. Polling lets the releaser take it again nearly every time
+// (one process got 239 of 259 sections in such a run); with the queue every process gets about a
+// quarter. The checker finds no overlap.
+TEST_F(fair_processes, four_processes_share_one_lock) {
+  constexpr int count = 4;
+  std::vector<std::unique_ptr<worker_process>> ws;
+  std::vector<std::string> outs;
+  for (int w = 0; w < count; ++w) {
+    outs.push_back((dir / fmt::format("worker-{}.txt", w)).string());
+    ws.push_back(std::make_unique<worker_process>(std::vector<std::string>{
+        "--masters", masters(), "--resources", "shared", "--seconds", "8", "--ttl-ms", "2000", "--out", outs.back(),
+        "--seed", std::to_string(w + 1), "--defaults", "--hold-ms", "20-300"}));
+  }
+  for (auto& w : ws) EXPECT_TRUE(w->wait()) << "a worker failed";
+  std::vector<redlock::test::section> all;
+  std::vector<std::size_t> shares;
+  std::vector<std::map<std::string, long>> counts(count);
+  for (int w = 0; w < count; ++w) {
+    auto s = redlock::test::read_sections(outs[static_cast<std::size_t>(w)], w);
+    shares.push_back(s.size());
+    all.insert(all.end(), s.begin(), s.end());
+    redlock::test::read_counts(outs[static_cast<std::size_t>(w)], counts[static_cast<std::size_t>(w)]);
+  }
+  const auto r = redlock::test::check(all);
+  const double mean = static_cast<double>(std::accumulate(shares.begin(), shares.end(), std::size_t{0})) / count;
+  const auto min = *std::min_element(shares.begin(), shares.end());
+  std::printf("sections per process: %s; min/mean %.2f; overlaps %zu; longest gap %.0f ms\n",
+              fmt::format("{}", fmt::join(shares, " ")).c_str(), static_cast<double>(min) / mean, r.overlaps,
+              static_cast<double>(r.max_gap_ns) / 1e6);
+  for (int w = 0; w < count; ++w) {
+    std::string line;
+    for (const auto& [k, v] : counts[static_cast<std::size_t>(w)]) line += fmt::format(" {}={}", k, v);
+    std::printf("  worker %d:%s\n", w, line.c_str());
+  }
+  EXPECT_GT(r.sections, 20u);
+  EXPECT_EQ(r.overlaps, 0u);
+  for (const auto& e : r.examples) ADD_FAILURE() << "overlap: " << e;
+  EXPECT_EQ(r.past_validity, 0u);
+  EXPECT_GT(min, 0u);
+  EXPECT_GE(static_cast<double>(min) / mean, 0.5);
+  for (int w = 0; w < count; ++w) {
+    auto& c = counts[static_cast<std::size_t>(w)];
+    EXPECT_GT(c["queued"], 0) << "worker " << w;
+    EXPECT_GT(c["wakeups"], 0) << "worker " << w;
+  }
+}
+
+// ---- 4. a waiter that stops or dies ----------------------------------------------------------------------
+
+// Holder H and waiter W2 are clients here; W1, queued before W2, is a worker process, stopped
+// (SIGSTOP) or killed (SIGKILL) before H releases. The release names W1, which cannot act; W1's
+// entries expire `entry_timeout` after its last attempt, and W2's next poll then wins. So W2 is
+// held up by at most W1's entry timeout (plus its own poll interval), far below its 20 s
+// max_wait; with a longer entry timeout on W1's side the bound moves with it.
+struct stuck_waiter_case {
+  int sig;
+  long w1_entry_timeout_ms;  // 0: the library's default
+  const char* name;
+};
+
+struct stuck_waiter : fair_processes, ::testing::WithParamInterface<stuck_waiter_case> {};
+
+TEST_P(stuck_waiter, a_stopped_or_killed_waiter_holds_up_the_next_one_only_until_its_entry_expires) {
+  const auto param = GetParam();
+  // W1 runs with the library's defaults but for its max_wait (it must stay queued throughout).
+  redlock::client_config w1_cfg;
+  w1_cfg.fairness.entry_timeout = ms{param.w1_entry_timeout_ms};
+  const ms entry = redlock::queue_entry_timeout(w1_cfg);
+  std::printf("W1's entry timeout: %lld ms\n", static_cast<long long>(entry.count()));
+  // Built outside the coroutine: g++ 12 rejects this braced list in a coroutine's body.
+  std::vector<std::string> args{"--masters",  masters(),       "--resources", "stuck", "--seconds",
+                                "60",         "--ttl-ms",      "10000",       "--out", (dir / "w1.txt").string(),
+                                "--defaults", "--max-wait-ms", "60000"};
+  if (param.w1_entry_timeout_ms > 0) {
+    args.push_back("--entry-timeout-ms");
+    args.push_back(std::to_string(param.w1_entry_timeout_ms));
+  }
+  run_test(
+      [&](asio::io_context& ioc) -> asio::awaitable<void> {
+        redlock::client h{ioc.get_executor(), config()};
+        redlock::client w2{ioc.get_executor(), config(50ms, 100ms, 20s)};
+        co_await wait_connected(h);
+        co_await wait_connected(w2);
+        auto [eh, lh] = co_await h.async_lock("stuck", 30s, use_tuple);
+        EXPECT_FALSE(eh) << eh.message();
+
+        worker_process w1{args};
+        const auto w1_name = co_await newcomer("stuck", {});
+        auto p2 = start_lock(w2, "stuck");
+        const std::vector<std::string> first{w1_name};
+        const auto w2_name = co_await newcomer("stuck", first);
+
+        w1.signal(param.sig);
+        const auto released = clock_type::now();
+        co_await lh.async_unlock(use_tuple);
+        EXPECT_TRUE(co_await until([&] { return p2->done; }, entry + 10s));
+        EXPECT_FALSE(p2->ec) << p2->ec.message();
+        const auto waited = p2->at - released;
+        std::printf("%s: W2 granted %.1f ms after the release (W1's entry timeout %lld ms), attempts %zu\n", param.name,
+                    ms_of(waited), static_cast<long long>(entry.count()), p2->lock.attempts());
+        EXPECT_LT(waited, entry + 1500ms);
+        // Nobody woke W2: the release named W1, and W2 got in by polling once W1's entry expired.
+        EXPECT_EQ(w2.stats().lock_wakeups, 0u);
+        if (param.w1_entry_timeout_ms >= 2000) {
+          // W1 really held it up: its last renewal was at most ~150 ms before it stopped.
+          EXPECT_GT(waited, entry / 2);
+        }
+        co_await p2->lock.async_unlock(use_tuple);
+        // W1's entries expired (dropped by the next script, or with the queue's own expiry), W2
+        // left: nothing stays.
+        EXPECT_TRUE(co_await until([&] { return fairness_keys().empty(); }, entry + 2s))
+            << fmt::format("left behind: {}", fmt::join(fairness_keys(), ", "));
+      },
+      1, 60s);
+}
+
+const stuck_waiter_case stuck_cases[] = {
+    {SIGSTOP, 0, "stopped"},
+    {SIGKILL, 0, "killed"},
+    {SIGSTOP, 3000, "stopped_3s_entries"},
+};
+std::string stuck_name(const ::testing::TestParamInfo<stuck_waiter_case>& p) { return p.param.name; }
+INSTANTIATE_TEST_SUITE_P(fair_processes, stuck_waiter, ::testing::ValuesIn(stuck_cases), stuck_name);
+
+}  // namespace
