@@ -126,6 +126,7 @@ class contention_run {
       all.insert(all.end(), s.begin(), s.end());
       redlock::test::read_counts(outputs_[w], errors);
     }
+    counts_ = errors;
     auto r = check(std::move(all), fault_healed_ ? ns(*fault_healed_) : 0);
     std::string kinds;
     for (const auto& [k, v] : errors) kinds += fmt::format(" {}={}", k, v);
@@ -136,6 +137,9 @@ class contention_run {
     for (const auto& e : r.examples) std::printf("  overlap: %s\n", e.c_str());
     return r;
   }
+
+  // The workers' summed counts (errors, and the fair hand-over's queued and wakeups), after finish().
+  const std::map<std::string, long>& counts() const { return counts_; }
 
   void sleep_until_offset(std::chrono::milliseconds offset) { std::this_thread::sleep_until(started_ + offset); }
   void healed_now() { fault_healed_ = clock_type::now(); }
@@ -149,6 +153,7 @@ class contention_run {
   std::vector<pid_t> pids_;
   clock_type::time_point started_{};
   std::optional<clock_type::time_point> fault_healed_;
+  std::map<std::string, long> counts_;
 };
 
 // Liveness: once a majority is healthy the lock is back within about one ttl (plus retry delays
@@ -166,6 +171,11 @@ TEST(safety, no_fault_baseline) {
   contention_run run{false};
   run.start();
   expect_safe(run.finish("no fault"));
+  // Fairness is on by default: the contended workers queued and were woken, so the suite runs
+  // the fair acquire and release scripts, not only plain SET NX.
+  const auto& c = run.counts();
+  EXPECT_GT(c.count("queued") ? c.at("queued") : 0, 0);
+  EXPECT_GT(c.count("wakeups") ? c.at("wakeups") : 0, 0);
 }
 
 TEST(safety, minority_kill_with_delayed_restart) {
