@@ -782,7 +782,10 @@ TEST_F(observability_test, four_threads_lock_log_and_read_counters_concurrently)
         EXPECT_GE(s.lock_attempts, s.lock_operations);
         for (const auto& m : s.masters) {
           EXPECT_EQ(m.completed(), m.requests);
-          EXPECT_EQ(m.replies, m.written);
+          // One reply per command, and a waiter leaving its queues (fair hand-over) sends two
+          // commands (ZREM queue, ZREM expiry) as one request: replies exceed requests by those.
+          EXPECT_GE(m.replies, m.written);
+          EXPECT_LE(m.replies, 2 * m.written);
           EXPECT_EQ(m.latency.count, m.ok + m.server_errors);
           EXPECT_EQ(m.errors(), m.server_errors);  // healthy masters: only NOSCRIPT
         }
