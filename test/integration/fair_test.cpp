@@ -137,13 +137,6 @@ struct fair_base : ::testing::Test {
     return strings_of(cluster[i].command({"ZRANGE", queue_of(key), "0", "-1"}));
   }
 
-  // How many masters list exactly `want` (in this order) as `key`'s queue.
-  std::size_t queues_equal(const std::string& key, const std::vector<std::string>& want) {
-    std::size_t n = 0;
-    for (std::size_t i = 0; i < cluster.size(); ++i) n += queue(i, key) == want;
-    return n;
-  }
-
   // How many masters have `member` in `key`'s queue or in its expiries.
   std::size_t listing(const std::string& key, const std::string& member) {
     std::size_t n = 0;
@@ -372,8 +365,8 @@ TEST_P(fifo, queued_waiters_get_the_lock_in_their_order) {
     redlock::client w3{ioc.get_executor(), config(20ms, 0ms, 20s)};
     for (auto* c : {&h, &w1, &w2, &w3}) co_await wait_connected(*c);
     redlock::lock lh;
-    if (holder_crashes) {  // a holder's key that nobody releases: it expires in 800 ms
-      for (std::size_t i = 0; i < cluster.size(); ++i) cluster[i].command({"SET", "fifo", "crashed", "PX", "800"});
+    if (holder_crashes) {  // a holder's key that nobody releases: it expires in 1.2 s
+      for (std::size_t i = 0; i < cluster.size(); ++i) cluster[i].command({"SET", "fifo", "crashed", "PX", "1200"});
     } else {
       auto [eh, l] = co_await h.async_lock("fifo", 10s, use_tuple);
       EXPECT_FALSE(eh) << eh.message();
@@ -471,8 +464,8 @@ TEST_F(fair, a_plain_redlock_client_and_ours_exclude_each_other_and_its_release_
     // Ours holds it: the other client's SET NX fails everywhere.
     auto [e3, l3] = co_await c.async_lock("shared", 10s, use_tuple);
     EXPECT_FALSE(e3) << e3.message();
+    co_await held_everywhere("shared", l3.token());
     EXPECT_EQ(other.lock("shared"), 0u);
-    EXPECT_EQ(holding("shared", l3.token()), 5u);
     co_await l3.async_unlock(use_tuple);
 
     // The other client holds it and ours queues; its release publishes nothing, and ours still
@@ -489,7 +482,7 @@ TEST_F(fair, a_plain_redlock_client_and_ours_exclude_each_other_and_its_release_
     std::printf("granted %.1f ms after the plain release\n", ms_of(pw->at - released));
     EXPECT_LT(pw->at - released, 500ms + 1500ms);
     EXPECT_EQ(w.stats().lock_wakeups, 0u);  // nobody said anything: it polled
-    EXPECT_EQ(holding("shared", pw->lock.token()), 5u);
+    co_await held_everywhere("shared", pw->lock.token());
     co_await pw->lock.async_unlock(use_tuple);
     EXPECT_TRUE(co_await until([&] { return fairness_keys().empty(); }, 2s))
         << fmt::format("{}", fmt::join(fairness_keys(), ", "));
@@ -545,14 +538,14 @@ TEST_F(fair, waiters_that_time_out_are_cancelled_or_are_granted_leave_no_queue_b
     co_await pg->lock.async_unlock(use_tuple);
     EXPECT_TRUE(co_await until([&] { return fairness_keys().empty(); }, 1s))
         << fmt::format("left behind: {}", fmt::join(fairness_keys(), ", "));
-    EXPECT_EQ(holding("tidy", ""), 5u);
+    EXPECT_TRUE(co_await until([&] { return holding("tidy", "") == 5; }, 1s));
   });
 }
 
 // A waiter whose client is closed while it is queued completes with operation_aborted. Its
-// leaving (ZREM) is queued on each connection just before close() closes them, so it reaches only
-// the masters where it was written in time (2 or 3 of 5 here); elsewhere the entry stays until it
-// expires. `entry_timeout` bounds that: here 1.5 s.
+// leaving (ZREM) is submitted on each connection just before close() closes them: usually it is
+// written in time, but not always (see DISABLED_a_waiter_closed_mid_round_leaves_its_queues_at_once
+// below); then the entry stays until it expires. `entry_timeout` bounds that either way: 1.5 s.
 asio::awaitable<void> close_a_queued_waiter(fair_base& bed, asio::io_context& ioc, const std::string& key,
                                             std::string& name) {
   auto cfg = bed.config(50ms, 100ms, 20s);
@@ -633,7 +626,7 @@ TEST_F(fair, a_waiter_cancelled_mid_round_leaves_its_queues_after_the_round) {
 // in flight, the release goes out through async_write, which keeps the connection "writing"
 // until its completion handler runs; the ZREMs queue behind it, and close_on_strand(), posted by
 // the same handler, aborts them unsent. The paused masters make the round surely in flight;
-// without them the same happens by chance (seen twice in about 40 closes under load). Run with
+// without them the same happens by chance (seen in 2 of about 200 closes of a queued waiter). Run with
 // --gtest_also_run_disabled_tests.
 TEST_F(fair, DISABLED_a_waiter_closed_mid_round_leaves_its_queues_at_once) {
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> { co_await end_a_waiter_mid_round(*this, ioc, true); });
