@@ -239,7 +239,8 @@ void client_impl::close() {
     self->waiters_.clear();
     self->wakes_.clear();
     self->timer_.cancel();
-    for (auto& l : self->links_) l->close();
+    // The cancelled operations queued releases (and queue exits): written before the sockets close.
+    for (auto& l : self->links_) l->close_after_writes(self->cfg_.release_timeout);
   });
 }
 

@@ -156,6 +156,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
         serve_done_(strand_),
         deadline_timer_(strand_),
         aux_timer_(strand_),
+        flush_timer_(strand_),
         mux_(cfg_.limits),
         rng_(std::random_device{}()),
         log_(with_default_prefix(cfg_.logging, cfg_)) {}
@@ -219,6 +220,30 @@ class connection::impl : public std::enable_shared_from_this<impl> {
 
   void close() {
     asio::post(strand_, [self = shared_from_this()] { self->close_on_strand(); });
+  }
+
+  // master_link::close_after_writes: what was queued before this call (the releases of operations
+  // that `client::close` cancelled) is still written, then the connection closes as by close();
+  // at the latest after `limit`.
+  void close_after_writes(clock::duration limit) {
+    asio::post(strand_, [self = shared_from_this(), limit] {
+      if (self->closing_) return;
+      if (self->state_ != connection_state::up) return self->close_on_strand();
+      self->flush_then_close_ = true;
+      self->start_write();
+      if (self->flushed()) return;
+      self->flush_timer_.expires_after(limit);
+      self->flush_timer_.async_wait([self](error_code ec) {
+        if (!ec) self->close_on_strand();
+      });
+    });
+  }
+
+  // With flush_then_close_: closes once nothing is being written or waits to be; true if it did.
+  bool flushed() {
+    if (!flush_then_close_ || writing_ || mux_.has_waiting()) return false;
+    close_on_strand();
+    return true;
   }
 
   // master_link::run: async_run without a caller to tell.
@@ -593,6 +618,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   void close_on_strand() {
     if (closing_) return;
     closing_ = true;
+    flush_timer_.cancel();
     if (state_ == connection_state::idle) {
       set_state(connection_state::closed);
       mux_.fail_all(asio::error::operation_aborted, asio::error::operation_aborted, completer());
@@ -872,11 +898,13 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     inc(stats_.bytes_written, n);
     if (ec) {
       write_error_ = ec;
+      if (flush_then_close_) return close_on_strand();
       error_code ignored;
       socket_.close(ignored);  // the reader notices and the connection resets
       return;
     }
     start_write();
+    flushed();
   }
 
   // The reader: read, hand the bytes to the multiplexer, let it route what is complete. One reply
@@ -983,7 +1011,9 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   socket_type socket_;
   asio::steady_timer serve_done_;  // wakes serve() when the reader stops
   asio::steady_timer deadline_timer_;
-  asio::steady_timer aux_timer_;  // connect timeout, then reconnect backoff
+  asio::steady_timer aux_timer_;    // connect timeout, then reconnect backoff
+  asio::steady_timer flush_timer_;  // bounds close_after_writes
+  bool flush_then_close_ = false;   // close_after_writes: close once the queue is written
   detail::multiplexer<pending> mux_;
   std::minstd_rand rng_;
   std::optional<run_handler> run_handler_;
@@ -1053,6 +1083,8 @@ void master_link::run() { impl_->run_detached(); }
 void master_link::observe(std::weak_ptr<link_observer> o, std::size_t index) { impl_->observe(std::move(o), index); }
 
 void master_link::close() { impl_->close(); }
+
+void master_link::close_after_writes(clock::duration limit) { impl_->close_after_writes(limit); }
 
 error_code master_link::submit(std::string_view payload, std::size_t replies, clock::time_point deadline,
                                std::shared_ptr<reply_sink> sink, std::uint64_t tag, bool push_confirmed) {

@@ -76,6 +76,10 @@ class master_link {
   void observe(std::weak_ptr<link_observer> o, std::size_t index);
   /// Closes the socket; every accepted request completes with `operation_aborted`. From any thread.
   void close();
+  /// As `close`, once every request accepted before this call has been written (or after `limit`,
+  /// or at once when the connection is not up): `client::close` uses it so that the releases its
+  /// cancelled operations queued still reach the master. From any thread.
+  void close_after_writes(clock::duration limit);
 
   /// Queues `payload` (`replies` pipelined commands, copied: the caller's buffer may be reused at
   /// once) with its deadline. On the strand only. Returns `error::not_connected` when the master is

@@ -543,9 +543,9 @@ TEST_F(fair, waiters_that_time_out_are_cancelled_or_are_granted_leave_no_queue_b
 }
 
 // A waiter whose client is closed while it is queued completes with operation_aborted. Its
-// leaving (ZREM) is submitted on each connection just before close() closes them: usually it is
-// written in time, but not always (see DISABLED_a_waiter_closed_mid_round_leaves_its_queues_at_once
-// below); then the entry stays until it expires. `entry_timeout` bounds that either way: 1.5 s.
+// leaving (ZREM) is submitted on each connection just before close() closes them, which writes
+// what was queued first (see a_waiter_closed_mid_round_leaves_its_queues_at_once below); should a
+// master miss it anyway, `entry_timeout` bounds how long the entry stays: 1.5 s.
 asio::awaitable<void> close_a_queued_waiter(fair_base& bed, asio::io_context& ioc, const std::string& key,
                                             std::string& name) {
   auto cfg = bed.config(50ms, 100ms, 20s);
@@ -618,26 +618,23 @@ TEST_F(fair, a_waiter_cancelled_mid_round_leaves_its_queues_after_the_round) {
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> { co_await end_a_waiter_mid_round(*this, ioc, false); });
 }
 
-// Library bug (disabled until fixed): close() is documented as cancelling the operations in
-// progress, which the test above shows leaves the queues at once. But closing the client instead
-// leaves the waiter first in every queue until its entry expires (10 s here), holding up
-// everyone behind it. The cancellation runs in client_impl::close()'s handler and submits two
-// requests per master: the in-flight round's release, then leave_queues()'s ZREMs. With requests
-// in flight, the release goes out through async_write, which keeps the connection "writing"
-// until its completion handler runs; the ZREMs queue behind it, and close_on_strand(), posted by
-// the same handler, aborts them unsent. The paused masters make the round surely in flight;
-// without them the same happens by chance (seen in 2 of about 200 closes of a queued waiter). Run with
-// --gtest_also_run_disabled_tests.
-TEST_F(fair, DISABLED_a_waiter_closed_mid_round_leaves_its_queues_at_once) {
+// close() cancels the operations in progress, as cancellation does (the test above): the waiter
+// must leave the queues at once, not after its entry expires (10 s here). The cancellation
+// submits two requests per master: the in-flight round's release, then leave_queues()'s ZREMs.
+// With requests in flight the first goes out through async_write, and the ZREMs queue behind it;
+// until the fix (master_link::close_after_writes) closing the connection aborted them unsent. The
+// paused masters make the round surely in flight; without them it happened by chance (2 of about
+// 200 closes of a queued waiter).
+TEST_F(fair, a_waiter_closed_mid_round_leaves_its_queues_at_once) {
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> { co_await end_a_waiter_mid_round(*this, ioc, true); });
 }
 
-// Library bug (disabled until fixed), the same root cause without fairness: two acquisitions in
-// flight when the client closes. Each one's cancellation releases its round, but only the first
-// release submitted on a connection is written; the second queues behind that write and is
-// aborted by the close. Its keys then stay on every master for their whole ttl (10 s), held by
-// nobody, although close() promises to release what operations in progress acquired.
-TEST_F(fair, DISABLED_closing_a_client_with_two_rounds_in_flight_releases_both) {
+// The same cause without fairness: two acquisitions in flight when the client closes. Each one's
+// cancellation releases its round; before the fix only the first release submitted on a
+// connection was written, the second was aborted by the close, and its keys stayed on every
+// master for their whole ttl (10 s), held by nobody, although close() promises to release what
+// operations in progress acquired.
+TEST_F(fair, closing_a_client_with_two_rounds_in_flight_releases_both) {
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
     auto cfg = config(50ms, 100ms, 20s);
     cfg.fairness.enabled = false;
