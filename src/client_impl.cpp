@@ -495,7 +495,10 @@ void client_impl::subscribe_inbox(std::size_t i) {
 void client_impl::ensure_inbox() {
   if (inbox_wanted_ || closed_) return;
   inbox_wanted_ = true;
-  for (std::size_t i = 0; i < links_.size(); ++i) subscribe_inbox(i);
+  // A link without a connection yet subscribes from on_link_up, once its handshake is done.
+  for (std::size_t i = 0; i < links_.size(); ++i) {
+    if (links_[i]->protocol() != 0) subscribe_inbox(i);
+  }
 }
 
 void client_impl::on_push(std::size_t i, const resp::response& push) {
