@@ -445,6 +445,78 @@ struct plain_client {
   }
 };
 
+// Masters that order the waiters differently (here: rewritten by hand so that each of three
+// waiters is first on at most two of five masters, a cyclic split in which nobody can win a
+// majority if the orders stayed) must not livelock: every waiter sends the highest ticket it was
+// given with each attempt, which rewrites its place alike everywhere, so the orders agree again
+// after one poll (checked while the lock is still held) and all three get the lock. With each
+// master's own order kept (a client that sends no ticket), the orders stay split until a release
+// (shown by that mutation: the agreement check fails).
+TEST_F(fair, waiters_ordered_differently_by_the_masters_converge_and_all_get_the_lock) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    const std::string key = "scrambled";
+    auto cfg = config(50ms, 100ms, 5s);
+    redlock::client h{ioc.get_executor(), cfg};
+    std::vector<std::unique_ptr<redlock::client>> ws;
+    for (int k = 0; k < 3; ++k) ws.push_back(std::make_unique<redlock::client>(ioc.get_executor(), cfg));
+    co_await wait_connected(h);
+    for (auto& w : ws) co_await wait_connected(*w);
+    auto [eh, lh] = co_await h.async_lock(key, 10s, use_tuple);
+    EXPECT_FALSE(eh) << eh.message();
+    std::vector<std::shared_ptr<pending_lock>> ps;
+    for (auto& w : ws) ps.push_back(start_lock(*w, key));
+    EXPECT_TRUE(co_await until([&] {
+      for (std::size_t i = 0; i < cluster.size(); ++i) {
+        if (queue(i, key).size() != 3) return false;
+      }
+      return true;
+    }));
+    // The same three names everywhere; rotate their order from master to master.
+    auto names = queue(0, key);
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names.size(), 3U);
+    if (names.size() != 3) co_return;
+    for (std::size_t i = 0; i < cluster.size(); ++i) {
+      for (std::size_t k = 0; k < 3; ++k) {
+        const auto score = std::to_string(1 + (k + 3 - i % 3) % 3);
+        cluster[i].command({"ZADD", queue_of(key), score, names[k]});
+      }
+    }
+    std::set<std::string> heads;
+    for (std::size_t i = 0; i < 3; ++i) heads.insert(queue(i, key).front());
+    EXPECT_EQ(heads.size(), 3U) << "the rewrite did not split the heads";
+    // While the lock is still held, the waiters' polls alone make the five orders agree again.
+    EXPECT_TRUE(co_await until(
+        [&] {
+          const auto first = queue(0, key);
+          for (std::size_t i = 1; i < cluster.size(); ++i) {
+            if (queue(i, key) != first) return false;
+          }
+          return first.size() == 3;
+        },
+        2s))
+        << "the masters still order the waiters differently";
+    co_await lh.async_unlock(use_tuple);
+    // Each winner releases at once so that the next can win too.
+    std::size_t granted = 0;
+    const auto end = clock_type::now() + 4s;
+    while (granted < 3 && clock_type::now() < end) {
+      for (auto& p : ps) {
+        if (p->done && p->lock.owns_lock()) {
+          ++granted;
+          co_await p->lock.async_unlock(use_tuple);
+        }
+      }
+      co_await sleep_for(2ms);
+    }
+    for (std::size_t k = 0; k < ps.size(); ++k) {
+      EXPECT_TRUE(ps[k]->done) << "waiter " << k << " still waiting";
+      EXPECT_FALSE(ps[k]->ec) << "waiter " << k << ": " << ps[k]->ec.message();
+    }
+    EXPECT_EQ(granted, 3U);
+  });
+}
+
 TEST_F(fair, a_plain_redlock_client_and_ours_exclude_each_other_and_its_release_lets_ours_in) {
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
     plain_client other{*this, "other-library-token"};
