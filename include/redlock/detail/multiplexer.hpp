@@ -204,7 +204,7 @@ class multiplexer {
           [[fallthrough]];  // the oldest request's reply
         case reply_reader::status::reply:
           note(read_event::reply);
-          switch (on_reply(reader_.reply(), complete)) {
+          switch (route(reader_.reply(), complete)) {
             case reply_outcome::unsolicited:
               note(read_event::unsolicited);
               return error::protocol_error;
@@ -237,6 +237,14 @@ class multiplexer {
   reply_outcome on_reply(resp::response& reply, F&& complete) {
     if (const auto* v = resp::reply_value(reply); v && v->data_type == resp::type::push && !confirms_front(reply))
       return reply_outcome::out_of_band;
+    return route(reply, complete);
+  }
+
+ private:
+  // on_reply for a message already known to be the oldest request's: dispatch() has told replies
+  // from pushes (the reader did), so the per-reply path does not look at the message again.
+  template <class F>
+  reply_outcome route(resp::response& reply, F&& complete) {
     if (written_ == 0) return reply_outcome::unsolicited;
     entry& e = queue_.front();
     if (!e.completion) {  // abandoned: read and drop
@@ -265,6 +273,7 @@ class multiplexer {
     return reply_outcome::completed;
   }
 
+ public:
   // ---- finishing early ----------------------------------------------------------------------
 
   /// Cancels request `id` with `ec`. A waiting request is removed. A written one is abandoned
