@@ -70,18 +70,25 @@ struct lock_op final : op_base {
 
   void start() {
     auto& c = *owner;
-    if (auto ec = c.check_lock_args(st->resource, st->ttl)) {
-      REDLOCK_LOG(c.log(), log_level::debug, "{}: rejected ({} ms): {}", lock_name(st->resource, {}), st->ttl.count(),
-                  describe(ec));
+    auto ec = c.check_lock_args(st->resource, st->ttl);
+    std::string what;
+    if (!ec && st->scripted()) ec = c.check_kind_args(*st, what);
+    if (ec) {
+      REDLOCK_LOG(c.log(), log_level::debug, "{}: rejected ({} ms): {}{}{}", lock_name(st->resource, {}),
+                  st->ttl.count(), describe(ec), what.empty() ? "" : ": ", what);
       return finish(ec);
     }
     if (c.closed()) return finish(asio::error::operation_aborted);
-    error_code ec;
     if (!st->new_token(ec)) {
       REDLOCK_LOG(c.log(), log_level::error, "{}: cannot draw a token: {}", lock_name(st->resource, {}), describe(ec));
       return finish(ec);
     }
-    st->key = c.config().key_prefix + st->resource;
+    if (st->scripted()) {
+      make_keys(*st, c.config().key_prefix);
+      if (st->kind == lock_kind::write) st->waiter = st->token;  // the first round's token names the writer
+    } else {
+      st->key = c.config().key_prefix + st->resource;
+    }
     c.enroll(*this);
     act(fsm.start(clock_type::now(), c.fair() && c.recently_contended(st->key)));
   }
@@ -115,7 +122,16 @@ struct lock_op final : op_base {
           ticket = a.ticket;
           return c.send_all(c.scratch_fair(*st, member, ticket, true), a.at, shared_from_this(), fsm.round());
         }
+        if (st->scripted()) {
+          return c.send_all(c.scratch_step(step::acquire, *st, st->ttl.count()), a.at, shared_from_this(), fsm.round());
+        }
         return c.send_all(c.scratch_set(*st), a.at, shared_from_this(), fsm.round());
+      case core::lock_action::type::confirm:
+        // The granting masters disagree on the fence: those behind are raised to it while they
+        // still hold our key (docs/safety.md, "Fencing tokens").
+        c.note_confirm();
+        return c.send_some(c.scratch_step(step::confirm, *st, a.fence), a.at, shared_from_this(), fsm.round(),
+                           [this](std::size_t i) { return fsm.needs_confirm(i); });
       case core::lock_action::type::sleep:
         REDLOCK_LOG(c.log(), log_level::debug, "{}: attempt {} failed: {}; masters: {}; retrying in {}",
                     lock_name(st->resource, st->token), fsm.attempts(), describe(fsm.last_error()),
@@ -142,7 +158,11 @@ struct lock_op final : op_base {
                       format_duration(fsm.validity_deadline() - clock_type::now()),
                       describe_masters(fsm.table().results(), st->token));
         }
-        if (!a.ec) st->note_key_holders(fsm.table().results());
+        if (!a.ec) {
+          st->note_key_holders(fsm.table().results());
+          st->fence = fsm.fence();
+        }
+        if (st->claimed) c.leave_claims(*st);
         if (!member.empty()) {
           if (fsm.queued()) c.leave_queues(*st, member, fsm.table().results());
           c.forget_waiter(member);
@@ -155,8 +175,18 @@ struct lock_op final : op_base {
 
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override {
     if (client_impl::is_release(tag)) return;  // a failed round's release: nobody waits for it
-    if (!(tag & eval_flag) && core::is_noscript(ec, r) && !member.empty() && round_of(tag) == fsm.round() &&
-        !fsm.done()) {
+    if (!(tag & eval_flag) && core::is_noscript(ec, r) && st->scripted() && fsm.awaiting(round_of(tag))) {
+      // As below, for a lock kind's acquire script or the fence confirmation.
+      const auto i = master_of(tag);
+      const auto payload =
+          fsm.confirming() ? c_step(step::confirm, fsm.fence()) : c_step(step::acquire, st->ttl.count());
+      if (!owner->link(i).submit(payload, 1, clock_type::now() + owner->config().request_timeout, shared_from_this(),
+                                 tag | eval_flag))
+        return;
+    }
+    if (st->kind == lock_kind::write && !ec && core::fair_reply_of(r).status == master_status::queued)
+      st->claimed = true;  // a claim that holds new readers off: dropped when the acquisition ends
+    if (!(tag & eval_flag) && core::is_noscript(ec, r) && !member.empty() && fsm.awaiting(round_of(tag))) {
       // The master lost its script cache: the same round again with EVAL on that master, queued
       // before anything that can follow the round (its release), so the order stays the same.
       const auto i = master_of(tag);
@@ -167,6 +197,8 @@ struct lock_op final : op_base {
     }
     act(fsm.on_reply(round_of(tag), master_of(tag), ec, r, clock_type::now(), owner->unit_random()));
   }
+
+  std::string_view c_step(step s, std::int64_t number) { return owner->scratch_step(s, *st, number, false); }
 
   void on_wake(std::size_t master) override {
     const auto a = fsm.on_wake(master, clock_type::now());
@@ -255,7 +287,7 @@ struct extend_op final : op_base {
       : st(std::move(s)),
         handler(std::move(h)),
         ttl(t),
-        fsm(cfg.masters.size(), t, cfg.request_timeout, cfg.drift, st->get_deadline()) {}
+        fsm(cfg.masters.size(), t, cfg.request_timeout, cfg.drift, st->get_deadline(), st->quorum) {}
   ~extend_op() override { st->owner->retire(*this); }
 
   std::shared_ptr<lock_state> st;
@@ -447,6 +479,15 @@ std::vector<master_result> lock::masters() const {
   return state_->results;
 }
 
+std::vector<std::string> lock::resources() const {
+  if (!state_) return {};
+  if (state_->multi) return state_->resources;
+  return {state_->resource};
+}
+
+lock_kind lock::kind() const noexcept { return state_ ? state_->kind : lock_kind::exclusive; }
+std::uint64_t lock::fence() const noexcept { return state_ ? static_cast<std::uint64_t>(state_->fence) : 0; }
+
 std::size_t lock::attempts() const noexcept { return state_ ? state_->attempts : 0; }
 std::size_t lock::extensions() const noexcept { return state_ ? state_->extensions.load() : 0; }
 bool lock::lost() const noexcept { return state_ && state_->lost; }
@@ -512,6 +553,28 @@ const client_config& client::config() const noexcept { return impl_->config(); }
 std::vector<connection_status> client::masters() const { return impl_->statuses(); }
 client_stats client::stats() const { return impl_->stats(); }
 void client::close() { impl_->close(); }
+
+void client::start_lock(lock_handler h, std::vector<std::string> resources, std::chrono::milliseconds ttl,
+                        lock_options opts, bool multi, bool retry) {
+  auto& c = *impl_;
+  c.note_operation();
+  auto st = std::make_shared<detail::lock_state>(impl_, c.executor());
+  st->multi = multi;
+  st->resource = resources.empty() ? std::string{} : resources.front();
+  if (multi) st->resources = std::move(resources);
+  st->ttl = ttl;
+  st->kind = opts.kind;
+  st->fenced = opts.fence;
+  st->permits = opts.permits;
+  st->owner_id = std::move(opts.owner);
+  if (st->kind == lock_kind::semaphore) st->quorum = core::semaphore_quorum(c.size(), st->permits);
+  // An empty list must not look like the plain lock of resource "": the kind's checks refuse it.
+  if (multi && st->resources.empty()) st->resource = "-";
+  auto rules = c.lock_rules(*st, retry);
+  auto op = std::make_shared<detail::lock_op>(impl_, std::move(st), std::move(h), rules);
+  detail::bind_cancellation(*op->handler, op, c.strand());
+  c.post([op] { op->start(); });
+}
 
 void client::start_lock(lock_handler h, std::string resource, std::chrono::milliseconds ttl, bool retry) {
   auto& c = *impl_;

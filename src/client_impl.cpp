@@ -136,9 +136,131 @@ void push_fair(resp::request& req, bool by_sha, const script_keys& keys, std::st
            args.entry_timeout_ms);
 }
 
+// ---- lock kinds: each kind script's KEYS and ARGV --------------------------------------------------
+
+namespace {
+
+struct kind_call {
+  const script* s = nullptr;  // null: the plain lock's script serves this step
+  std::size_t keys = 0;       // how many of lock_state::keys it takes
+};
+
+kind_call call_for(const lock_state& st, step s) noexcept {
+  const auto pick = [s](const script& a, const script& r, const script& e, std::size_t n_acquire,
+                        std::size_t n_other) -> kind_call {
+    switch (s) {
+      case step::acquire:
+        return {&a, n_acquire};
+      case step::release:
+        return {&r, n_other};
+      case step::extend:
+        return {&e, n_other};
+      default:
+        return {};
+    }
+  };
+  if (st.multi)
+    return pick(multi_acquire_script, multi_release_script, multi_extend_script, st.keys.size(), st.keys.size());
+  if (!st.owner_id.empty())
+    return pick(reentrant_acquire_script, reentrant_release_script, reentrant_extend_script, 2, 2);
+  switch (st.kind) {
+    case lock_kind::read:
+      return pick(read_acquire_script, read_release_script, read_extend_script, 3, 2);
+    case lock_kind::semaphore:
+      return pick(semaphore_acquire_script, semaphore_release_script, semaphore_extend_script, 2, 2);
+    case lock_kind::write:
+      // Holding, a writer is a plain lock: released and extended by the plain scripts.
+      if (s == step::acquire) return {&write_acquire_script, 3};
+      if (s == step::leave) return {&write_leave_script, 0};
+      return {};
+    case lock_kind::exclusive:
+      if (st.fenced && s == step::acquire) return {&fence_acquire_script, 2};
+      if (st.fenced && s == step::confirm) return {&fence_confirm_script, 2};
+      return {};
+  }
+  return {};
+}
+
+}  // namespace
+
+bool push_step(resp::request& req, step s, const lock_state& st, bool by_sha, std::int64_t number,
+               std::chrono::milliseconds entry_timeout) {
+  const auto call = call_for(st, s);
+  if (!call.s) return false;
+  // Views into these stay valid until push_range returns.
+  char num[24], extra[24];
+  const auto text = [](char* buf, std::int64_t v) {
+    const auto r = std::to_chars(buf, buf + 24, v);
+    return std::string_view{buf, static_cast<std::size_t>(r.ptr - buf)};
+  };
+  char nkeys[24];
+  std::vector<std::string_view> args;  // small; only the kinds' paths use it
+  args.reserve(call.keys + 7);
+  args.push_back(by_sha ? call.s->sha1 : call.s->body);
+  if (s == step::leave) {
+    // KEYS[1] = the waiting writer's claim, ARGV[1] = the writer.
+    args.push_back("1");
+    args.push_back(st.keys[2]);
+    args.push_back(st.waiter);
+    req.push_range(by_sha ? "EVALSHA" : "EVAL", args);
+    return true;
+  }
+  args.push_back(text(nkeys, static_cast<std::int64_t>(call.keys)));
+  for (std::size_t i = 0; i < call.keys; ++i) args.push_back(st.keys[i]);
+  args.push_back(st.owner_id.empty() ? std::string_view{st.token} : std::string_view{st.owner_id});
+  args.push_back(text(num, number));
+  if (!st.owner_id.empty()) {
+    args.push_back(st.token);  // this hold
+  } else if (s == step::acquire && st.kind == lock_kind::write) {
+    args.push_back(st.waiter);
+    args.push_back(text(extra, entry_timeout.count()));
+  } else if (s == step::acquire && st.kind == lock_kind::semaphore) {
+    args.push_back(text(extra, static_cast<std::int64_t>(st.permits)));
+  }
+  req.push_range(by_sha ? "EVALSHA" : "EVAL", args);
+  return true;
+}
+
+void make_keys(lock_state& st, std::string_view prefix) {
+  st.keys.clear();
+  if (st.multi) {
+    st.keys.reserve(st.resources.size());
+    for (const auto& r : st.resources) st.keys.push_back(std::string{prefix} + r);
+    st.key = st.keys.front();
+    return;
+  }
+  st.key = std::string{prefix} + st.resource;
+  const auto with = [&](std::string_view suffix) { st.keys.push_back(st.key + std::string{suffix}); };
+  st.keys.push_back(st.key);
+  if (!st.owner_id.empty()) {
+    with(holds_suffix);
+  } else if (st.kind == lock_kind::read || st.kind == lock_kind::write) {
+    with(readers_suffix);
+    with(writer_suffix);
+  } else if (st.kind == lock_kind::semaphore) {
+    with(permits_suffix);
+  } else if (st.fenced) {
+    with(fence_suffix);
+  }
+}
+
 // ---- lock state and watcher ---------------------------------------------------------------------
 
 void lock_state::on_reply(std::uint64_t, error_code, const resp::response&) {}
+
+const std::string& lock_state::background_release_payload() {
+  if (background_release_.empty()) {
+    resp::request req;
+    if (scripted() && push_step(req, step::release, *this, false, 0)) {
+      background_release_ = std::move(req).take_payload();
+    } else {
+      std::string queue, expiry;
+      queue_key_names(key, queue, expiry);
+      background_release_ = encode_eval(release_script, {key, queue, expiry}, token);
+    }
+  }
+  return background_release_;
+}
 
 bool lock_state::new_token(error_code& ec) {
   auto t = make_token(ec);
@@ -275,6 +397,7 @@ client_stats client_impl::stats() const {
   s.releases_expired = read(c.releases_expired);
   s.lock_wakeups = read(c.wakeups);
   s.locks_queued = read(c.queued);
+  s.fence_confirmations = read(c.confirmations);
   s.acquire_latency = c.acquire_latency.snapshot();
   s.log_messages = log_.messages();
   s.log_sink_errors = log_.sink_errors();
@@ -283,6 +406,57 @@ client_stats client_impl::stats() const {
 
 core::lock_rules client_impl::lock_rules(std::chrono::milliseconds ttl, bool retry) const noexcept {
   return {links_.size(), ttl, cfg_.request_timeout, cfg_.drift, cfg_.retry, retry, cfg_.fairness.enabled};
+}
+
+core::lock_rules client_impl::lock_rules(const lock_state& st, bool retry) const noexcept {
+  auto r = lock_rules(st.ttl, retry);
+  if (!st.scripted()) return r;
+  r.fair = false;  // the kinds' scripts do not queue waiters (docs/design.md, "Lock kinds")
+  r.scripted = true;
+  r.fence = st.fenced;
+  r.quorum = st.quorum;
+  return r;
+}
+
+namespace {
+
+// An owner id is sent as a script argument and stored as the key's value: printable, no blanks.
+bool valid_owner(std::string_view o) noexcept {
+  if (o.empty() || o.size() > 256) return false;
+  return std::all_of(o.begin(), o.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u > 0x20 && u != 0x7f;
+  });
+}
+
+}  // namespace
+
+error_code client_impl::check_kind_args(const lock_state& st, std::string& what) const {
+  const auto bad = [&what](std::string_view w) {
+    what = w;
+    return make_error_code(error::invalid_argument);
+  };
+  if (st.multi) {
+    if (st.resources.empty()) return bad("no resources");
+    if (st.resources.size() > cfg_.max_resources) return bad("more resources than max_resources");
+    for (const auto& r : st.resources) {
+      if (r.empty() || r.size() > cfg_.max_resource_length) return bad("a resource name is empty or too long");
+    }
+    std::vector<std::string_view> sorted(st.resources.begin(), st.resources.end());
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return bad("a resource is named twice");
+  }
+  if (st.kind != lock_kind::semaphore && st.permits != 1) return bad("permits other than 1 without the semaphore kind");
+  if (st.kind == lock_kind::semaphore && (st.permits == 0 || st.permits > (std::size_t{1} << 20)))
+    return bad("permits outside [1, 2^20]");
+  if (st.kind > lock_kind::semaphore) return bad("unknown lock kind");
+  if (st.fenced && (st.kind != lock_kind::exclusive || st.multi || !st.owner_id.empty()))
+    return bad("fence is only for a plain exclusive lock of one resource, without owner");
+  if (!st.owner_id.empty() && (st.kind != lock_kind::exclusive || st.multi))
+    return bad("owner is only for exclusive locks");
+  if (!st.owner_id.empty() && !valid_owner(st.owner_id))
+    return bad("owner: 1 to 256 bytes, no blanks or control characters");
+  return {};
 }
 
 error_code client_impl::check_lock_args(const std::string& resource, std::chrono::milliseconds ttl) const {
@@ -310,6 +484,23 @@ void client_impl::retire(op_base& op) noexcept {
   }
   if (op.next_op) op.next_op->prev_op = op.prev_op;
   op.prev_op = op.next_op = nullptr;
+}
+
+std::string_view client_impl::scratch_step(step s, const lock_state& st, std::int64_t number, bool by_sha) {
+  scratch_.clear();
+  (void)push_step(scratch_, s, st, by_sha, number, entry_timeout_);
+  if (s == step::acquire) st.longest_ttl = std::max(st.longest_ttl, std::chrono::milliseconds{number});
+  return scratch_.payload();
+}
+
+void client_impl::leave_claims(const lock_state& st) {
+  scratch_.clear();
+  if (!push_step(scratch_, step::leave, st, false, 0)) return;
+  const auto deadline = clock_type::now() + cfg_.release_timeout;
+  const auto sink = std::const_pointer_cast<lock_state>(st.shared_from_this());
+  for (std::size_t i = 0; i < links_.size(); ++i) {
+    (void)links_[i]->submit(scratch_.payload(), 1, deadline, sink, make_tag(release_round, i));
+  }
 }
 
 std::string_view client_impl::scratch_set(const lock_state& st) {
@@ -418,6 +609,11 @@ bool client_impl::eval_instead(std::uint64_t tag, error_code ec, const resp::res
   REDLOCK_LOG(log_, log_level::debug, "{}: script not in the server's cache (NOSCRIPT): sending it with EVAL",
               names_[i]);
   const auto timeout = ttl_ms ? cfg_.request_timeout : cfg_.release_timeout;
+  resp::request req;
+  if (st.scripted() &&
+      push_step(req, &s == &release_script ? step::release : step::extend, st, false, ttl_ms.value_or(0))) {
+    return !links_[i]->submit(req.payload(), 1, clock_type::now() + timeout, sink, tag | eval_flag);
+  }
   std::string queue, expiry;
   if (&s == &release_script) queue_key_names(st.key, queue, expiry);
   const auto payload = encode_eval(s, {st.key, queue, expiry}, st.token, ttl_ms);
@@ -427,6 +623,11 @@ bool client_impl::eval_instead(std::uint64_t tag, error_code ec, const resp::res
 std::string_view client_impl::scratch_script(const script& s, const lock_state& st,
                                              std::optional<std::int64_t> ttl_ms) {
   scratch_.clear();  // keeps its capacity
+  if (st.scripted() &&
+      push_step(scratch_, &s == &release_script ? step::release : step::extend, st, true, ttl_ms.value_or(0))) {
+    if (ttl_ms) st.longest_ttl = std::max(st.longest_ttl, std::chrono::milliseconds{*ttl_ms});
+    return scratch_.payload();
+  }
   script_keys keys{st.key, {}, {}};
   if (&s == &release_script) {
     queue_key_names(st.key, queue_buf_, expiry_buf_);

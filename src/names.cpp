@@ -3,9 +3,24 @@
 // catches an enumerator added without a name.
 
 #include <redlock/error.hpp>
+#include <redlock/lock_options.hpp>
 #include <redlock/master_result.hpp>
 
 namespace redlock {
+
+std::string_view to_string(lock_kind k) noexcept {
+  switch (k) {
+    case lock_kind::exclusive:
+      return "exclusive";
+    case lock_kind::read:
+      return "read";
+    case lock_kind::write:
+      return "write";
+    case lock_kind::semaphore:
+      return "semaphore";
+  }
+  return "unknown";
+}
 
 std::string_view to_string(master_status s) noexcept {
   switch (s) {

@@ -5,6 +5,7 @@
 #include <redlock/config.hpp>
 #include <redlock/connection.hpp>
 #include <redlock/lock.hpp>
+#include <redlock/lock_options.hpp>
 #include <redlock/observe.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
@@ -83,12 +84,56 @@ class client {
                                                                                      std::string{resource}, ttl, false);
   }
 
+  /// @brief As `async_lock`, for a kind of lock other than the plain one (`lock_options`: a
+  /// reader or writer of a read/write lock, a counting semaphore, a fencing token, reentrancy).
+  ///
+  /// Errors as for `async_lock`, and `error::invalid_argument` for options that do not go together
+  /// (permits other than 1 without `semaphore`, `fence` or `owner` with another kind, an owner
+  /// that is empty, longer than 256 bytes or holds spaces or control characters). A master that
+  /// holds the resource as another kind (say, a semaphore locked as a plain lock) answers an error
+  /// (`master_status::server_error`) and does not count. See docs/api.md, "Lock kinds".
+  template <boost::asio::completion_token_for<void(boost::system::error_code, lock)> Token = boost::asio::deferred_t>
+  auto async_lock(std::string_view resource, std::chrono::milliseconds ttl, lock_options opts, Token&& token = {}) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code, lock)>(
+        initiation{this}, token, std::vector<std::string>{std::string{resource}}, ttl, std::move(opts), true);
+  }
+
+  /// @brief As `async_lock` with options, with a single attempt (no retry).
+  template <boost::asio::completion_token_for<void(boost::system::error_code, lock)> Token = boost::asio::deferred_t>
+  auto async_try_lock(std::string_view resource, std::chrono::milliseconds ttl, lock_options opts, Token&& token = {}) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code, lock)>(
+        initiation{this}, token, std::vector<std::string>{std::string{resource}}, ttl, std::move(opts), false);
+  }
+
+  /// @brief Acquires every one of `resources` or none, as one lock (`async_lock_all({"a", "b"}, 10s)`).
+  ///
+  /// One round per master: a script sets every resource's key on that master, or none if any is
+  /// held, so two clients locking overlapping sets never both hold a shared resource and never
+  /// deadlock (nobody holds part of a set while waiting for the rest). Validity, release,
+  /// extension and keep-alive cover the whole set. Errors as for `async_lock`, and
+  /// `error::invalid_argument` for an empty list, more than `client_config::max_resources`
+  /// resources, or a resource named twice. Other clients locking one of the resources alone with
+  /// plain Redlock are excluded as usual.
+  template <boost::asio::completion_token_for<void(boost::system::error_code, lock)> Token = boost::asio::deferred_t>
+  auto async_lock_all(std::vector<std::string> resources, std::chrono::milliseconds ttl, Token&& token = {}) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code, lock)>(
+        initiation{this}, token, std::move(resources), ttl, multi_resource{}, true);
+  }
+
+  /// @brief As `async_lock_all`, with a single attempt (no retry).
+  template <boost::asio::completion_token_for<void(boost::system::error_code, lock)> Token = boost::asio::deferred_t>
+  auto async_try_lock_all(std::vector<std::string> resources, std::chrono::milliseconds ttl, Token&& token = {}) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code, lock)>(
+        initiation{this}, token, std::move(resources), ttl, multi_resource{}, false);
+  }
+
   /// Stops the client: lock operations in progress complete with `operation_aborted` (releasing
   /// what they acquired), connections close. Held locks stay held until their ttl. Idempotent.
   void close();
 
  private:
   using lock_handler = boost::asio::any_completion_handler<void(boost::system::error_code, lock)>;
+  struct multi_resource {};
 
   // Carries the client's executor, so that adapters such as `asio::cancel_after` and completion
   // executor look-ups see it before the operation starts.
@@ -99,9 +144,19 @@ class client {
     void operator()(lock_handler h, std::string resource, std::chrono::milliseconds ttl, bool retry) const {
       self->start_lock(std::move(h), std::move(resource), ttl, retry);
     }
+    void operator()(lock_handler h, std::vector<std::string> resources, std::chrono::milliseconds ttl,
+                    lock_options opts, bool retry) const {
+      self->start_lock(std::move(h), std::move(resources), ttl, std::move(opts), false, retry);
+    }
+    void operator()(lock_handler h, std::vector<std::string> resources, std::chrono::milliseconds ttl, multi_resource,
+                    bool retry) const {
+      self->start_lock(std::move(h), std::move(resources), ttl, lock_options{}, true, retry);
+    }
   };
 
   void start_lock(lock_handler h, std::string resource, std::chrono::milliseconds ttl, bool retry);
+  void start_lock(lock_handler h, std::vector<std::string> resources, std::chrono::milliseconds ttl, lock_options opts,
+                  bool multi, bool retry);
 
   std::shared_ptr<detail::client_impl> impl_;
 };

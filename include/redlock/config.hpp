@@ -57,6 +57,8 @@ struct client_config {
   fairness_options fairness{};
   /// Longest resource name accepted (Redis allows 512 MiB keys; lock names that long are a bug).
   std::size_t max_resource_length = 64 * 1024;
+  /// Most resources one `async_lock_all` takes (each is a key in one script call per master).
+  std::size_t max_resources = 1024;
   /// Longest ttl accepted (at most 366 days). A lock meant to last longer is kept alive with
   /// `lock::keep_alive` instead; a ttl of years is almost always a unit mistake.
   std::chrono::milliseconds max_ttl = std::chrono::hours{24};

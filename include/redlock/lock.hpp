@@ -4,6 +4,7 @@
 
 #include <redlock/config.hpp>
 #include <redlock/error.hpp>
+#include <redlock/lock_options.hpp>
 #include <redlock/master_result.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
@@ -54,8 +55,16 @@ class lock {
   bool owns_lock() const noexcept;
   explicit operator bool() const noexcept { return owns_lock(); }
 
-  /// The resource name as given (without the key prefix).
+  /// The resource name as given (without the key prefix); for `async_lock_all`, the first one.
   const std::string& resource() const noexcept;
+  /// Every resource the lock covers (one but for `async_lock_all`).
+  std::vector<std::string> resources() const;
+  /// The kind of lock (`lock_options::kind`).
+  lock_kind kind() const noexcept;
+  /// The fencing token of a lock taken with `lock_options::fence` (0 otherwise): larger than that
+  /// of every earlier holder of the resource, so a guarded resource that remembers the largest it
+  /// has seen can refuse a holder that paused past its validity (docs/safety.md, "Fencing tokens").
+  std::uint64_t fence() const noexcept;
   /// The random token that signs this lock (40 hex digits: 20 bytes from the OS's CSPRNG).
   const std::string& token() const noexcept;
   /// Until when the holder may rely on the lock: start of the deciding attempt + ttl - drift.

@@ -34,6 +34,9 @@ struct master_result {
   std::string server_text;
   /// From sending the request to this answer (zero while `pending`).
   std::chrono::microseconds latency{0};
+  /// The number a script-based acquisition answered with its status (docs/api.md, "Lock kinds"):
+  /// the fencing counter, the waiter's ticket, the holders or holds counted there; 0 otherwise.
+  std::int64_t value = 0;
 };
 
 /// The status's name as the docs and the CLI's JSON use it: "pending", "granted", "taken",

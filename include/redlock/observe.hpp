@@ -261,6 +261,9 @@ struct client_stats {
   std::uint64_t lock_wakeups = 0;
   /// Fair hand-over: `async_lock` calls that queued behind other waiters on the masters.
   std::uint64_t locks_queued = 0;
+  /// Fenced locks whose granting masters disagreed on the fence, so that it was confirmed on them
+  /// in a second round trip (after a master was down, or after failed attempts).
+  std::uint64_t fence_confirmations = 0;
 
   /// Successful `async_lock`/`async_try_lock`: from the call to the lock, retries included.
   latency_histogram acquire_latency;

@@ -44,6 +44,9 @@ using lost_handler = asio::any_completion_handler<void(error_code)>;
 class client_impl;
 struct watch;
 
+// The steps of a lock operation that send a script of the lock's kind (see push_step).
+enum class step : std::uint8_t { acquire, release, extend, confirm, leave };
+
 // The tag of an internal request: the round it belongs to, whether it is the EVAL fallback of an
 // EVALSHA (which gets no fallback of its own), and the master it went to.
 constexpr std::uint64_t eval_flag = std::uint64_t{1} << 16;
@@ -95,6 +98,16 @@ struct fair_args {
 void push_fair(resp::request& req, bool by_sha, const script_keys& keys, std::string_view token,
                std::chrono::milliseconds ttl, const fair_args& args);
 
+struct lock_state;
+// The script `s` of `st`'s kind (release and extend of the plain lock too) and its arguments:
+// `number` is the ttl in ms (acquire, extend) or the fence (confirm). Appends `EVALSHA` when
+// `by_sha`, else `EVAL`, and returns true; false (nothing appended) when the kind uses the plain
+// lock's script for that step. The one place that knows each kind script's KEYS and ARGV.
+bool push_step(resp::request& req, step s, const lock_state& st, bool by_sha, std::int64_t number,
+               std::chrono::milliseconds entry_timeout = {});
+// Fills `st.keys` (and `st.key`) for its kind from the resource names and the key prefix.
+void make_keys(lock_state& st, std::string_view prefix);
+
 // The state behind a lock handle, shared by the handle and the operations on it. Fields set
 // before the handle is returned are read-only afterwards; the rest are atomics or under `mutex`.
 struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
@@ -106,6 +119,20 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   std::string key;
   std::string token;
   std::chrono::milliseconds ttl{0};
+  // Lock kinds (docs/design.md, "Lock kinds"); set before the acquisition starts.
+  lock_kind kind = lock_kind::exclusive;
+  bool multi = false;   // async_lock_all: `resources` holds every resource, `keys` their keys
+  bool fenced = false;  // lock_options::fence
+  std::size_t permits = 1;
+  std::string owner_id;                // reentrant: the identity the key holds (token: this hold)
+  std::vector<std::string> resources;  // async_lock_all only
+  std::vector<std::string> keys;       // the KEYS of the kind's acquire script (lock key first)
+  std::string waiter;                  // write: the waiting writer's claim, stable across rounds
+  std::size_t quorum = 0;              // masters that must grant (0: a majority)
+  std::int64_t fence = 0;              // after a fenced acquisition
+  bool claimed = false;                // write: a master answered "queued" (a claim may be left)
+  // Whether the kind needs scripts other than the plain lock's to acquire.
+  bool scripted() const noexcept { return multi || fenced || !owner_id.empty() || kind != lock_kind::exclusive; }
   std::size_t attempts = 0;
   std::atomic<clock_type::rep> deadline{0};
   std::atomic<bool> held{false};
@@ -146,14 +173,7 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   // The release script in full (EVAL), for releases nobody waits for. A failed round's release
   // must run before the retry's SET, which carries the same token; an EVALSHA whose fallback
   // went out only when NOSCRIPT came back could run after it and delete the new key.
-  const std::string& background_release_payload() {
-    if (background_release_.empty()) {
-      std::string queue, expiry;
-      queue_key_names(key, queue, expiry);
-      background_release_ = encode_eval(release_script, {key, queue, expiry}, token);
-    }
-    return background_release_;
-  }
+  const std::string& background_release_payload();
   // A new round's token (each round signs its SET with a token never used before, so that a
   // release re-sent late can only ever delete what its own round set). False if none was drawn.
   bool new_token(error_code& ec);
@@ -184,7 +204,7 @@ struct watch final : op_base {
       : owner(st->owner),
         state(st),
         fsm(st->ttl, st->get_deadline(), request_timeout),
-        ext(cfg.masters.size(), st->ttl, request_timeout, cfg.drift, st->get_deadline()) {}
+        ext(cfg.masters.size(), st->ttl, request_timeout, cfg.drift, st->get_deadline(), st->quorum) {}
 
   ~watch() override;
 
@@ -214,7 +234,7 @@ struct client_counters {
   counter lock_operations{0}, lock_attempts{0}, acquired{0}, not_acquired{0}, quorum_unavailable{0},
       validity_expired{0}, aborted{0}, rejected{0};
   counter extensions{0}, extension_failures{0}, lost{0}, releases{0}, release_failures{0}, background_releases{0},
-      releases_resent{0}, releases_expired{0}, wakeups{0}, queued{0};
+      releases_resent{0}, releases_expired{0}, wakeups{0}, queued{0}, confirmations{0};
   live_histogram<true> acquire_latency;
 };
 
@@ -244,7 +264,11 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
 
   // ---- on the strand ------------------------------------------------------------------------
   core::lock_rules lock_rules(std::chrono::milliseconds ttl, bool retry) const noexcept;
+  // The rules for `st`'s kind (its quorum, scripts, fencing; no fair hand-over but for plain locks).
+  core::lock_rules lock_rules(const lock_state& st, bool retry) const noexcept;
   error_code check_lock_args(const std::string& resource, std::chrono::milliseconds ttl) const;
+  // Also the kind's options and, for async_lock_all, every resource; `what` says what is wrong.
+  error_code check_kind_args(const lock_state& st, std::string& what) const;
   void enroll(op_base& op) noexcept;
   void retire(op_base& op) noexcept;
   double unit_random() { return std::uniform_real_distribution<double>{0.0, 1.0}(rng_); }
@@ -292,6 +316,7 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   std::string_view scratch_fair(const lock_state& st, std::string_view member, std::int64_t ticket, bool by_sha);
   void note_queued() noexcept { bump<true>(counters_.queued); }
   void note_wakeup() noexcept { bump<true>(counters_.wakeups); }
+  void note_confirm() noexcept { bump<true>(counters_.confirmations); }
   // A NOSCRIPT answer to EVALSHA: sends the script again with EVAL on the same master (queued
   // after whatever was sent before it) and returns true; false for any other answer.
   bool eval_instead(std::uint64_t tag, error_code ec, const resp::response& r, const lock_state& st, const script& s,
@@ -302,6 +327,23 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   // `EVALSHA` of `s` for `st` (with `ttl_ms`). An unlock's EVALSHA may fall back to EVAL late (on
   // NOSCRIPT) without harm: no request with its token follows it.
   std::string_view scratch_set(const lock_state& st);
+  // `step` (acquire or confirm) of `st`'s kind script as EVALSHA (`by_sha`) or EVAL, in the
+  // scratch buffer; `number` is the ttl or the fence.
+  std::string_view scratch_step(step s, const lock_state& st, std::int64_t number, bool by_sha = true);
+  // Queues `payload` on the masters for which `pick(i)` is true (as send_all otherwise).
+  template <class Pick>
+  void send_some(std::string_view payload, clock_type::time_point deadline, const std::shared_ptr<reply_sink>& sink,
+                 std::uint64_t round, Pick pick) {
+    std::vector<std::pair<std::size_t, error_code>> refused;
+    for (std::size_t i = 0; i < links_.size(); ++i) {
+      if (!pick(i)) continue;
+      if (auto ec = links_[i]->submit(payload, 1, deadline, sink, make_tag(round, i))) refused.emplace_back(i, ec);
+    }
+    const resp::response none;
+    for (const auto& [i, ec] : refused) sink->on_reply(make_tag(round, i), ec, none);
+  }
+  // A writer's acquisition ended: drops its claim (which holds new readers off) on every master.
+  void leave_claims(const lock_state& st);
   std::string_view scratch_script(const script& s, const lock_state& st, std::optional<std::int64_t> ttl_ms);
 
   watch* watcher_of(const std::shared_ptr<lock_state>& st);

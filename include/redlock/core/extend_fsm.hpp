@@ -35,9 +35,15 @@ struct extend_action {
 class extend_fsm {
  public:
   /// @param old_deadline the lock's current validity deadline.
+  /// @param needed masters that must extend it (0: a majority; a semaphore needs its quorum).
   extend_fsm(std::size_t masters, std::chrono::milliseconds ttl, std::chrono::milliseconds request_timeout,
-             const drift_policy& drift, clock::time_point old_deadline) noexcept
-      : masters_(masters), ttl_(ttl), timeout_(request_timeout), drift_(drift), old_deadline_(old_deadline) {}
+             const drift_policy& drift, clock::time_point old_deadline, std::size_t needed = 0) noexcept
+      : masters_(masters),
+        needed_(needed),
+        ttl_(ttl),
+        timeout_(request_timeout),
+        drift_(drift),
+        old_deadline_(old_deadline) {}
 
   /// Makes the machine ready for another extension of the same lock (keeps the table's storage).
   void reset(std::chrono::milliseconds ttl, clock::time_point old_deadline) noexcept {
@@ -52,7 +58,7 @@ class extend_fsm {
     if (state_ != state::idle) return {};
     if (now >= old_deadline_) return finish(error::validity_expired);  // someone else may hold it now
     state_ = state::waiting;
-    table_.begin(command::extend, masters_, now);
+    table_.begin(command::extend, masters_, now, needed_);
     // The extension must be decided within the remaining validity: no master may take longer.
     const auto timeout = std::min<clock::duration>(timeout_, old_deadline_ - now);
     return {extend_action::type::extend, now + timeout, {}};
@@ -74,7 +80,7 @@ class extend_fsm {
     // earlier extension lets its copy expire: normal under load). The lock is gone only when so
     // many say so that a majority cannot hold our token any more; otherwise the quorum merely
     // failed this time (timeouts, errors) and the keep-alive may try again while validity lasts.
-    const bool gone = table_.count(master_status::taken) > masters_ - majority(masters_);
+    const bool gone = table_.count(master_status::taken) > masters_ - table_.needed();
     return finish(gone ? error::not_owner : error::quorum_unavailable);
   }
 
@@ -103,6 +109,7 @@ class extend_fsm {
   }
 
   std::size_t masters_;
+  std::size_t needed_;
   std::chrono::milliseconds ttl_;
   std::chrono::milliseconds timeout_;
   drift_policy drift_;

@@ -10,6 +10,10 @@
 /// first of the queued waiters by ticket, and is woken by the masters' messages when a holder
 /// releases, retrying as soon as a majority of masters have said so instead of at its next retry
 /// tick. The retry schedule stays as the fallback for any message that never comes.
+///
+/// Lock kinds (docs/design.md, "Lock kinds"): every kind but the plain lock acquires with a script
+/// that answers `{status, number}`; a semaphore needs more than a majority (`lock_rules::quorum`);
+/// a fenced lock whose granting masters disagree on the fence confirms it on them before success.
 
 #include <redlock/core/outcome.hpp>
 #include <redlock/core/retry.hpp>
@@ -37,6 +41,13 @@ struct lock_rules {
   bool retry_enabled = true;  ///< false: one attempt (`async_try_lock`)
   /// Rounds after the first queue fairly and wait for wake-ups (`client_config::fairness`).
   bool fair = false;
+  /// Masters that must grant (0: a majority; a semaphore's is larger, see `semaphore_quorum`).
+  std::size_t quorum = 0;
+  /// Acquire with a lock kind's script (answers `{status, number}`) instead of `SET NX PX`.
+  bool scripted = false;
+  /// The number each granting master answers is a fencing counter: the lock's fence is the largest,
+  /// and it must be held by a majority of masters before the lock is granted (`confirm`).
+  bool fence = false;
 };
 
 /// Checks a ttl against the rules shared by acquire and extend: positive, at most `max_ttl`, and
@@ -58,6 +69,9 @@ struct lock_action {
     acquire,   ///< send `SET key token NX PX ttl` to every master, per-request deadline `at`
     sleep,     ///< arm a timer for `at`, then call `on_timer`
     complete,  ///< complete the operation with `ec` (success: `validity_deadline()` holds)
+    /// send the fence confirmation (with `fence`) to every master that granted the round with a
+    /// smaller number (`needs_confirm`), per-request deadline `at`; answers come to `on_reply`
+    confirm,
   };
   type what = type::wait;
   /// Before anything else: run the release script on every master (nobody waits for it). Set
@@ -69,6 +83,8 @@ struct lock_action {
   /// of the queue) instead of `SET NX PX`.
   bool fair = false;
   std::int64_t ticket = 0;
+  /// For `confirm`: the fence to raise the counters to.
+  std::int64_t fence = 0;
 };
 
 /// One `async_lock` / `async_try_lock`. Drive it with `start`, then feed it every reply
@@ -92,17 +108,18 @@ class lock_fsm {
   /// `unit_random` in [0, 1) draws the retry delay should this answer fail the round.
   lock_action on_reply(std::uint64_t round, std::size_t master, boost::system::error_code ec,
                        const resp::response& reply, clock::time_point now, double unit_random) {
+    if (state_ == state::confirming && round == round_) return on_confirm(master, ec, reply, now, unit_random);
     if (state_ != state::waiting || round != round_) return {};
     if (fair_round_ && !ec) {
       // The waiter's ticket is the highest any master gave it: the same on every master from the
       // next round on, so that all masters order the waiters alike.
       if (const auto f = fair_reply_of(reply); f.valid && f.ticket > ticket_) ticket_ = f.ticket;
     }
-    if (!table_.record(master, classify(fair_round_ ? command::acquire_fair : command::acquire, ec, reply), now))
-      return {};
+    if (!table_.record(master, classify(table_.cmd(), ec, reply), now)) return {};
     if (table_.state() == quorum_state::reached) {
       if (validity<clock>(rules_.ttl, table_.start(), now, rules_.drift) > clock::duration::zero()) {
         deadline_ = core::validity_deadline<clock>(rules_.ttl, table_.start(), rules_.drift);
+        if (rules_.fence) return begin_confirm(now, unit_random);
         last_error_.clear();
         return finish({}, false);
       }
@@ -144,6 +161,7 @@ class lock_fsm {
       case state::sleeping:
         return finish(boost::asio::error::operation_aborted, false);
       case state::waiting:
+      case state::confirming:
         return finish(boost::asio::error::operation_aborted, true);
       case state::done:
         break;
@@ -156,6 +174,13 @@ class lock_fsm {
   /// Attempts started so far.
   std::size_t attempts() const noexcept { return attempts_; }
   bool done() const noexcept { return state_ == state::done; }
+  /// Whether answers of `round` are still awaited (its acquire requests, or its fence
+  /// confirmations): a request of it that must be sent again (NOSCRIPT) is still wanted.
+  bool awaiting(std::uint64_t round) const noexcept {
+    return round == round_ && (state_ == state::waiting || state_ == state::confirming);
+  }
+  /// Whether the round in progress is confirming its fence (answers are to the confirmation).
+  bool confirming() const noexcept { return state_ == state::confirming; }
   /// The answers of the last round (the one that decided the outcome).
   const round_table& table() const noexcept { return table_; }
   round_table& table() noexcept { return table_; }
@@ -172,21 +197,93 @@ class lock_fsm {
   std::int64_t ticket() const noexcept { return ticket_; }
   /// Rounds started early by wake-ups rather than by the retry delay.
   std::size_t wakeups() const noexcept { return wakeups_; }
+  /// The lock's fencing token after success with `lock_rules::fence` (0 otherwise).
+  std::int64_t fence() const noexcept { return fence_; }
+  /// Fence confirmations sent (rounds whose granting masters disagreed on the fence).
+  std::size_t confirm_rounds() const noexcept { return confirm_rounds_; }
+  /// Whether master `i` must be sent the fence confirmation (it granted with a smaller number).
+  bool needs_confirm(std::size_t i) const noexcept {
+    if (!rules_.fence || i >= table_.size()) return false;
+    const auto& r = table_.results()[i];
+    return r.status == master_status::granted && r.value < fence_;
+  }
 
  private:
-  enum class state : std::uint8_t { idle, waiting, sleeping, done };
+  enum class state : std::uint8_t { idle, waiting, sleeping, confirming, done };
+
+  // A fenced round reached its quorum. Each master's counter was bumped by its grant; the fence is
+  // the largest. Any later holder's majority meets a majority that holds at least the fence, so
+  // its own fence is larger (docs/safety.md, "Fencing tokens"): when fewer than a majority of the
+  // granting masters answered the fence itself, the others are raised to it first.
+  lock_action begin_confirm(clock::time_point now, double unit_random) {
+    std::int64_t top = 0;
+    for (const auto& r : table_.results()) {
+      if (r.status == master_status::granted) top = std::max(top, r.value);
+    }
+    fence_ = top;
+    if (top <= 0) return fail_round(error::unexpected_reply, now, unit_random);  // a counter is never 0
+    confirmed_ = 0;
+    confirm_pending_ = 0;
+    for (std::size_t i = 0; i < table_.size(); ++i) {
+      const auto& r = table_.results()[i];
+      if (r.status != master_status::granted) continue;
+      if (r.value == top) {
+        ++confirmed_;
+      } else {
+        ++confirm_pending_;
+      }
+    }
+    if (confirmed_ >= majority(rules_.masters)) {
+      last_error_.clear();
+      return finish({}, false);
+    }
+    if (confirmed_ + confirm_pending_ < majority(rules_.masters)) {
+      return fail_round(error::quorum_unavailable, now, unit_random);
+    }
+    ++round_;
+    state_ = state::confirming;
+    confirm_seen_.assign(rules_.masters, false);
+    ++confirm_rounds_;
+    lock_action a{lock_action::type::confirm, false, std::min(now + rules_.request_timeout, deadline_), {}};
+    a.fence = top;
+    return a;
+  }
+
+  lock_action on_confirm(std::size_t master, boost::system::error_code ec, const resp::response& reply,
+                         clock::time_point now, double unit_random) {
+    if (!needs_confirm(master) || confirm_seen_[master]) return {};
+    confirm_seen_[master] = true;
+    --confirm_pending_;
+    const auto r = classify(command::confirm, ec, reply);
+    if (r.status == master_status::granted) ++confirmed_;
+    if (confirmed_ >= majority(rules_.masters)) {
+      if (now < deadline_) {
+        last_error_.clear();
+        return finish({}, false);
+      }
+      return fail_round(error::validity_expired, now, unit_random);
+    }
+    if (confirmed_ + confirm_pending_ < majority(rules_.masters)) {
+      // The key left those masters (it expired, or a master restarted) or they did not answer.
+      const bool gone = r.status == master_status::taken;
+      return fail_round(gone ? error::not_acquired : error::quorum_unavailable, now, unit_random);
+    }
+    return {};
+  }
 
   lock_action begin_round(clock::time_point now) {
     ++round_;
     ++attempts_;
     state_ = state::waiting;
+    fence_ = 0;
     fair_round_ = rules_.fair && (attempts_ > 1 || queue_first_);
     sent_fair_ = sent_fair_ || fair_round_;
     std::fill(woken_.begin(), woken_.end(), false);
     woken_count_ = 0;
     const std::int64_t ticket = requeue_ ? -1 : ticket_;
     requeue_ = false;
-    table_.begin(fair_round_ ? command::acquire_fair : command::acquire, rules_.masters, now);
+    table_.begin(fair_round_ || rules_.scripted ? command::acquire_script : command::acquire, rules_.masters, now,
+                 rules_.quorum);
     return {lock_action::type::acquire, false, now + rules_.request_timeout, {}, fair_round_, ticket};
   }
 
@@ -234,6 +331,12 @@ class lock_fsm {
   std::vector<bool> woken_;  // per master: a wake-up came since the round was sent
   std::size_t woken_count_ = 0;
   std::size_t wakeups_ = 0;
+  // Fencing (rules_.fence).
+  std::int64_t fence_ = 0;
+  std::size_t confirmed_ = 0;        // granting masters known to hold the fence
+  std::size_t confirm_pending_ = 0;  // confirmations sent and not answered
+  std::size_t confirm_rounds_ = 0;
+  std::vector<bool> confirm_seen_;
 };
 
 }  // namespace redlock::core

@@ -27,19 +27,23 @@ enum class command : std::uint8_t {
   acquire,  ///< `SET key token NX PX ttl`: `+OK` granted, nil taken
   extend,   ///< the extend script: 1 granted (ours, extended), 0 taken (not ours any more)
   release,  ///< the release script: 1 or 2 granted (ours, deleted; 2: waiters queued), 0 taken
-  /// The fair acquire script: `{1, ticket}` granted, `{0, ticket}` taken, `{-1, ticket}` queued
-  /// (the key is free but another waiter comes first).
-  acquire_fair,
+  /// An acquire script (fair hand-over and every lock kind but the plain one): `{1, n}` granted,
+  /// `{0, n}` taken, `{-1, n}` queued (free for us later: another waiter comes first, or readers
+  /// still hold it while this writer waits); `n` is the script's number (ticket, fence, count).
+  acquire_script,
+  acquire_fair = acquire_script,  ///< the fair acquire script's answers are of this shape
+  /// The fence confirmation script: 1 the master holds our key and now has our fence, 0 not ours.
+  confirm,
 };
 
-/// The fair acquire script's answer: its status and the waiter's ticket on that master.
+/// An acquire script's answer: its status and its number (ticket, fence, count) on that master.
 struct fair_reply {
   bool valid = false;
   master_status status = master_status::pending;
   std::int64_t ticket = 0;
 };
 
-/// Reads `{status, ticket}` (two integers) from a reply of the fair acquire script.
+/// Reads `{status, number}` (two integers) from a reply of an acquire script.
 inline fair_reply fair_reply_of(const resp::response& r) noexcept {
   fair_reply out;
   const resp::node* v = resp::reply_value(r);
@@ -93,9 +97,12 @@ inline master_result classify(command cmd, boost::system::error_code ec, const r
     if (cmd == command::acquire) {
       if (v->data_type == resp::type::simple_string && v->value == "OK") out.status = master_status::granted;
       if (v->data_type == resp::type::null) out.status = master_status::taken;
-    } else if (cmd == command::acquire_fair) {
+    } else if (cmd == command::acquire_script) {
       const auto f = fair_reply_of(r);
-      if (f.valid) out.status = f.status;
+      if (f.valid) {
+        out.status = f.status;
+        out.value = f.ticket;
+      }
     } else if (v->data_type == resp::type::integer) {
       if (v->value == "1" || (cmd == command::release && v->value == "2")) out.status = master_status::granted;
       if (v->value == "0") out.status = master_status::taken;
@@ -125,13 +132,14 @@ constexpr bool counts_as_yes(command cmd, master_status s) noexcept {
 /// quorum over them, decided at the first answer that makes the outcome certain.
 class round_table {
  public:
-  /// Starts a round of `cmd` on `n` masters sent at `start` (keeps the storage's capacity).
-  void begin(command cmd, std::size_t n, clock::time_point start) {
+  /// Starts a round of `cmd` on `n` masters sent at `start`, of which `needed` must say yes (0: a
+  /// majority). Keeps the storage's capacity.
+  void begin(command cmd, std::size_t n, clock::time_point start, std::size_t needed = 0) {
     cmd_ = cmd;
     start_ = start;
     decided_at_ = {};
     decided_ = false;
-    votes_ = quorum{n};
+    votes_ = needed ? quorum{n, needed} : quorum{n};
     results_.assign(n, master_result{});
   }
 
@@ -161,6 +169,8 @@ class round_table {
   /// When the deciding answer was recorded (meaningful once `decided()`).
   clock::time_point decided_at() const noexcept { return decided_at_; }
   std::size_t size() const noexcept { return results_.size(); }
+  /// Yes votes the round needs.
+  std::size_t needed() const noexcept { return votes_.needed(); }
   const std::vector<master_result>& results() const noexcept { return results_; }
   /// Moves the results out (the table is empty after; `begin` makes it usable again).
   std::vector<master_result> take_results() noexcept { return std::move(results_); }

@@ -57,6 +57,8 @@ std::string what(const lock_action& a) {
       return "sleep " + describe(a.at) + (a.release ? " +release" : "");
     case lock_action::type::complete:
       return "complete " + describe(a.ec) + (a.release ? " +release" : "");
+    case lock_action::type::confirm:
+      return "confirm " + std::to_string(a.fence);
   }
   return "?";
 }

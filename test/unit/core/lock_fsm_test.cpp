@@ -70,6 +70,9 @@ std::string describe(const lock_action& a) {
     case lock_action::type::complete:
       s = "complete(" + redlock::test::describe(a.ec) + ")";
       break;
+    case lock_action::type::confirm:
+      s = "confirm " + std::to_string(a.fence) + " until " + redlock::test::describe(a.at);
+      break;
   }
   if (a.release) s += " +release";
   if (a.what != lock_action::type::complete && a.ec) s += " ec=" + redlock::test::describe(a.ec);
@@ -156,6 +159,7 @@ class lock_script {
         steps_[i].event(f);
         switch (steps_[i].expected.what) {
           case lock_action::type::acquire:
+          case lock_action::type::confirm:
             phase = waiting;
             break;
           case lock_action::type::sleep:
@@ -210,6 +214,8 @@ class lock_script {
           break;
         case lock_action::type::acquire:
           ADD_FAILURE() << where << ": a new round";
+          break;
+        case lock_action::type::confirm:
           break;
         case lock_action::type::sleep:
           EXPECT_TRUE(a.release) << where;

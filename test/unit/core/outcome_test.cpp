@@ -38,6 +38,8 @@ const char* name(command c) {
       return "release";
     case command::acquire_fair:
       return "acquire_fair";
+    case command::confirm:
+      return "confirm";
   }
   return "?";
 }
