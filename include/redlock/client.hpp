@@ -14,7 +14,10 @@
 #include <boost/asio/deferred.hpp>
 
 #include <chrono>
+#include <concepts>
+#include <initializer_list>
 #include <memory>
+#include <ranges>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -107,24 +110,46 @@ class client {
 
   /// @brief Acquires every one of `resources` or none, as one lock (`async_lock_all({"a", "b"}, 10s)`).
   ///
-  /// One round per master: a script sets every resource's key on that master, or none if any is
-  /// held, so two clients locking overlapping sets never both hold a shared resource and never
-  /// deadlock (nobody holds part of a set while waiting for the rest). Validity, release,
-  /// extension and keep-alive cover the whole set. Errors as for `async_lock`, and
-  /// `error::invalid_argument` for an empty list, more than `client_config::max_resources`
-  /// resources, or a resource named twice. Other clients locking one of the resources alone with
-  /// plain Redlock are excluded as usual.
-  template <boost::asio::completion_token_for<void(boost::system::error_code, lock)> Token = boost::asio::deferred_t>
-  auto async_lock_all(std::vector<std::string> resources, std::chrono::milliseconds ttl, Token&& token = {}) {
+  /// `resources` is a braced list of names or any range of string-like names. One round per
+  /// master: a script sets every resource's key on that master, or none if any is held, so two
+  /// clients locking overlapping sets never both hold a shared resource and never deadlock (nobody
+  /// holds part of a set while waiting for the rest). Validity, release, extension and keep-alive
+  /// cover the whole set. Errors as for `async_lock`, and `error::invalid_argument` for an empty
+  /// list, more than `client_config::max_resources` resources, or a resource named twice. Other
+  /// clients locking one of the resources alone with plain Redlock are excluded as usual.
+  template <class Names,
+            boost::asio::completion_token_for<void(boost::system::error_code, lock)> Token = boost::asio::deferred_t>
+  requires std::ranges::input_range<Names> &&
+      std::convertible_to<std::ranges::range_reference_t<Names>, std::string_view>
+  auto async_lock_all(const Names& resources, std::chrono::milliseconds ttl, Token&& token = {}) {
     return boost::asio::async_initiate<Token, void(boost::system::error_code, lock)>(
-        initiation{this}, token, std::move(resources), ttl, multi_resource{}, true);
+        initiation{this}, token, names_of(resources), ttl, multi_resource{}, true);
   }
 
   /// @brief As `async_lock_all`, with a single attempt (no retry).
-  template <boost::asio::completion_token_for<void(boost::system::error_code, lock)> Token = boost::asio::deferred_t>
-  auto async_try_lock_all(std::vector<std::string> resources, std::chrono::milliseconds ttl, Token&& token = {}) {
+  template <class Names,
+            boost::asio::completion_token_for<void(boost::system::error_code, lock)> Token = boost::asio::deferred_t>
+  requires std::ranges::input_range<Names> &&
+      std::convertible_to<std::ranges::range_reference_t<Names>, std::string_view>
+  auto async_try_lock_all(const Names& resources, std::chrono::milliseconds ttl, Token&& token = {}) {
     return boost::asio::async_initiate<Token, void(boost::system::error_code, lock)>(
-        initiation{this}, token, std::move(resources), ttl, multi_resource{}, false);
+        initiation{this}, token, names_of(resources), ttl, multi_resource{}, false);
+  }
+
+  // A braced list of names (a range parameter cannot be deduced from one). GCC 12 cannot keep a
+  // braced list alive across a `co_await`: inside a coroutine, name the list first.
+  template <boost::asio::completion_token_for<void(boost::system::error_code, lock)> Token = boost::asio::deferred_t>
+  auto async_lock_all(std::initializer_list<std::string_view> resources, std::chrono::milliseconds ttl,
+                      Token&& token = {}) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code, lock)>(
+        initiation{this}, token, names_of(resources), ttl, multi_resource{}, true);
+  }
+
+  template <boost::asio::completion_token_for<void(boost::system::error_code, lock)> Token = boost::asio::deferred_t>
+  auto async_try_lock_all(std::initializer_list<std::string_view> resources, std::chrono::milliseconds ttl,
+                          Token&& token = {}) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code, lock)>(
+        initiation{this}, token, names_of(resources), ttl, multi_resource{}, false);
   }
 
   /// Stops the client: lock operations in progress complete with `operation_aborted` (releasing
@@ -134,6 +159,12 @@ class client {
  private:
   using lock_handler = boost::asio::any_completion_handler<void(boost::system::error_code, lock)>;
   struct multi_resource {};
+  template <class Names>
+  static std::vector<std::string> names_of(const Names& names) {
+    std::vector<std::string> out;
+    for (auto&& n : names) out.emplace_back(std::string_view{n});
+    return out;
+  }
 
   // Carries the client's executor, so that adapters such as `asio::cancel_after` and completion
   // executor look-ups see it before the operation starts.
