@@ -8,8 +8,10 @@
 // strand's queue drained in one go counts as one pass; handlers on other executors (the system
 // executor some error paths use) are not counted. Exact, no need for two runs.
 //
-// Usage: cycle_cost_bench CYCLES  (prints "cycles=N allocations=A failures=F handlers=H
+// Usage: cycle_cost_bench CYCLES [KIND]  (prints "cycles=N allocations=A failures=F handlers=H
 //                                  handlers_per_cycle=X handlers_per_reply=Y")
+//        KIND: plain (default), fence, reentrant, read, write, semaphore (2 permits), multi1,
+//        multi4, multi16 (async_lock_all of 1, 4, 16 resources): the lock kinds of issue 14.
 //        bench/run.sh runs it twice under callgrind and divides.
 
 #include <redlock/client.hpp>
@@ -26,6 +28,8 @@
 #include <cstdlib>
 #include <new>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace {
 std::atomic<unsigned long> allocations{0};
@@ -61,6 +65,27 @@ int main(int argc, char** argv) {
   namespace asio = boost::asio;
   using namespace std::chrono_literals;
   const int cycles = argc > 1 ? std::atoi(argv[1]) : 1000;
+  const std::string_view kind = argc > 2 ? argv[2] : "plain";
+  redlock::lock_options opts;
+  std::vector<std::string> set;
+  if (kind == "fence") {
+    opts.fence = true;
+  } else if (kind == "reentrant") {
+    opts.owner = "cycle-cost-owner";
+  } else if (kind == "read") {
+    opts.kind = redlock::lock_kind::read;
+  } else if (kind == "write") {
+    opts.kind = redlock::lock_kind::write;
+  } else if (kind == "semaphore") {
+    opts.kind = redlock::lock_kind::semaphore;
+    opts.permits = 2;
+  } else if (kind.starts_with("multi")) {
+    const int n = std::atoi(kind.substr(5).data());
+    for (int i = 0; i < n; ++i) set.push_back("cost:" + std::to_string(i));
+  } else if (kind != "plain") {
+    std::fprintf(stderr, "unknown kind %.*s\n", static_cast<int>(kind.size()), kind.data());
+    return 2;
+  }
   redlock::test::redis_cluster cluster{5};
   asio::io_context ioc{1};
   redlock::client_config cfg;
@@ -78,14 +103,19 @@ int main(int argc, char** argv) {
       ioc,
       [&]() -> asio::awaitable<void> {
         constexpr auto tuple = asio::as_tuple(asio::use_awaitable);
+        const auto acquire = [&]() {
+          if (!set.empty()) return c.async_lock_all(set, 10s, tuple);
+          if (kind == "plain") return c.async_lock("cost", 10s, tuple);
+          return c.async_lock("cost", 10s, opts, tuple);
+        };
         for (int i = 0; i < 50; ++i) {  // warm-up: connections up, scripts cached, pools filled
-          auto [ec, l] = co_await c.async_lock("cost", 10s, tuple);
+          auto [ec, l] = co_await acquire();
           if (!ec) co_await l.async_unlock(tuple);
         }
         counting = true;
         handlers_at_start = handlers_run;  // this handler is added when it returns: counted
         for (int i = 0; i < cycles; ++i) {
-          auto [ec, l] = co_await c.async_lock("cost", 10s, tuple);
+          auto [ec, l] = co_await acquire();
           if (ec) {
             ++failures;
             continue;

@@ -4,6 +4,8 @@
   report.py RESULTS_DIR                  print the comparison, write RESULTS_DIR/summary.md and plots
   report.py cycle-cost BINARY RESULTS_DIR   instructions (callgrind), allocations and scheduler passes
                                             per lock+unlock
+  report.py cycle-cost-kinds BINARY RESULTS_DIR   the same per lock kind (issue 14), next to the plain
+                                            lock; writes kinds_cost.json
 """
 
 import json
@@ -38,6 +40,34 @@ def load(path: Path):
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+KINDS = ("plain", "fence", "reentrant", "read", "write", "semaphore", "multi1", "multi4", "multi16")
+
+
+def cycle_cost_kinds(binary: str, out: Path) -> int:
+    """Instructions and allocations per lock+unlock of each kind, by the same two-length method."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows = {}
+    for kind in KINDS:
+        runs = {}
+        for n in (100, 600):
+            res = subprocess.run(
+                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/callgrind.{kind}.{n}.out", binary,
+                 str(n), kind], capture_output=True, text=True, check=True)
+            instr = int(re.search(r"Collected : (\d+)", res.stderr).group(1))
+            allocs = int(re.search(r"allocations=(\d+)", res.stdout).group(1))
+            runs[n] = (instr, allocs)
+            Path(f"{out}/callgrind.{kind}.{n}.out").unlink(missing_ok=True)
+        rows[kind] = {"instructions_per_cycle": (runs[600][0] - runs[100][0]) / 500,
+                      "allocations_per_cycle": (runs[600][1] - runs[100][1]) / 500}
+    base = rows["plain"]["instructions_per_cycle"]
+    for kind, r in rows.items():
+        r["instructions_vs_plain"] = r["instructions_per_cycle"] / base
+        print(f"{kind:10} {r['instructions_per_cycle']:9.0f} instructions ({r['instructions_vs_plain']:.2f}x plain), "
+              f"{r['allocations_per_cycle']:5.1f} allocations per lock+unlock")
+    (out / "kinds_cost.json").write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
 
 
 def cycle_cost(binary: str, out: Path) -> int:
@@ -279,6 +309,8 @@ plot '{lat}' u 1:2 w lp lw 2 t 'redlock-asio', '' u 1:3 w lp t 'node-redlock', '
 
 
 def main() -> int:
+    if len(sys.argv) >= 4 and sys.argv[1] == "cycle-cost-kinds":
+        return cycle_cost_kinds(sys.argv[2], Path(sys.argv[3]))
     if len(sys.argv) >= 4 and sys.argv[1] == "cycle-cost":
         return cycle_cost(sys.argv[2], Path(sys.argv[3]))
     return report(Path(sys.argv[1]))

@@ -560,8 +560,12 @@ void client::start_lock(lock_handler h, std::vector<std::string> resources, std:
   c.note_operation();
   auto st = std::make_shared<detail::lock_state>(impl_, c.executor());
   st->multi = multi;
-  st->resource = resources.empty() ? std::string{} : resources.front();
-  if (multi) st->resources = std::move(resources);
+  if (multi) {
+    st->resource = resources.empty() ? std::string{} : resources.front();
+    st->resources = std::move(resources);
+  } else if (!resources.empty()) {
+    st->resource = std::move(resources.front());
+  }
   st->ttl = ttl;
   st->kind = opts.kind;
   st->fenced = opts.fence;

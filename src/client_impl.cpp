@@ -9,6 +9,7 @@
 #include <redlock/resp/request.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/container/small_vector.hpp>
 
 #include <fmt/format.h>
 
@@ -194,7 +195,7 @@ bool push_step(resp::request& req, step s, const lock_state& st, bool by_sha, st
     return std::string_view{buf, static_cast<std::size_t>(r.ptr - buf)};
   };
   char nkeys[24];
-  std::vector<std::string_view> args;  // small; only the kinds' paths use it
+  boost::container::small_vector<std::string_view, 12> args;  // no allocation but for large sets
   args.reserve(call.keys + 7);
   args.push_back(by_sha ? call.s->sha1 : call.s->body);
   if (s == step::leave) {
