@@ -183,8 +183,11 @@ int main(int argc, char** argv) {
     long failed = 0;
     int holders = 0;
     int most = 0;
+    std::uint64_t confirmations = 0;
   };
-  const auto contend = [&](bool semaphore) {
+  enum class mode { semaphore, exclusive, fenced };
+  const auto contend = [&](mode m) {
+    const bool semaphore = m == mode::semaphore;
     contention out;
     asio::io_context ioc{1};
     std::vector<std::unique_ptr<redlock::client>> clients;
@@ -199,6 +202,7 @@ int main(int argc, char** argv) {
       opts.kind = redlock::lock_kind::semaphore;
       opts.permits = static_cast<std::size_t>(permits);
     }
+    opts.fence = m == mode::fenced;
     const auto end = clock_type::now() +
                      std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds + 0.5));
     const auto start_counting = clock_type::now() + 500ms;  // connections up, scripts cached
@@ -225,7 +229,10 @@ int main(int argc, char** argv) {
               co_await l.async_unlock(tuple);
             }
             if (--running == 0) {
-              for (auto& cl : clients) cl->close();
+              for (auto& cl : clients) {
+                out.confirmations += cl->stats().fence_confirmations;
+                cl->close();
+              }
             }
           },
           asio::detached);
@@ -233,8 +240,9 @@ int main(int argc, char** argv) {
     ioc.run();
     return out;
   };
-  const auto sem = contend(true);
-  const auto excl = contend(false);
+  const auto sem = contend(mode::semaphore);
+  const auto excl = contend(mode::exclusive);
+  const auto fenced = contend(mode::fenced);
   std::printf("(k3) %d contenders on 4 clients, hold %ld us, %.1f s, retry 2-5 ms, fairness off\n", contenders, hold_us,
               seconds);
   std::printf("  semaphore P=%d (quorum %zu of 5): %8.0f hand-overs/s, at most %d holders at once, %ld failed\n",
@@ -242,6 +250,9 @@ int main(int argc, char** argv) {
               static_cast<double>(sem.acquired) / seconds, sem.most, sem.failed);
   std::printf("  exclusive lock:              %8.0f hand-overs/s, at most %d holders at once, %ld failed\n",
               static_cast<double>(excl.acquired) / seconds, excl.most, excl.failed);
+  std::printf("  fenced exclusive lock:       %8.0f hand-overs/s; %.1f%% of them needed the fence confirmed\n",
+              static_cast<double>(fenced.acquired) / seconds,
+              100.0 * static_cast<double>(fenced.confirmations) / static_cast<double>(std::max(1L, fenced.acquired)));
   if (failures) std::printf("(k1) %ld acquisitions failed\n", failures);
 
   if (!json_path.empty()) {
@@ -250,10 +261,12 @@ int main(int argc, char** argv) {
         "{{\"k1\": {{\"rounds\": {}, \"cycles\": {}, \"kinds\": {{{}}}, \"failures\": {}}},\n"
         " \"k3\": {{\"contenders\": {}, \"permits\": {}, \"quorum\": {}, \"seconds\": {}, \"hold_us\": {},\n"
         "  \"semaphore_per_s\": {:.1f}, \"semaphore_most_holders\": {}, \"exclusive_per_s\": {:.1f}, "
-        "\"exclusive_most_holders\": {}}}}}\n",
+        "\"exclusive_most_holders\": {}, \"fenced_per_s\": {:.1f}, \"fenced_confirmations\": {}, "
+        "\"fenced_acquired\": {}}}}}\n",
         rounds, cycles, k1_json, failures, contenders, permits,
         redlock::core::semaphore_quorum(5, static_cast<std::size_t>(permits)), seconds, hold_us,
-        static_cast<double>(sem.acquired) / seconds, sem.most, static_cast<double>(excl.acquired) / seconds, excl.most);
+        static_cast<double>(sem.acquired) / seconds, sem.most, static_cast<double>(excl.acquired) / seconds, excl.most,
+        static_cast<double>(fenced.acquired) / seconds, fenced.confirmations, fenced.acquired);
   }
   return sem.most <= permits && excl.most <= 1 ? 0 : 1;
 }

@@ -123,6 +123,7 @@ struct lock_op final : op_base {
           return c.send_all(c.scratch_fair(*st, member, ticket, true), a.at, shared_from_this(), fsm.round());
         }
         if (st->scripted()) {
+          st->fence_floor = a.fence;
           return c.send_all(c.scratch_step(step::acquire, *st, st->ttl.count()), a.at, shared_from_this(), fsm.round());
         }
         return c.send_all(c.scratch_set(*st), a.at, shared_from_this(), fsm.round());

@@ -217,6 +217,8 @@ bool push_step(resp::request& req, step s, const lock_state& st, bool by_sha, st
     args.push_back(text(extra, entry_timeout.count()));
   } else if (s == step::acquire && st.kind == lock_kind::semaphore) {
     args.push_back(text(extra, static_cast<std::int64_t>(st.permits)));
+  } else if (s == step::acquire && st.fenced) {
+    args.push_back(text(extra, st.fence_floor));
   }
   req.push_range(by_sha ? "EVALSHA" : "EVAL", args);
   return true;

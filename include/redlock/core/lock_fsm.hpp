@@ -83,7 +83,9 @@ struct lock_action {
   /// of the queue) instead of `SET NX PX`.
   bool fair = false;
   std::int64_t ticket = 0;
-  /// For `confirm`: the fence to raise the counters to.
+  /// For `confirm`: the fence to raise the counters to. For `acquire` of a fenced lock: the
+  /// largest counter any master answered so far, from which the grant counts on (keeps the
+  /// masters' counters equal, so that the fence rarely needs confirming).
   std::int64_t fence = 0;
 };
 
@@ -110,6 +112,9 @@ class lock_fsm {
                        const resp::response& reply, clock::time_point now, double unit_random) {
     if (state_ == state::confirming && round == round_) return on_confirm(master, ec, reply, now, unit_random);
     if (state_ != state::waiting || round != round_) return {};
+    if (rules_.fence && !ec) {
+      if (const auto f = fair_reply_of(reply); f.valid && f.ticket > fence_floor_) fence_floor_ = f.ticket;
+    }
     if (fair_round_ && !ec) {
       // The waiter's ticket is the highest any master gave it: the same on every master from the
       // next round on, so that all masters order the waiters alike.
@@ -284,7 +289,9 @@ class lock_fsm {
     requeue_ = false;
     table_.begin(fair_round_ || rules_.scripted ? command::acquire_script : command::acquire, rules_.masters, now,
                  rules_.quorum);
-    return {lock_action::type::acquire, false, now + rules_.request_timeout, {}, fair_round_, ticket};
+    lock_action a{lock_action::type::acquire, false, now + rules_.request_timeout, {}, fair_round_, ticket};
+    if (rules_.fence) a.fence = fence_floor_;
+    return a;
   }
 
   // The round failed with `ec`: release it everywhere, then retry after a random delay while the
@@ -333,6 +340,7 @@ class lock_fsm {
   std::size_t wakeups_ = 0;
   // Fencing (rules_.fence).
   std::int64_t fence_ = 0;
+  std::int64_t fence_floor_ = 0;     // the largest counter any master answered
   std::size_t confirmed_ = 0;        // granting masters known to hold the fence
   std::size_t confirm_pending_ = 0;  // confirmations sent and not answered
   std::size_t confirm_rounds_ = 0;

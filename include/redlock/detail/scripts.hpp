@@ -96,18 +96,23 @@ return {status,ticket})",
 // Each acquire script answers {status, number} like the fair one (core::command::acquire_script);
 // each release and extend script answers 1 (ours) or 0.
 
-/// KEYS[1] = key, KEYS[2] = its fencing counter; ARGV[1] = token, ARGV[2] = ttl in ms. `SET NX PX`
-/// as plain Redlock; on success bumps the counter (seeded from the server's clock in microseconds
-/// when missing, so that a master restarted without persistence resumes above the fences it gave)
-/// and returns {1, fence}; else {0, 0}.
+/// KEYS[1] = key, KEYS[2] = its fencing counter; ARGV[1] = token, ARGV[2] = ttl in ms, ARGV[3] = the
+/// largest counter the caller saw (0: none). `SET NX PX` as plain Redlock; on success moves the
+/// counter above both its value and ARGV[3] (seeded from the server's clock in microseconds when
+/// missing, so that a master restarted without persistence resumes above the fences it gave) and
+/// returns {1, fence}; else {0, counter}. Starting from the largest value seen keeps the masters'
+/// counters equal after contention, so that the fence rarely needs confirming.
 inline constexpr script fence_acquire_script{
-    R"(if not redis.call("set",KEYS[1],ARGV[1],"nx","px",ARGV[2]) then return {0,0} end
-if redis.call("exists",KEYS[2]) == 0 then
+    R"(local c = redis.call("get",KEYS[2])
+if not redis.call("set",KEYS[1],ARGV[1],"nx","px",ARGV[2]) then return {0,tonumber(c or "0")} end
+if not c then
   local t = redis.call("time")
-  redis.call("set",KEYS[2],t[1]..string.format("%06d",t[2]))
+  c = t[1]..string.format("%06d",t[2])
 end
-return {1,redis.call("incr",KEYS[2])})",
-    "6a5d86c56b4eac61c9d12311c0702a7615fb71a4"};
+local f = math.max(tonumber(c),tonumber(ARGV[3]))+1
+redis.call("set",KEYS[2],string.format("%d",f))
+return {1,f})",
+    "5955d949b6cd5979688934ba203e10276d93de56"};
 
 /// KEYS as for `fence_acquire_script`; ARGV[1] = token, ARGV[2] = the fence. Where the key still
 /// holds our token, raises the counter to the fence: 1; else 0.
