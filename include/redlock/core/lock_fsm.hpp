@@ -299,6 +299,7 @@ class lock_fsm {
   // plain round (to take its place in the queues), and when it was woken while the round ran.
   lock_action fail_round(boost::system::error_code ec, clock::time_point now, double unit_random) {
     last_error_ = ec;
+    fence_ = 0;  // the round's fence was never granted: nothing may use it
     bool now_again = false;
     if (rules_.fair) {
       // A waiter that cannot reach a majority would keep the first place in the queues it does
@@ -319,6 +320,7 @@ class lock_fsm {
 
   lock_action finish(boost::system::error_code ec, bool release) {
     state_ = state::done;
+    if (ec) fence_ = 0;  // failed or cancelled (even while confirming): no fence
     return {lock_action::type::complete, release, {}, ec};
   }
 
