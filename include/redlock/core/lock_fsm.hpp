@@ -229,6 +229,7 @@ class lock_fsm {
     if (top <= 0) return fail_round(error::unexpected_reply, now, unit_random);  // a counter is never 0
     confirmed_ = 0;
     confirm_pending_ = 0;
+    confirm_taken_ = 0;
     for (std::size_t i = 0; i < table_.size(); ++i) {
       const auto& r = table_.results()[i];
       if (r.status != master_status::granted) continue;
@@ -261,6 +262,7 @@ class lock_fsm {
     --confirm_pending_;
     const auto r = classify(command::confirm, ec, reply);
     if (r.status == master_status::granted) ++confirmed_;
+    if (r.status == master_status::taken) ++confirm_taken_;
     if (confirmed_ >= majority(rules_.masters)) {
       if (now < deadline_) {
         last_error_.clear();
@@ -270,8 +272,7 @@ class lock_fsm {
     }
     if (confirmed_ + confirm_pending_ < majority(rules_.masters)) {
       // The key left those masters (it expired, or a master restarted) or they did not answer.
-      const bool gone = r.status == master_status::taken;
-      return fail_round(gone ? error::not_acquired : error::quorum_unavailable, now, unit_random);
+      return fail_round(confirm_taken_ ? error::not_acquired : error::quorum_unavailable, now, unit_random);
     }
     return {};
   }
@@ -345,6 +346,7 @@ class lock_fsm {
   std::int64_t fence_floor_ = 0;     // the largest counter any master answered
   std::size_t confirmed_ = 0;        // granting masters known to hold the fence
   std::size_t confirm_pending_ = 0;  // confirmations sent and not answered
+  std::size_t confirm_taken_ = 0;    // answered "not ours": the key left that master
   std::size_t confirm_rounds_ = 0;
   std::vector<bool> confirm_seen_;
 };
