@@ -72,7 +72,9 @@ struct lock_op final : op_base {
     auto& c = *owner;
     auto ec = c.check_lock_args(st->resource, st->ttl);
     std::string what;
-    if (!ec && st->scripted()) ec = c.check_kind_args(*st, what);
+    // Every lock is checked, not only the scripted kinds: options that make no kind of their own
+    // (`permits` without `semaphore`) must be refused, not ignored.
+    if (!ec) ec = c.check_kind_args(*st, what);
     if (ec) {
       REDLOCK_LOG(c.log(), log_level::debug, "{}: rejected ({} ms): {}{}{}", lock_name(st->resource, {}),
                   st->ttl.count(), describe(ec), what.empty() ? "" : ": ", what);
