@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -28,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -49,6 +51,15 @@ std::int64_t ns(clock_type::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
+// What the workers of a scenario do: their mode, number, resources, time, and the kind's flags.
+struct workload {
+  std::string mode = "normal";
+  int count = workers;
+  std::string resources = "alpha,beta";
+  double seconds = worker_seconds;
+  std::vector<std::string> flags;
+};
+
 // One scenario: five masters (optionally behind fault proxies), worker processes, a fault script.
 class contention_run {
  public:
@@ -66,6 +77,12 @@ class contention_run {
       ::kill(p, SIGKILL);
       ::waitpid(p, nullptr, 0);
     }
+    // REDLOCK_SAFETY_KEEP=1 keeps the workers' records (and, with REDLOCK_WORKER_LOG=1, their
+    // clients' logs) for a look at what happened.
+    if (const char* keep = std::getenv("REDLOCK_SAFETY_KEEP"); keep && *keep && std::string_view{keep} != "0") {
+      std::printf("  records kept in %s\n", dir_.c_str());
+      return;
+    }
     std::error_code ignored;
     std::filesystem::remove_all(dir_, ignored);
   }
@@ -74,21 +91,29 @@ class contention_run {
   redlock::test::fault_proxy& proxy(std::size_t i) { return *proxies_.at(i); }
 
   void start(const std::string& mode = "normal", int count = workers) {
+    workload w;
+    w.mode = mode;
+    w.count = count;
+    start(w);
+  }
+
+  void start(const workload& load) {
+    kinds_ = !load.flags.empty();
     std::string masters;
     for (std::size_t i = 0; i < cluster_.size(); ++i) {
       const auto port = proxies_.empty() ? cluster_[i].port() : proxies_[i]->port();
       masters += fmt::format("{}127.0.0.1:{}", i ? "," : "", port);
     }
-    for (int w = 0; w < count; ++w) {
+    for (int w = 0; w < load.count; ++w) {
       const auto out = (dir_ / fmt::format("worker-{}.txt", w)).string();
       outputs_.push_back(out);
       std::vector<std::string> args{REDLOCK_WORKER_PATH,
                                     "--masters",
                                     masters,
                                     "--resources",
-                                    "alpha,beta",
+                                    load.resources,
                                     "--seconds",
-                                    fmt::format("{}", worker_seconds),
+                                    fmt::format("{}", load.seconds),
                                     "--ttl-ms",
                                     std::to_string(ttl_ms),
                                     "--request-timeout-ms",
@@ -96,9 +121,10 @@ class contention_run {
                                     "--out",
                                     out,
                                     "--mode",
-                                    mode,
+                                    load.mode,
                                     "--seed",
                                     std::to_string(w + 1)};
+      args.insert(args.end(), load.flags.begin(), load.flags.end());
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -127,20 +153,36 @@ class contention_run {
       redlock::test::read_counts(outputs_[w], errors);
     }
     counts_ = errors;
+    sections_ = all;
     auto r = check(std::move(all), fault_healed_ ? ns(*fault_healed_) : 0);
     std::string kinds;
     for (const auto& [k, v] : errors) kinds += fmt::format(" {}={}", k, v);
-    const auto row = fmt::format("| {} | {} | {} | {} | {:.0f} ms |{} |", name, r.sections, r.overlaps, r.past_validity,
-                                 static_cast<double>(r.max_gap_ns) / 1e6, kinds);
+    // The kinds' checks beside the workers' counts: each invariant's violations, then what shows
+    // the kind was exercised (reads shared, holders of the semaphore at once, writes fenced).
+    std::string checks;
+    if (kinds_) {
+      checks = fmt::format(
+          " overlaps={} rw_conflicts={} over_permits={} fence_regressions={} stale_writes={};"
+          " shared_reads={} write_sections={} max_holders={} fenced_writes={} multi_sections={};",
+          r.overlaps, r.rw_conflicts, r.over_permits, r.fence_regressions, r.stale_writes, r.shared_reads,
+          r.write_sections, r.max_holders, r.fenced_writes, r.multi_sections);
+    }
+    const auto row =
+        fmt::format("| {} | {} | {} | {} | {:.0f} ms |{}{} |", name, r.sections, r.violations() - r.past_validity,
+                    r.past_validity, static_cast<double>(r.max_gap_ns) / 1e6, checks, kinds);
     std::printf("%s\n", row.c_str());
     std::ofstream{"safety_report.md", std::ios::app} << row << '\n';
-    for (const auto& e : r.examples) std::printf("  overlap: %s\n", e.c_str());
+    for (const auto& e : r.examples) std::printf("  violation: %s\n", e.c_str());
     return r;
   }
 
   // The workers' summed counts (errors, and the fair hand-over's queued and wakeups), after finish().
   const std::map<std::string, long>& counts() const { return counts_; }
 
+  // Every section the workers recorded, after finish().
+  const std::vector<section>& sections() const { return sections_; }
+
+  clock_type::time_point started() const { return started_; }
   void sleep_until_offset(std::chrono::milliseconds offset) { std::this_thread::sleep_until(started_ + offset); }
   void healed_now() { fault_healed_ = clock_type::now(); }
 
@@ -154,6 +196,8 @@ class contention_run {
   clock_type::time_point started_{};
   std::optional<clock_type::time_point> fault_healed_;
   std::map<std::string, long> counts_;
+  std::vector<section> sections_;
+  bool kinds_ = false;
 };
 
 // Liveness: once a majority is healthy the lock is back within about one ttl (plus retry delays
@@ -297,6 +341,252 @@ TEST(safety_checker, reads_section_lines_with_and_without_the_granting_masters) 
   EXPECT_EQ(s.deadline, 30);
   EXPECT_EQ(s.granted, 26u);
   EXPECT_FALSE(redlock::test::parse_section("# attempted=3 sections=2", 0, s));  // the summary line
+}
+
+// ---- lock kinds ---------------------------------------------------------------------------------
+// Each kind under one shortened fault schedule that runs the suite's faults back to back (kill -9
+// and delayed restart, SIGSTOP, added latency, half-open blackhole, TCP resets), checked against
+// the kind's own invariant (checker.hpp); then each kind's deliberately broken variant, which the
+// checker must catch.
+
+constexpr double kinds_seconds = 6.0;
+
+// Which masters each fault of `fault_schedule` hits.
+struct fault_targets {
+  std::vector<std::size_t> killed, stopped, delayed, blackholed;
+};
+
+// When the schedule SIGSTOPs its masters, and resumes them (offsets from the workers' start).
+constexpr auto stop_at = 1600ms;
+constexpr auto resume_at = 2600ms;
+
+// The suite's faults back to back on a proxied run, healed by 5.3 s of the 6 s: kill -9 and a
+// restart after > ttl, SIGSTOP for 1 s, +60 ms (beyond the 50 ms per-master deadline), a half-open
+// blackhole, then TCP resets on every master three times.
+void fault_schedule(contention_run& run, const fault_targets& t) {
+  run.sleep_until_offset(700ms);
+  for (auto m : t.killed) run.cluster()[m].kill();
+  run.sleep_until_offset(700ms + std::chrono::milliseconds{ttl_ms} + 300ms);  // down for longer than the ttl
+  for (auto m : t.killed) run.cluster()[m].restart();
+  run.sleep_until_offset(stop_at);
+  for (auto m : t.stopped) run.cluster()[m].pause();
+  run.sleep_until_offset(resume_at);
+  for (auto m : t.stopped) run.cluster()[m].resume();
+  run.sleep_until_offset(2900ms);
+  for (auto m : t.delayed) run.proxy(m).set_latency(60ms);
+  run.sleep_until_offset(3700ms);
+  for (auto m : t.delayed) run.proxy(m).set_latency(0ms);
+  run.sleep_until_offset(3900ms);
+  for (auto m : t.blackholed) run.proxy(m).set_blackhole(true);
+  run.sleep_until_offset(4500ms);
+  for (auto m : t.blackholed) {
+    run.proxy(m).set_blackhole(false);
+    run.proxy(m).reset_all();  // the swallowed connections are useless now
+  }
+  for (int i = 0; i < 3; ++i) {
+    run.sleep_until_offset(4800ms + i * 250ms);
+    for (std::size_t m = 0; m < 5; ++m) run.proxy(m).reset_all();
+  }
+  run.healed_now();
+}
+
+// Two of five at a time, as in the exclusive scenarios: what a majority quorum (read/write,
+// fencing, multi-resource) rides out.
+fault_targets minority_of_two() { return {{0, 1}, {3, 4}, {0, 1}, {2, 3}}; }
+
+redlock::test::check_result run_kind(const std::string& name, workload load, bool faults = true) {
+  contention_run run{faults};
+  load.seconds = faults ? kinds_seconds : 3.0;
+  run.start(load);
+  if (faults) fault_schedule(run, minority_of_two());
+  return run.finish(name);
+}
+
+void expect_kind_safe(const redlock::test::check_result& r) {
+  expect_safe(r);
+  EXPECT_EQ(r.violations(), 0u);
+  for (const auto& e : r.examples) ADD_FAILURE() << e;
+}
+
+workload rw_mix() {
+  workload w;
+  w.count = 5;
+  w.flags = {"--kind", "rw", "--write-percent", "30"};
+  return w;
+}
+
+TEST(safety_kinds, readers_and_writers_under_faults) {
+  const auto r = run_kind("rw: 5 workers, 30 % writes, faults", rw_mix());
+  expect_kind_safe(r);
+  EXPECT_GT(r.shared_reads, 0u);     // readers really shared
+  EXPECT_GT(r.write_sections, 50u);  // and writers got in
+}
+
+// N = 5, P = 2: a permit needs q = semaphore_quorum(5, 2) = 4 masters (4 * 3 > 2 * 5; 3 * 3 is
+// not), so the semaphore rides out one master down and no more: its schedule kills, delays and
+// blackholes one master at a time. For the 1 s of SIGSTOP it stops two, on purpose: with 3 of 5
+// left it must refuse (quorum_unavailable), and no section may begin then.
+TEST(safety_kinds, semaphore_with_more_workers_than_permits_under_faults) {
+  workload w;
+  w.count = 5;
+  w.resources = "pool";
+  w.seconds = kinds_seconds;
+  w.flags = {"--kind", "semaphore", "--permits", "2"};
+  contention_run run{true};
+  run.start(w);
+  fault_schedule(run, {{0}, {3, 4}, {1}, {2}});
+  const auto r = run.finish("semaphore: 5 workers, 2 permits, faults (4 of 5 needed)");
+  expect_kind_safe(r);
+  EXPECT_EQ(r.max_holders, 2u);  // both permits were used at once, never more
+  // Grants answered before the stop end within a request timeout (50 ms); 250 ms is a margin
+  // for a worker not scheduled at once, not a speed bound.
+  const auto from = ns(run.started() + stop_at + 250ms);
+  const auto to = ns(run.started() + resume_at);
+  const auto begun = std::count_if(run.sections().begin(), run.sections().end(),
+                                   [&](const section& s) { return s.enter >= from && s.enter < to; });
+  EXPECT_EQ(begun, 0) << "sections began while only 3 of 5 masters answered";
+}
+
+TEST(safety_kinds, fenced_exclusive_under_faults) {
+  workload w;
+  w.flags = {"--fence"};
+  const auto r = run_kind("fenced exclusive: 4 workers, faults", w);
+  expect_kind_safe(r);
+  EXPECT_GT(r.fenced_writes, 100u);  // the store was written to
+  EXPECT_EQ(r.fenced_writes, r.sections);
+}
+
+workload multi() {
+  workload w;
+  w.resources = "a,b,c,d";
+  w.flags = {"--multi", "1-3"};  // sets of one go through plain async_lock: both must exclude each other
+  return w;
+}
+
+TEST(safety_kinds, multi_resource_under_faults) {
+  const auto r = run_kind("multi-resource: 4 workers, 1-3 of 4, faults", multi());
+  expect_kind_safe(r);
+  EXPECT_GT(r.multi_sections, 50u);
+  EXPECT_LT(r.multi_sections, r.sections);  // single-resource locks took part too
+}
+
+// The checker must bite on each kind's invariant.
+TEST(safety_kinds, checker_catches_writers_that_lock_as_readers) {
+  auto w = rw_mix();
+  w.mode = "writer_reads";
+  const auto r = run_kind("broken rw: writes locked as reads", w, false);
+  EXPECT_GT(r.rw_conflicts, 0u);
+  EXPECT_EQ(r.overlaps + r.over_permits + r.fence_regressions + r.stale_writes, 0u);
+}
+
+TEST(safety_kinds, checker_catches_a_semaphore_with_one_permit_too_many) {
+  workload w;
+  w.count = 5;
+  w.resources = "pool";
+  w.mode = "over_permits";
+  w.flags = {"--kind", "semaphore", "--permits", "2"};
+  const auto r = run_kind("broken semaphore: 3 permits used, 2 claimed", w, false);
+  EXPECT_GT(r.over_permits, 0u);
+  EXPECT_EQ(r.max_holders, 3u);
+  EXPECT_EQ(r.overlaps + r.rw_conflicts + r.fence_regressions + r.stale_writes, 0u);
+}
+
+TEST(safety_kinds, checker_catches_made_up_fences) {
+  workload w;
+  w.mode = "fake_fence";
+  w.flags = {"--fence"};
+  const auto r = run_kind("broken fencing: each worker counts its own", w, false);
+  EXPECT_GT(r.fence_regressions, 0u);
+  EXPECT_GT(r.stale_writes, 0u);
+  EXPECT_EQ(r.overlaps + r.rw_conflicts + r.over_permits, 0u);  // the lock itself was sound
+}
+
+TEST(safety_kinds, checker_catches_a_multi_lock_of_the_first_resource_only) {
+  auto w = multi();
+  w.mode = "first_only";
+  const auto r = run_kind("broken multi-resource: only the first locked", w, false);
+  EXPECT_GT(r.overlaps, 0u);
+  EXPECT_EQ(r.rw_conflicts + r.over_permits + r.fence_regressions + r.stale_writes, 0u);
+}
+
+// What fencing is for: a holder that stalls past its validity (a pause the lock cannot see) and
+// then writes. The lock and its fences are sound (the fences still increase by start); the store
+// that checks them refuses the stale write that mutual exclusion alone would have let through.
+TEST(safety_kinds, the_fenced_store_refuses_a_holder_stalled_past_its_validity) {
+  workload w;
+  w.mode = "paused_writer";
+  w.flags = {"--fence"};
+  const auto r = run_kind("fenced holders stalled past validity before writing", w, false);
+  EXPECT_GT(r.past_validity, 0u);  // the stalls happened
+  EXPECT_GT(r.stale_writes, 0u);   // and the store caught their writes
+  EXPECT_EQ(r.fence_regressions, 0u);
+}
+
+TEST(safety_checker, holds_each_kind_to_its_invariant_in_synthetic_records) {
+  using redlock::test::section_kind;
+  const auto make = [](std::string res, std::int64_t enter, std::int64_t exit, section_kind k, int worker) {
+    section s{std::move(res), "t" + std::to_string(worker), enter, exit, 1000, worker};
+    s.kind = k;
+    return s;
+  };
+  // Read/write: r0 and r1 share; w2 enters while r1 reads; w3 after them all; r4 inside w3.
+  std::vector<section> rw{make("x", 0, 10, section_kind::read, 0), make("x", 5, 20, section_kind::read, 1),
+                          make("x", 15, 30, section_kind::write, 2), make("x", 30, 40, section_kind::write, 3),
+                          make("x", 35, 38, section_kind::read, 4)};
+  auto r = check(rw);
+  EXPECT_EQ(r.shared_reads, 1u);
+  EXPECT_EQ(r.rw_conflicts, 2u);  // w2 (against r1), r4 (against w3)
+  EXPECT_EQ(r.overlaps, 0u);
+  // Semaphore with 2 permits: three at once between 8 and 10.
+  std::vector<section> sem{make("s", 0, 10, section_kind::semaphore, 0), make("s", 2, 20, section_kind::semaphore, 1),
+                           make("s", 8, 9, section_kind::semaphore, 2), make("s", 10, 12, section_kind::semaphore, 3)};
+  for (auto& s : sem) s.permits = 2;
+  r = check(sem);
+  EXPECT_EQ(r.over_permits, 1u);
+  EXPECT_EQ(r.max_holders, 3u);
+  // Fencing: ordered by start 5, 7, 6 (a regression); the store sees writes 5 (t=1), 7 (t=12),
+  // 6 (t=13, rejected) and 7 again from another token (t=25, rejected).
+  std::vector<section> fenced{make("f", 0, 10, section_kind::exclusive, 0),
+                              make("f", 10, 20, section_kind::exclusive, 1),
+                              make("f", 20, 30, section_kind::exclusive, 2)};
+  fenced[0].fence = 5;
+  fenced[0].write = 1;
+  fenced[1].fence = 7;
+  fenced[1].write = 12;
+  fenced[2].fence = 6;
+  fenced[2].write = 25;
+  fenced.push_back(fenced[1]);
+  fenced.back().token = "other";
+  fenced.back().enter = 30;
+  fenced.back().exit = 40;
+  fenced.back().write = 35;
+  r = check(fenced);
+  EXPECT_EQ(r.fence_regressions, 2u);  // 6 after 7, and the second 7
+  EXPECT_EQ(r.stale_writes, 2u);
+  EXPECT_EQ(r.fenced_writes, 4u);
+  // Multi-resource: {a,b} and {b,c} overlap on b; {c,d} after {b,c} ends; {a} inside nothing.
+  std::vector<section> multi{
+      make("a,b", 0, 10, section_kind::exclusive, 0), make("b,c", 5, 15, section_kind::exclusive, 1),
+      make("c,d", 15, 20, section_kind::exclusive, 2), make("a", 12, 14, section_kind::exclusive, 3)};
+  r = check(multi);
+  EXPECT_EQ(r.overlaps, 1u);
+  EXPECT_EQ(r.multi_sections, 3u);
+}
+
+TEST(safety_checker, reads_the_kinds_fields) {
+  section s;
+  ASSERT_TRUE(redlock::test::parse_section("a,b tok 10 20 30 7 kind=semaphore permits=2 fence=99 write=15", 3, s));
+  EXPECT_EQ(s.resource, "a,b");
+  EXPECT_EQ(s.granted, 7u);
+  EXPECT_EQ(s.kind, redlock::test::section_kind::semaphore);
+  EXPECT_EQ(s.permits, 2u);
+  EXPECT_EQ(s.fence, 99u);
+  EXPECT_EQ(s.write, 15);
+  ASSERT_TRUE(redlock::test::parse_section("r tok 10 20 30 1 kind=write", 0, s));
+  EXPECT_EQ(s.kind, redlock::test::section_kind::write);
+  EXPECT_EQ(s.fence, 0u);
+  EXPECT_FALSE(redlock::test::parse_section("r tok 10 20 30 1 kind=bogus", 0, s));
+  EXPECT_FALSE(redlock::test::parse_section("r tok 10 20 30 1 stray", 0, s));
 }
 
 // The documented hazard: a master that restarts at once, without persistence, forgets the key;

@@ -6,6 +6,21 @@
 // Modes: `normal` uses redlock::client. `no_nx` and `first_ok` are deliberately broken clients
 // (SET without NX; "acquired" at the first OK) so the checker can be shown to catch them.
 //
+// The lock kinds (the checker holds each to its own invariant): `--kind exclusive|read|write|rw|
+// semaphore` (`rw`: each lock is a write with `--write-percent W`, else a read), `--permits P` for
+// a semaphore, `--fence` for a fenced exclusive lock (each section writes once, at a logged time,
+// to the checker's toy fenced store), `--multi A-B` for locks of A..B resources drawn from
+// `--resources` (by `async_lock_all`; a set of one by plain `async_lock`, so both interoperate).
+// Every section line then carries the kind's fields (`kind=`, `permits=`, `fence=`, `write=`), and
+// a multi-resource section names its resources joined by commas.
+//
+// Deliberately broken kinds, for the negative tests (the line says what the worker claims):
+// `writer_reads` locks its writes as reads; `over_permits` locks the semaphore with P + 1 permits
+// and claims P; `fake_fence` reports a fence of its own counting instead of the lock's;
+// `first_only` locks only the first resource of a set and claims the set. And the hazard fencing
+// is for: `paused_writer` (with `--fence`) stalls every tenth section until 100 ms past its
+// validity before its write, which the fenced store must then refuse.
+//
 // `--defaults` runs `normal` with the library's defaults: default-constructed connection_config
 // per master (only host and port set) and client_config (only masters set), so request timeout,
 // retry, connect timeout and reconnect are what an application gets out of the box. Without it
@@ -20,7 +35,9 @@
 // Usage: redlock_worker --masters h:p,... --resources a,b --seconds S --ttl-ms T --out FILE
 //                       [--mode normal|no_nx|first_ok] [--request-timeout-ms R] [--seed N]
 //                       [--defaults] [--no-fair] [--hold-ms A-B] [--max-wait-ms N]
-//                       [--entry-timeout-ms N]
+//                       [--entry-timeout-ms N] [--kind K] [--write-percent W] [--permits P]
+//                       [--fence] [--multi A-B]
+//                       [--mode writer_reads|over_permits|fake_fence|first_only|paused_writer]
 
 #include <redlock/client.hpp>
 #include <redlock/core/quorum.hpp>
@@ -41,11 +58,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -53,6 +72,7 @@ namespace asio = boost::asio;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+using redlock::lock_options;
 
 namespace {
 
@@ -68,8 +88,13 @@ struct options {
   bool defaults = false;
   bool fair = true;
   int hold_min_ms = 1, hold_max_ms = 8;
-  long max_wait_ms = -1;       // -1: the mode's own
-  long entry_timeout_ms = -1;  // -1: the library's
+  long max_wait_ms = -1;           // -1: the mode's own
+  long entry_timeout_ms = -1;      // -1: the library's
+  std::string kind = "exclusive";  // exclusive, read, write, rw (each lock a read or a write), semaphore
+  int write_percent = 30;          // rw: the share of writes
+  std::size_t permits = 1;
+  bool fence = false;
+  std::size_t multi_min = 0, multi_max = 0;  // 0: one resource per lock
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -93,29 +118,73 @@ asio::awaitable<void> sleep_for(clock_type::duration d) {
   co_await t.async_wait(use_tuple);
 }
 
+asio::awaitable<void> sleep_until(clock_type::time_point at) {
+  asio::steady_timer t{co_await asio::this_coro::executor, at};
+  co_await t.async_wait(use_tuple);
+}
+
 struct recorder {
   std::ofstream file;
   std::map<std::string, long> counts;
   void section(const std::string& resource, const std::string& token, clock_type::time_point enter,
-               clock_type::time_point exit, clock_type::time_point deadline, std::uint32_t granted) {
+               clock_type::time_point exit, clock_type::time_point deadline, std::uint32_t granted,
+               const std::string& fields) {
     file << resource << ' ' << token << ' ' << ns(enter) << ' ' << ns(exit) << ' ' << ns(deadline) << ' ' << granted
-         << '\n';
+         << fields << '\n';
     ++counts["sections"];
+  }
+};
+
+// What a section line says about its lock beyond the plain one (the checker's key=value fields).
+struct claim {
+  std::string kind = "exclusive";
+  std::size_t permits = 0;  // 0: not a semaphore
+  std::uint64_t fence = 0;  // 0: not fenced; a fenced section writes to the store once
+  bool pause = false;       // stall past the validity before that write (`paused_writer`)
+
+  std::string fields() const {
+    std::string out;
+    if (kind != "exclusive") out += " kind=" + kind;
+    if (permits != 0) out += fmt::format(" permits={}", permits);
+    if (fence != 0) out += fmt::format(" fence={}", fence);
+    return out;
   }
 };
 
 // The guarded work: `hold` ms drawn uniformly, never started past the validity.
 asio::awaitable<void> critical_section(recorder& rec, std::mt19937& rng, const std::string& resource,
                                        const std::string& token, clock_type::time_point deadline, std::uint32_t granted,
-                                       std::pair<int, int> hold = {1, 8}) {
+                                       std::pair<int, int> hold, claim what) {
   const auto enter = clock_type::now();
   if (enter >= deadline) {
     ++rec.counts["late_grant"];
     co_return;
   }
   const auto work = std::chrono::milliseconds{std::uniform_int_distribution<int>{hold.first, hold.second}(rng)};
-  co_await sleep_for(std::min<clock_type::duration>(work, (deadline - enter) / 2));
-  rec.section(resource, token, enter, clock_type::now(), deadline, granted);
+  const auto span = std::min<clock_type::duration>(work, (deadline - enter) / 2);
+  auto fields = what.fields();
+  if (what.fence != 0) {  // the guarded write, halfway through
+    co_await sleep_for(span / 2);
+    if (what.pause) co_await sleep_until(deadline + 100ms);  // a holder stalled past its validity
+    fields += fmt::format(" write={}", ns(clock_type::now()));
+    co_await sleep_for(span - span / 2);
+  } else {
+    co_await sleep_for(span);
+  }
+  rec.section(resource, token, enter, clock_type::now(), deadline, granted, fields);
+}
+
+// `k` of `pool`, drawn at random, in the pool's order.
+std::vector<std::string> pick_set(const std::vector<std::string>& pool, std::size_t k, std::mt19937& rng) {
+  std::vector<std::string> out;
+  std::sample(pool.begin(), pool.end(), std::back_inserter(out), std::min(k, pool.size()), rng);
+  return out;
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ",") + n;
+  return out;
 }
 
 // Bit i set when master i granted the lock (its answer in the acquisition that decided).
@@ -154,10 +223,44 @@ asio::awaitable<void> run_normal(const options& o, recorder& rec) {
   std::mt19937 rng{o.seed};
   const auto until =
       clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.seconds));
+  const auto ttl = std::chrono::milliseconds{o.ttl_ms};
+  std::uint64_t made_up_fence = 0;  // `fake_fence`
   while (clock_type::now() < until) {
-    const auto& resource = o.resources[std::uniform_int_distribution<std::size_t>{0, o.resources.size() - 1}(rng)];
+    std::vector<std::string> set;
+    if (o.multi_max > 0) {
+      set = pick_set(o.resources, std::uniform_int_distribution<std::size_t>{o.multi_min, o.multi_max}(rng), rng);
+    } else {
+      set = pick_set(o.resources, 1, rng);
+    }
+    const auto resource = join(set);
+    claim what;
+    lock_options opts;
+    if (o.kind == "rw") {
+      what.kind = std::uniform_int_distribution<int>{0, 99}(rng) < o.write_percent ? "write" : "read";
+    } else {
+      what.kind = o.kind;
+    }
+    if (what.kind == "read") opts.kind = redlock::lock_kind::read;
+    if (what.kind == "write")
+      opts.kind = o.mode == "writer_reads" ? redlock::lock_kind::read : redlock::lock_kind::write;
+    if (what.kind == "semaphore") {
+      opts.kind = redlock::lock_kind::semaphore;
+      what.permits = o.permits;
+      opts.permits = o.mode == "over_permits" ? o.permits + 1 : o.permits;
+    }
+    opts.fence = o.fence;
     const auto asked = clock_type::now();
-    auto [ec, l] = co_await c.async_lock(resource, std::chrono::milliseconds{o.ttl_ms}, use_tuple);
+    boost::system::error_code ec;
+    redlock::lock l;
+    if (set.size() > 1 && o.mode == "first_only") {
+      std::tie(ec, l) = co_await c.async_lock(set.front(), ttl, use_tuple);
+    } else if (set.size() > 1) {
+      std::tie(ec, l) = co_await c.async_lock_all(set, ttl, use_tuple);
+    } else if (what.kind == "exclusive" && !o.fence) {  // the plain path (fair hand-over included)
+      std::tie(ec, l) = co_await c.async_lock(resource, ttl, use_tuple);
+    } else {
+      std::tie(ec, l) = co_await c.async_lock(resource, ttl, opts, use_tuple);
+    }
     ++rec.counts["attempted"];
     auto& longest = rec.counts["longest_wait_ms"];
     longest = std::max<long>(
@@ -170,8 +273,10 @@ asio::awaitable<void> run_normal(const options& o, recorder& rec) {
                                                               : "other_error"];
       continue;
     }
+    if (o.fence) what.fence = o.mode == "fake_fence" ? ++made_up_fence : l.fence();
+    what.pause = o.mode == "paused_writer" && rec.counts["sections"] % 10 == 9;
     co_await critical_section(rec, rng, resource, l.token(), l.validity_deadline(), granted_mask(l),
-                              {o.hold_min_ms, o.hold_max_ms});
+                              {o.hold_min_ms, o.hold_max_ms}, what);
     co_await l.async_unlock(use_tuple);
     co_await sleep_for(std::chrono::milliseconds{std::uniform_int_distribution<int>{0, 3}(rng)});
   }
@@ -185,6 +290,7 @@ asio::awaitable<void> run_normal(const options& o, recorder& rec) {
   rec.counts["releases_resent"] += static_cast<long>(stats.releases_resent);
   rec.counts["queued"] += static_cast<long>(stats.locks_queued);
   rec.counts["wakeups"] += static_cast<long>(stats.lock_wakeups);
+  rec.counts["fence_confirmations"] += static_cast<long>(stats.fence_confirmations);
   std::erase_if(rec.counts, [](const auto& kv) { return kv.second == 0; });
   c.close();
 }
@@ -201,6 +307,7 @@ asio::awaitable<void> run_broken(const options& o, recorder& rec) {
   co_await sleep_for(100ms);
   std::mt19937 rng{o.seed};
   const bool no_nx = o.mode == "no_nx";
+  const std::pair<int, int> hold{1, 8};
   const auto until =
       clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.seconds));
   while (clock_type::now() < until) {
@@ -232,7 +339,9 @@ asio::awaitable<void> run_broken(const options& o, recorder& rec) {
     if (*ok >= need) {
       const auto deadline = redlock::core::validity_deadline<clock_type>(std::chrono::milliseconds{o.ttl_ms}, start,
                                                                          redlock::core::drift_policy{});
-      co_await critical_section(rec, rng, resource, token, deadline, *granted);
+      // Named, not temporaries: GCC 12 destroys a temporary argument of a coroutine twice here.
+      const claim plain;
+      co_await critical_section(rec, rng, resource, token, deadline, *granted, hold, plain);
       for (auto& c : conns) {
         redlock::resp::request del;
         del.push("DEL", resource);
@@ -257,6 +366,10 @@ int main(int argc, char** argv) {
     }
     if (a == "--no-fair") {
       o.fair = false;
+      continue;
+    }
+    if (a == "--fence") {
+      o.fence = true;
       continue;
     }
     if (i + 1 >= argc) break;
@@ -285,6 +398,16 @@ int main(int argc, char** argv) {
       o.max_wait_ms = std::stol(v);
     } else if (a == "--entry-timeout-ms") {
       o.entry_timeout_ms = std::stol(v);
+    } else if (a == "--kind") {
+      o.kind = v;
+    } else if (a == "--write-percent") {
+      o.write_percent = std::stoi(v);
+    } else if (a == "--permits") {
+      o.permits = std::stoul(v);
+    } else if (a == "--multi") {
+      const auto dash = v.find('-');
+      o.multi_min = std::stoul(v.substr(0, dash));
+      o.multi_max = dash == std::string::npos ? o.multi_min : std::stoul(v.substr(dash + 1));
     }
   }
   if (!masters.empty()) {
@@ -300,14 +423,18 @@ int main(int argc, char** argv) {
       o.masters.push_back(m);
     }
   }
-  if (o.masters.empty() || o.resources.empty() || o.out.empty()) {
+  const bool known_kind =
+      o.kind == "exclusive" || o.kind == "read" || o.kind == "write" || o.kind == "rw" || o.kind == "semaphore";
+  if (o.masters.empty() || o.resources.empty() || o.out.empty() || !known_kind || o.multi_min > o.multi_max ||
+      (o.multi_max > 0 && o.multi_min == 0)) {
     std::fprintf(stderr, "usage: redlock_worker --masters h:p,... --resources a,b --out FILE [...]\n");
     return 2;
   }
   recorder rec;
   rec.file.open(o.out);
   asio::io_context ioc;
-  asio::co_spawn(ioc, o.mode == "normal" ? run_normal(o, rec) : run_broken(o, rec), [](std::exception_ptr e) {
+  const bool raw = o.mode == "no_nx" || o.mode == "first_ok";
+  asio::co_spawn(ioc, raw ? run_broken(o, rec) : run_normal(o, rec), [](std::exception_ptr e) {
     if (e) std::rethrow_exception(e);
   });
   ioc.run();
