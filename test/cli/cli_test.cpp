@@ -430,6 +430,271 @@ TEST_F(cli, a_signal_while_waiting_for_the_lock_ends_the_wait) {
   holder->wait();
 }
 
+// ---- run: kinds of lock ------------------------------------------------------------------------
+
+/// Writes an executable shell script into `dir` (kept out of the command lines: no quoting).
+std::string script(const fs::path& dir, const std::string& name, const std::string& body) {
+  const auto p = dir / name;
+  std::ofstream(p) << "#!/bin/sh\n" << body;
+  fs::permissions(p, fs::perms::owner_all, fs::perm_options::replace);
+  return p.string();
+}
+
+/// True when `key` exists on at least `n` masters.
+bool key_on(redis_cluster& c, const std::string& key, std::size_t n) {
+  std::size_t have = 0;
+  for (std::size_t i = 0; i < c.size(); ++i) have += c[i].running() && c[i].command({"EXISTS", key}) == ":1\r\n";
+  return have >= n;
+}
+
+std::vector<std::string> cat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST_F(cli, shared_readers_overlap_and_a_writer_waits_for_them_without_being_starved) {
+  redis_cluster c{3};
+  const auto nodes = masters_of(c);
+  const std::vector<std::string> base{"run", "--nodes", nodes, "--resource", "cli:rw", "--ttl", "10s"};
+  // Each reader enters, waits (at most 20 s) until the other is inside too, and stays until told.
+  const auto reader = script(dir(), "reader",
+                             "touch \"$D/r-$1\"; i=0\n"
+                             "while [ ! -e \"$D/r-1\" ] || [ ! -e \"$D/r-2\" ]; do\n"
+                             "  [ $i -ge 400 ] && exit 9; sleep 0.05; i=$((i+1)); done\n"
+                             "echo both > \"$D/overlap-$1\"; i=0\n"
+                             "while [ ! -e \"$D/release\" ]; do [ $i -ge 1200 ] && exit 10; sleep 0.05; i=$((i+1)); "
+                             "done\n"
+                             "rm \"$D/r-$1\"\n");
+  // Whoever excludes readers must find none inside.
+  const auto excluder = script(dir(), "excluder",
+                               "for f in \"$D\"/r-*; do [ -e \"$f\" ] && echo \"$1 with $f\" >> \"$D/bad\"; done\n"
+                               "echo \"$1\" >> \"$D/order\"\n");
+  auto r1 = start(cat(base, {"--shared", "--wait", "20s", "--", reader, "1"}));
+  auto r2 = start(cat(base, {"--shared", "--wait", "20s", "--", reader, "2"}));
+  // Both readers inside at once: each saw the other's file.
+  ASSERT_TRUE(wait_for_file(dir() / "overlap-1", r1.get())) << r1->wait(5s).describe();
+  ASSERT_TRUE(wait_for_file(dir() / "overlap-2", r2.get())) << r2->wait(5s).describe();
+
+  // While readers hold it, neither a plain lock nor a writer gets in at once.
+  auto r = run(cat(base, {"--", "true"}));
+  EXPECT_EQ(r.status, 75) << r.describe();
+  r = run(cat(base, {"--write", "--", "true"}));
+  EXPECT_EQ(r.status, 75) << r.describe();
+  EXPECT_TRUE(contains(r.err, "'cli:rw' is held by someone else")) << r.describe();
+  // A third reader still joins (no writer waits yet).
+  r = run(cat(base, {"--shared", "--", "true"}));
+  EXPECT_EQ(r.status, 0) << r.describe();
+
+  // A waiting writer claims its place on the masters: from then on no new reader enters.
+  auto writer = start(cat(base, {"--write", "--wait", "30s", "--", excluder, "writer"}));
+  const auto deadline = clock_type::now() + 20s;
+  while (!key_on(c, "cli:rw:redlock-writer", 2) && clock_type::now() < deadline && !writer->exited()) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(key_on(c, "cli:rw:redlock-writer", 2)) << writer->wait(5s).describe();
+  r = run(cat(base, {"--shared", "--", "true"}));
+  EXPECT_EQ(r.status, 75) << r.describe();
+  EXPECT_TRUE(contains(r.err, "'cli:rw' is held by a writer, or a writer waits for it")) << r.describe();
+  // A plain lock waits for the readers too.
+  auto plain = start(cat(base, {"--wait", "30s", "--", excluder, "plain"}));
+  std::this_thread::sleep_for(200ms);  // not proof, but a broken exclusion usually shows here
+  EXPECT_FALSE(fs::exists(dir() / "order")) << read_file(dir() / "order");
+
+  std::ofstream(dir() / "release") << "";
+  for (auto* p : {r1.get(), r2.get()}) {
+    const auto o = p->wait();
+    EXPECT_EQ(o.status, 0) << o.describe();
+  }
+  const auto w = writer->wait();
+  EXPECT_EQ(w.status, 0) << w.describe();
+  const auto pl = plain->wait();
+  EXPECT_EQ(pl.status, 0) << pl.describe();
+  EXPECT_FALSE(fs::exists(dir() / "bad")) << read_file(dir() / "bad");
+  const auto order = read_file(dir() / "order");
+  EXPECT_TRUE(contains(order, "writer\n") && contains(order, "plain\n")) << order;
+  EXPECT_TRUE(key_gone_everywhere(c, "cli:rw"));
+  EXPECT_TRUE(key_gone_everywhere(c, "cli:rw:redlock-readers"));
+}
+
+TEST_F(cli, permits_admit_exactly_that_many_holders_at_once) {
+  redis_cluster c{5};
+  const auto nodes = masters_of(c);
+  const std::vector<std::string> base{"run",   "--nodes", nodes,       "--resource", "cli:sem",
+                                      "--ttl", "10s",     "--permits", "2"};
+  // Three concurrent runs. Inside, each counts the holders (the last to enter sees all that are
+  // inside); the first two to enter wait (at most 20 s) until two are inside at once.
+  const auto holder = script(dir(), "holder",
+                             "touch \"$D/in-$$\"; n=$(ls \"$D\" | grep -c '^in-')\n"
+                             "[ \"$n\" -gt 2 ] && echo \"$n inside\" >> \"$D/bad\"\n"
+                             "if mkdir \"$D/first\" 2>/dev/null || mkdir \"$D/second\" 2>/dev/null; then\n"
+                             "  i=0; while [ \"$(ls \"$D\" | grep -c '^in-')\" -lt 2 ] && [ $i -lt 400 ]; do\n"
+                             "    sleep 0.05; i=$((i+1)); done\n"
+                             "  ls \"$D\" | grep -c '^in-' >> \"$D/pair\"\n"
+                             "fi\n"
+                             "sleep 0.2; n=$(ls \"$D\" | grep -c '^in-')\n"
+                             "[ \"$n\" -gt 2 ] && echo \"$n inside\" >> \"$D/bad\"\n"
+                             "rm \"$D/in-$$\"; echo ran >> \"$D/ran\"\n");
+  std::vector<std::unique_ptr<tool_process>> ps;
+  for (int i = 0; i < 3; ++i) ps.push_back(start(cat(base, {"--wait", "40s", "--", holder})));
+  for (auto& p : ps) {
+    const auto o = p->wait(90s);
+    EXPECT_EQ(o.status, 0) << o.describe();
+  }
+  EXPECT_FALSE(fs::exists(dir() / "bad")) << read_file(dir() / "bad");
+  EXPECT_EQ(read_file(dir() / "pair"), "2\n2\n");  // the first two were inside together
+  EXPECT_EQ(read_file(dir() / "ran"), "ran\nran\nran\n");
+
+  // Two holders sit: a third is refused at once, and --verbose says the semaphore's quorum.
+  auto h1 = start(cat(base, {"--", "sh", "-c", "touch \"$D/h1\"; exec sleep 60"}));
+  auto h2 = start(cat(base, {"--", "sh", "-c", "touch \"$D/h2\"; exec sleep 60"}));
+  ASSERT_TRUE(wait_for_file(dir() / "h1", h1.get())) << h1->wait(5s).describe();
+  ASSERT_TRUE(wait_for_file(dir() / "h2", h2.get())) << h2->wait(5s).describe();
+  auto r = run(cat(base, {"--verbose", "--", "true"}));
+  EXPECT_EQ(r.status, 75) << r.describe();
+  EXPECT_TRUE(contains(r.err, "all 2 permits of 'cli:sem' are taken")) << r.describe();
+  EXPECT_TRUE(contains(r.err, "a semaphore of 2 permits needs 4 of the 5 masters")) << r.describe();
+  // Another number of permits on the same semaphore: the masters refuse it, saying why.
+  r = run({"run", "--nodes", nodes, "--resource", "cli:sem", "--permits", "3", "--", "true"});
+  EXPECT_EQ(r.status, 75) << r.describe();
+  EXPECT_TRUE(contains(r.err, "semaphore has 2 permits, not 3")) << r.describe();
+  // One leaves: the third gets in.
+  h1->signal(SIGTERM);
+  EXPECT_EQ(h1->wait().status, 128 + SIGTERM);
+  r = run(cat(base, {"--json", "--", "true"}));
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(contains(r.err, R"("kind":"semaphore","quorum":4,"permits":2)")) << r.describe();
+  h2->signal(SIGTERM);
+  EXPECT_EQ(h2->wait().status, 128 + SIGTERM);
+  EXPECT_TRUE(key_gone_everywhere(c, "cli:sem"));
+}
+
+TEST_F(cli, fence_exports_a_token_that_grows_from_holder_to_holder) {
+  redis_cluster c{3};
+  const auto nodes = masters_of(c);
+  const auto fenced = [&](const std::string& file) {
+    return std::vector<std::string>{"run",
+                                    "--nodes",
+                                    nodes,
+                                    "--resource",
+                                    "cli:fence",
+                                    "--fence",
+                                    "--json",
+                                    "--wait",
+                                    "10s",
+                                    "--",
+                                    "sh",
+                                    "-c",
+                                    fmt::format("echo \"$REDLOCK_FENCE\" > \"$D/{}\"", file)};
+  };
+  auto r = run(fenced("f1"), {{"REDLOCK_FENCE", "1"}});  // an outer value is replaced
+  ASSERT_EQ(r.status, 0) << r.describe();
+  const auto f1 = read_file(dir() / "f1");
+  ASSERT_FALSE(f1.empty());
+  const auto first = std::stoull(f1);
+  EXPECT_GT(first, 1u);
+  EXPECT_TRUE(contains(r.err, fmt::format(R"("fence":{})", first))) << r.describe();
+  r = run(fenced("f2"));
+  ASSERT_EQ(r.status, 0) << r.describe();
+  const auto second = std::stoull(read_file(dir() / "f2"));
+  EXPECT_GT(second, first);
+
+  // Without --fence the command gets no token, not even an enclosing run's.
+  r = run({"run", "--nodes", nodes, "--resource", "cli:fence", "--", "sh", "-c", "test -z \"${REDLOCK_FENCE+set}\""},
+          {{"REDLOCK_FENCE", "12"}});
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(key_gone_everywhere(c, "cli:fence"));
+}
+
+TEST_F(cli, reentrant_runs_nest_instead_of_deadlocking) {
+  redis_cluster c{3};
+  const auto nodes = masters_of(c);
+  // The command of the outer run takes the same lock again: with the same owner it re-enters;
+  // without it (or with another owner) it is refused, also after the inner run released its hold.
+  const auto nested =
+      script(dir(), "nested",
+             "\"$TOOL\" run --resource cli:re $INNER -- sh -c 'echo \"$REDLOCK_OWNER\" > \"$D/inner-owner\"'\n"
+             "echo $? > \"$D/inner\"\n"
+             "\"$TOOL\" run --resource cli:re -- true\n"
+             "echo $? > \"$D/plain\"\n"
+             "\"$TOOL\" run --resource cli:re --owner someone-else -- true\n"
+             "echo $? > \"$D/other\"\n"
+             "echo \"$REDLOCK_OWNER\" > \"$D/outer-owner\"\n");
+  const env_map env_of{{"TOOL", tool}, {"REDLOCK_NODES", nodes}, {"INNER", "--reentrant"}};
+  auto r = run({"run", "--resource", "cli:re", "--reentrant", "--", nested}, env_of);
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_EQ(read_file(dir() / "inner"), "0\n");
+  EXPECT_EQ(read_file(dir() / "plain"), "75\n");
+  EXPECT_EQ(read_file(dir() / "other"), "75\n");
+  const auto owner = read_file(dir() / "outer-owner");
+  EXPECT_EQ(owner.size(), 41u) << owner;  // 40 hex digits and the newline
+  EXPECT_EQ(read_file(dir() / "inner-owner"), owner);
+  EXPECT_TRUE(key_gone_everywhere(c, "cli:re"));
+
+  // The same with an owner named on the command line.
+  for (const char* f : {"inner", "plain", "other"}) fs::remove(dir() / f);
+  auto named = env_of;
+  named["INNER"] = "--owner=job-7";
+  r = run({"run", "--resource", "cli:re", "--owner", "job-7", "--", nested}, named);
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_EQ(read_file(dir() / "inner"), "0\n");
+  EXPECT_EQ(read_file(dir() / "plain"), "75\n");
+  EXPECT_EQ(read_file(dir() / "other"), "75\n");
+  EXPECT_EQ(read_file(dir() / "outer-owner"), "job-7\n");
+  EXPECT_TRUE(key_gone_everywhere(c, "cli:re"));
+
+  // A bad inherited owner is a configuration error.
+  r = run({"run", "--resource", "cli:re", "--reentrant", "--", "true"},
+          {{"REDLOCK_NODES", nodes}, {"REDLOCK_OWNER", "has blank"}});
+  EXPECT_EQ(r.status, 78) << r.describe();
+  EXPECT_TRUE(contains(r.err, "REDLOCK_OWNER is not an owner id")) << r.describe();
+}
+
+TEST_F(cli, several_resources_are_locked_all_or_none) {
+  redis_cluster c{3};
+  const auto nodes = masters_of(c);
+  auto holder = start({"run", "--nodes", nodes, "-r", "cli:a", "-r", "cli:b", "--", "sh", "-c",
+                       "printf '%s|%s|' \"$REDLOCK_RESOURCES\" \"$REDLOCK_RESOURCE\" > \"$D/res\"; "
+                       "touch \"$D/held\"; exec sleep 60"});
+  ASSERT_TRUE(wait_for_file(dir() / "held", holder.get())) << holder->wait(5s).describe();
+  EXPECT_EQ(read_file(dir() / "res"), "cli:a\ncli:b|cli:a|");
+  auto r = run({"run", "--nodes", nodes, "-r", "cli:b", "--", "true"});
+  EXPECT_EQ(r.status, 75) << r.describe();
+  r = run({"run", "--nodes", nodes, "-r", "cli:c", "-r", "cli:b", "--", "true"});
+  EXPECT_EQ(r.status, 75) << r.describe();
+  EXPECT_TRUE(contains(r.err, "one of 'cli:c', 'cli:b' is held by someone else")) << r.describe();
+  // None: the free one of that set was not kept.
+  EXPECT_TRUE(key_gone_everywhere(c, "cli:c"));
+  r = run({"run", "--nodes", nodes, "-r", "cli:c", "-r", "cli:d", "--json", "--", "true"});
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(contains(r.err, R"("resources":["cli:c","cli:d"])")) << r.describe();
+  holder->signal(SIGTERM);
+  EXPECT_EQ(holder->wait().status, 128 + SIGTERM);
+  for (const char* k : {"cli:a", "cli:b", "cli:c", "cli:d"}) EXPECT_TRUE(key_gone_everywhere(c, k)) << k;
+}
+
+TEST_F(cli, every_kind_is_kept_alive_while_the_command_runs) {
+  redis_cluster c{3};
+  const auto nodes = masters_of(c);
+  // Runs of 2.5 s on a ttl of 1 s: without renewals each would be lost (status 76).
+  const std::vector<std::vector<std::string>> kinds{
+      {"-r", "cli:ka-read", "--shared"}, {"-r", "cli:ka-write", "--write"},     {"-r", "cli:ka-sem", "--permits", "2"},
+      {"-r", "cli:ka-fence", "--fence"}, {"-r", "cli:ka-owner", "--reentrant"}, {"-r", "cli:ka-a", "-r", "cli:ka-b"}};
+  std::vector<std::unique_ptr<tool_process>> ps;
+  for (const auto& k : kinds) {
+    ps.push_back(start(cat(cat({"run", "--nodes", nodes, "--ttl", "1s", "--json"}, k), {"--", "sleep", "2.5"})));
+  }
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    SCOPED_TRACE(fmt::format("{} {}", kinds[i][1], kinds[i][2]));
+    const auto r = ps[i]->wait();
+    EXPECT_EQ(r.status, 0) << r.describe();
+    EXPECT_TRUE(contains(r.err, R"("event":"extended")")) << r.describe();
+    EXPECT_FALSE(contains(r.err, R"("event":"lost")")) << r.describe();
+  }
+  for (const char* k : {"cli:ka-read", "cli:ka-write", "cli:ka-sem", "cli:ka-fence", "cli:ka-owner", "cli:ka-a"}) {
+    EXPECT_TRUE(key_gone_everywhere(c, k)) << k;
+  }
+}
+
 // ---- status ------------------------------------------------------------------------------------
 
 TEST_F(cli, status_of_a_held_and_a_free_resource) {
@@ -698,6 +963,10 @@ TEST_F(cli, usage_and_configuration_errors) {
   usage({"run", "-r", "x", "--nodes", "127.0.0.1:1", "--json-fd", "97", "--", "true"}, "--json-fd 97");
   usage({"status"}, "missing the resource name");
   usage({"nodes", "up", "0"}, "not a number of masters");
+  usage({"run", "-r", "x", "--shared", "--permits", "2", "--", "true"}, "--shared and --permits cannot be combined");
+  usage({"run", "-r", "x", "--fence", "--shared", "--", "true"}, "--fence cannot be combined with --shared");
+  usage({"run", "-r", "x", "--permits", "0", "--", "true"}, "'0' is not a number of permits");
+  usage({"run", "-r", "x", "-r", "y", "--write", "--", "true"}, "several --resource cannot be combined with --write");
   config({"run", "-r", "x", "--nodes", "127.0.0.1:notaport", "--", "true"},
          "bad list of masters from --nodes: master 1 ('127.0.0.1:notaport'): port is not a number");
   config({"status", "--nodes", "[::1", "x"}, "missing ']'");

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -124,6 +126,106 @@ TEST(cli_run_options, usage_errors_name_the_problem) {
   expect_usage_error(args({"-r", "", "true"}), "empty");
   expect_usage_error(args({"-r", "x", "--json-fd", "-1", "true"}), "not a file descriptor");
   expect_usage_error(args({"-r", "x", "--request-timeout", "0", "true"}), "must be positive");
+}
+
+TEST(cli_run_options, kinds_of_lock) {
+  auto o = parse_run(args({"-r", "x", "true"}));
+  EXPECT_EQ(o.kind, redlock::lock_kind::exclusive);
+  EXPECT_EQ(o.permits, 1u);
+  EXPECT_FALSE(o.fence);
+  EXPECT_FALSE(o.owner);
+  EXPECT_FALSE(o.reentrant);
+  EXPECT_EQ(o.resources, (std::vector<std::string>{"x"}));
+
+  EXPECT_EQ(parse_run(args({"-r", "x", "--shared", "true"})).kind, redlock::lock_kind::read);
+  EXPECT_EQ(parse_run(args({"-r", "x", "--write", "true"})).kind, redlock::lock_kind::write);
+  o = parse_run(args({"-r", "x", "--permits", "3", "true"}));
+  EXPECT_EQ(o.kind, redlock::lock_kind::semaphore);
+  EXPECT_EQ(o.permits, 3u);
+  EXPECT_EQ(parse_run(args({"-r", "x", "--permits=1", "true"})).kind, redlock::lock_kind::semaphore);
+  EXPECT_EQ(parse_run(args({"-r", "x", "--permits", "1048576", "true"})).permits, 1048576u);
+  // The same kind twice is no conflict; the last number of permits counts.
+  EXPECT_EQ(parse_run(args({"-r", "x", "--shared", "--shared", "true"})).kind, redlock::lock_kind::read);
+  EXPECT_EQ(parse_run(args({"-r", "x", "--permits", "2", "--permits", "5", "true"})).permits, 5u);
+  EXPECT_TRUE(parse_run(args({"-r", "x", "--fence", "true"})).fence);
+  EXPECT_EQ(parse_run(args({"-r", "x", "--owner", "host-1/42/job", "true"})).owner, "host-1/42/job");
+  EXPECT_TRUE(parse_run(args({"-r", "x", "--reentrant", "true"})).reentrant);
+}
+
+TEST(cli_run_options, several_resources_in_order) {
+  const auto o = parse_run(args({"-r", "b", "--resource", "a", "--resource=c", "--", "true"}));
+  EXPECT_EQ(o.resources, (std::vector<std::string>{"b", "a", "c"}));
+  EXPECT_EQ(o.resource, "b");  // messages and REDLOCK_RESOURCE name the first
+  EXPECT_EQ(o.kind, redlock::lock_kind::exclusive);
+}
+
+TEST(cli_run_options, conflicting_kinds_are_usage_errors_naming_both_flags) {
+  expect_usage_error(args({"-r", "x", "--shared", "--permits", "2", "true"}),
+                     "--shared and --permits cannot be combined");
+  expect_usage_error(args({"-r", "x", "--permits", "2", "--shared", "true"}),
+                     "--permits and --shared cannot be combined");
+  expect_usage_error(args({"-r", "x", "--shared", "--write", "true"}), "--shared and --write cannot be combined");
+  expect_usage_error(args({"-r", "x", "--write", "--permits", "2", "true"}),
+                     "--write and --permits cannot be combined");
+  expect_usage_error(args({"-r", "x", "--fence", "--shared", "true"}), "--fence cannot be combined with --shared");
+  expect_usage_error(args({"-r", "x", "--write", "--fence", "true"}), "--fence cannot be combined with --write");
+  expect_usage_error(args({"-r", "x", "--fence", "--permits", "2", "true"}),
+                     "--fence cannot be combined with --permits");
+  expect_usage_error(args({"-r", "x", "--owner", "me", "--shared", "true"}),
+                     "--owner cannot be combined with --shared");
+  expect_usage_error(args({"-r", "x", "--reentrant", "--permits", "3", "true"}),
+                     "--reentrant cannot be combined with --permits");
+  expect_usage_error(args({"-r", "x", "--fence", "--owner", "me", "true"}), "--fence cannot be combined with --owner");
+  expect_usage_error(args({"-r", "x", "--reentrant", "--fence", "true"}),
+                     "--fence cannot be combined with --reentrant");
+  expect_usage_error(args({"-r", "x", "--owner", "me", "--reentrant", "true"}),
+                     "--owner and --reentrant cannot be combined");
+  for (const char* kind : {"--shared", "--write", "--fence", "--reentrant"}) {
+    expect_usage_error(args({"-r", "x", "-r", "y", kind, "true"}),
+                       fmt::format("several --resource cannot be combined with {}", kind));
+  }
+  expect_usage_error(args({"-r", "x", "-r", "y", "--permits", "2", "true"}),
+                     "several --resource cannot be combined with --permits");
+  expect_usage_error(args({"-r", "x", "-r", "y", "--owner", "me", "true"}),
+                     "several --resource cannot be combined with --owner");
+}
+
+TEST(cli_run_options, bad_kind_values_are_usage_errors) {
+  for (const char* bad : {"0", "-1", "two", "2x", "", "1048577", "99999999999999999999999"}) {
+    expect_usage_error(args({"-r", "x", "--permits", bad, "true"}), "is not a number of permits in 1..1048576");
+  }
+  expect_usage_error(args({"-r", "x", "--permits"}), "option --permits needs a value");
+  expect_usage_error(args({"-r", "x", "--shared=yes", "true"}), "takes no value");
+  expect_usage_error(args({"-r", "x", "--fence=1", "true"}), "takes no value");
+  expect_usage_error(args({"-r", "x", "-r", "x", "true"}), "--resource 'x' is given twice");
+  for (const std::string& bad : {std::string{}, std::string{"a b"}, std::string{"tab\there"}, std::string(257, 'o')}) {
+    try {
+      parse_run(std::vector<std::string>{"-r", "x", "--owner", bad, "true"});
+      ADD_FAILURE() << "no usage_error for owner '" << bad << "'";
+    } catch (const usage_error& e) {
+      EXPECT_NE(std::string_view{e.what()}.find("option --owner: not an owner id"), std::string_view::npos) << e.what();
+      if (!bad.empty()) {
+        EXPECT_EQ(std::string_view{e.what()}.find(bad), std::string_view::npos) << e.what();  // never repeated
+      }
+    }
+  }
+  EXPECT_EQ(parse_run(args({"-r", "x", "--owner", std::string(256, 'o').c_str(), "true"})).owner,
+            std::string(256, 'o'));
+  // --help skips the checks of the combination too.
+  EXPECT_TRUE(parse_run(args({"--shared", "--permits", "2", "--help"})).common.help);
+}
+
+TEST(cli_run_options, owner_ids_and_kind_flags) {
+  EXPECT_TRUE(valid_owner("a"));
+  EXPECT_TRUE(valid_owner("host/pid:42/task"));
+  EXPECT_FALSE(valid_owner(""));
+  EXPECT_FALSE(valid_owner("a b"));
+  EXPECT_FALSE(valid_owner("a\x7f"));
+  EXPECT_FALSE(valid_owner(std::string(257, 'a')));
+  EXPECT_EQ(kind_flag(redlock::lock_kind::read), "--shared");
+  EXPECT_EQ(kind_flag(redlock::lock_kind::write), "--write");
+  EXPECT_EQ(kind_flag(redlock::lock_kind::semaphore), "--permits");
+  EXPECT_EQ(kind_flag(redlock::lock_kind::exclusive), "");
 }
 
 TEST(cli_run_options, help_skips_the_requirements) {

@@ -76,7 +76,7 @@ Acquires the lock NAME, runs COMMAND while keeping the lock alive, forwards SIGI
 SIGTERM, SIGHUP and SIGQUIT to it, releases the lock when it exits, and exits with
 its status. If the lock is lost meanwhile, COMMAND gets SIGTERM (SIGKILL after --grace).
 
-  -r, --resource NAME      the lock's name (required)
+  -r, --resource NAME      the lock's name (required; repeat it for several resources)
   -t, --ttl DURATION       the lock's time to live, renewed while COMMAND runs (default 30s)
   -w, --wait DURATION      wait up to this long for the lock (default: one attempt)
       --max-hold DURATION  stop renewing after this long: COMMAND is then stopped (default: no limit)
@@ -86,8 +86,31 @@ its status. If the lock is lost meanwhile, COMMAND gets SIGTERM (SIGKILL after -
       --json               JSON events, one object per line, on stderr
       --json-fd N          JSON events on file descriptor N instead (implies --json)
 
-COMMAND's environment gains REDLOCK_RESOURCE, REDLOCK_KEY, REDLOCK_TTL_MS and
-REDLOCK_VALIDITY_MS.
+Kinds of lock (the default is a plain exclusive lock, as other Redlock clients take it):
+  -r A -r B ...            several resources: one lock on all of them, or none
+      --shared             a reader: shares NAME with other readers, excludes writers and
+                           plain locks
+      --write              a writer: excludes readers and writers like a plain lock, and
+                           while it waits (--wait) no new reader enters: readers cannot
+                           starve it (a waiting plain lock can be starved)
+      --permits P          a counting semaphore: at most P holders at once (P >= 1; all
+                           holders must use the same P). Needs semaphore_quorum(N,P)
+                           masters, the smallest q with q(P+1) > P*N (N when P >= N-1);
+                           --verbose says how many
+      --fence              a fencing token, strictly larger than any earlier holder's, in
+                           REDLOCK_FENCE
+      --owner ID           reentrant: runs with the same owner ID share the lock (a nested
+                           'redlock run --owner ID' re-enters instead of waiting); the lock
+                           is free once the last of them exits. ID is a secret: anyone who
+                           knows it enters
+      --reentrant          as --owner, with the owner from REDLOCK_OWNER (set by an
+                           enclosing 'redlock run --reentrant'), else a new random one
+--shared, --write and --permits exclude each other; --fence, --owner and --reentrant
+need a plain lock of one resource, and --fence goes with neither --owner nor --reentrant.
+
+COMMAND's environment gains REDLOCK_RESOURCE (the first resource), REDLOCK_RESOURCES
+(all, one per line), REDLOCK_KEY, REDLOCK_KEYS, REDLOCK_TTL_MS, REDLOCK_VALIDITY_MS,
+REDLOCK_FENCE (with --fence) and REDLOCK_OWNER (with --owner or --reentrant).
 
 Exit status: COMMAND's own (128+N when killed by signal N); 75 the lock could not be
 had; 76 the lock was lost while COMMAND ran; 126 COMMAND cannot be executed; 127

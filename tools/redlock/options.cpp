@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdint>
@@ -126,7 +127,79 @@ void check_resource(const std::string& r) {
   if (r.empty()) throw usage_error("the resource name is empty");
 }
 
+/// --shared, --write and --permits each choose the kind: two different ones conflict (said after
+/// the whole line is read, so that --help still wins).
+void set_kind(run_options& o, lock_kind k, std::string& conflict) {
+  if (o.kind != lock_kind::exclusive && o.kind != k && conflict.empty()) {
+    conflict = fmt::format(
+        "{} and {} cannot be combined: a lock is shared (--shared), a writer (--write) or a "
+        "semaphore (--permits P), one at a time",
+        kind_flag(o.kind), kind_flag(k));
+  }
+  o.kind = k;
+}
+
+/// The options that go only with a plain exclusive lock of one resource.
+void check_kind(const run_options& o) {
+  const bool plain = o.kind == lock_kind::exclusive;
+  const auto owner_flag = o.owner ? "--owner" : "--reentrant";
+  if (o.owner && o.reentrant) {
+    throw usage_error(
+        "--owner and --reentrant cannot be combined: --reentrant takes the owner from REDLOCK_OWNER "
+        "(or makes a new one), --owner names it");
+  }
+  if (o.fence && !plain) {
+    throw usage_error(fmt::format("--fence cannot be combined with {}: fencing tokens are for a plain exclusive lock",
+                                  kind_flag(o.kind)));
+  }
+  if ((o.owner || o.reentrant) && !plain) {
+    throw usage_error(fmt::format("{} cannot be combined with {}: reentrancy is for a plain exclusive lock", owner_flag,
+                                  kind_flag(o.kind)));
+  }
+  if (o.fence && (o.owner || o.reentrant)) {
+    throw usage_error(fmt::format(
+        "--fence cannot be combined with {}: a re-entered lock gets no fencing token of its own", owner_flag));
+  }
+  if (o.resources.size() > 1) {
+    std::string_view other;
+    if (!plain) {
+      other = kind_flag(o.kind);
+    } else if (o.fence) {
+      other = "--fence";
+    } else if (o.owner || o.reentrant) {
+      other = owner_flag;
+    }
+    if (!other.empty()) {
+      throw usage_error(fmt::format(
+          "several --resource cannot be combined with {}: only a plain exclusive lock covers several resources",
+          other));
+    }
+  }
+}
+
 }  // namespace
+
+bool valid_owner(std::string_view id) noexcept {
+  if (id.empty() || id.size() > 256) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u > 0x20 && u != 0x7f;
+  });
+}
+
+std::string_view kind_flag(lock_kind kind) noexcept {
+  switch (kind) {
+    case lock_kind::read:
+      return "--shared";
+    case lock_kind::write:
+      return "--write";
+    case lock_kind::semaphore:
+      return "--permits";
+    case lock_kind::exclusive:
+      break;
+  }
+  return {};
+}
 
 // ---- durations ----------------------------------------------------------------------------------
 
@@ -196,6 +269,7 @@ run_options parse_run(std::span<const std::string> args) {
   run_options o;
   arg_walker w{args, "run"};
   bool dashdash = false;
+  std::string kind_conflict;
   while (!w.done()) {
     if (w.current() == "--") {
       w.advance();
@@ -207,8 +281,39 @@ run_options parse_run(std::span<const std::string> args) {
     if (common_option(w, o.common)) continue;
     const auto& n = w.name();
     if (n == "--resource" || n == "-r") {
-      o.resource = w.value();
-      check_resource(o.resource);
+      auto r = w.value();
+      check_resource(r);
+      if (std::find(o.resources.begin(), o.resources.end(), r) != o.resources.end()) {
+        throw usage_error(fmt::format("--resource '{}' is given twice", r));
+      }
+      o.resources.push_back(std::move(r));
+    } else if (n == "--shared" || n == "--write") {
+      w.flag();
+      set_kind(o, n == "--shared" ? lock_kind::read : lock_kind::write, kind_conflict);
+    } else if (n == "--permits") {
+      const auto text = w.value();
+      std::size_t p = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), p);
+      if (ec != std::errc{} || end != text.data() + text.size() || p < 1 || p > max_permits) {
+        throw usage_error(fmt::format("option --permits: '{}' is not a number of permits in 1..{}", text, max_permits));
+      }
+      set_kind(o, lock_kind::semaphore, kind_conflict);
+      o.permits = p;
+    } else if (n == "--fence") {
+      w.flag();
+      o.fence = true;
+    } else if (n == "--owner") {
+      auto id = w.value();
+      if (!valid_owner(id)) {
+        // Not repeated: it may be a secret with a typo.
+        throw usage_error(fmt::format(
+            "option --owner: not an owner id ({} bytes; 1 to 256 bytes without blanks or control characters)",
+            id.size()));
+      }
+      o.owner = std::move(id);
+    } else if (n == "--reentrant") {
+      w.flag();
+      o.reentrant = true;
     } else if (n == "--ttl" || n == "-t") {
       o.ttl = w.duration();
       if (o.ttl.count() <= 0) throw usage_error("option --ttl must be positive");
@@ -235,8 +340,11 @@ run_options parse_run(std::span<const std::string> args) {
     }
   }
   for (; !w.done(); w.advance()) o.command.emplace_back(w.current());
+  if (!o.resources.empty()) o.resource = o.resources.front();
   if (o.common.help) return o;
   if (o.resource.empty()) throw usage_error("missing --resource NAME");
+  if (!kind_conflict.empty()) throw usage_error(kind_conflict);
+  check_kind(o);
   if (o.command.empty()) {
     throw usage_error(dashdash ? "missing the command after '--'"
                                : "missing the command to run (redlock run --resource NAME [options] -- CMD [ARGS...])");

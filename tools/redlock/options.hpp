@@ -5,6 +5,7 @@
 /// functions), so all of it is unit-tested.
 
 #include <redlock/config.hpp>
+#include <redlock/lock_options.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -68,7 +69,13 @@ struct common_options {
 /// `redlock run [options] [--] CMD [ARGS...]`.
 struct run_options {
   common_options common;
-  std::string resource;                    ///< --resource NAME (required)
+  std::string resource;                    ///< the first --resource NAME (required): what messages name
+  std::vector<std::string> resources;      ///< every --resource NAME, in order (several: one lock on all)
+  lock_kind kind = lock_kind::exclusive;   ///< --shared (read), --write, --permits P (semaphore)
+  std::size_t permits = 1;                 ///< --permits P
+  bool fence = false;                      ///< --fence
+  std::optional<std::string> owner;        ///< --owner ID
+  bool reentrant = false;                  ///< --reentrant (the owner from REDLOCK_OWNER, else a new one)
   std::chrono::milliseconds ttl{30000};    ///< --ttl DUR
   std::chrono::milliseconds wait{0};       ///< --wait DUR (0: one attempt)
   std::chrono::milliseconds max_hold{0};   ///< --max-hold DUR (0: no limit)
@@ -93,6 +100,15 @@ struct nodes_options {
   bool verbose = false;
   bool help = false;
 };
+
+/// Most permits `--permits` accepts (the library's bound).
+inline constexpr std::size_t max_permits = std::size_t{1} << 20;
+
+/// True when `id` is a valid owner for reentrancy: 1 to 256 bytes, no blanks or control characters.
+bool valid_owner(std::string_view id) noexcept;
+
+/// The flag that chose `kind`: "--shared", "--write", "--permits"; empty for the plain lock.
+std::string_view kind_flag(lock_kind kind) noexcept;
 
 /// Each parser throws `usage_error` naming the offending argument. `args` excludes the program
 /// and command names. With `--help` the other requirements are not checked.

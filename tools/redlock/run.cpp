@@ -4,6 +4,7 @@
 #include "commands.hpp"
 #include "output.hpp"
 #include <redlock/client.hpp>
+#include <redlock/core/quorum.hpp>
 #include <redlock/core/validity.hpp>
 #include <redlock/format.hpp>
 
@@ -28,6 +29,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <random>
 #include <signal.h>
 #include <string>
 #include <utility>
@@ -145,12 +147,31 @@ std::string_view loss_reason_name(const error_code& reason) {
   return reason.category() == error_category() ? to_string(static_cast<error>(reason.value())) : "other";
 }
 
+/// The resources as messages name them: "'a'", or "'a', 'b'".
+std::string subject_of(const std::vector<std::string>& resources) {
+  std::string out;
+  for (const auto& r : resources) out += fmt::format("{}'{}'", out.empty() ? "" : ", ", r);
+  return out;
+}
+
+/// A new owner id for --reentrant: 20 bytes of the OS's random source, in hex.
+std::string new_owner() {
+  std::random_device random;
+  std::string out;
+  for (int i = 0; i < 5; ++i) out += fmt::format("{:08x}", static_cast<std::uint32_t>(random()));
+  return out;
+}
+
 class runner {
  public:
-  runner(const run_options& o, const resolved_config& cfg)
+  runner(const run_options& o, const resolved_config& cfg, std::string owner_note)
       : o_(o),
         cfg_(cfg),
+        owner_note_(std::move(owner_note)),
         key_(key_of(cfg, o.resource)),
+        subject_(subject_of(o.resources)),
+        quorum_(o.kind == lock_kind::semaphore ? core::semaphore_quorum(cfg.client.masters.size(), o.permits)
+                                               : majority_of(cfg.client.masters.size())),
         json_fd_(o.json_fd >= 0 ? o.json_fd : STDERR_FILENO),
         inherited_(inherited_descriptors()),
         term_signals_(ioc_),
@@ -167,6 +188,12 @@ class runner {
     setup_signals();
     locks_.emplace(ioc_.get_executor(), cfg_.client);
     for (const auto& n : cfg_.notes) verbose(n);
+    if (o_.kind == lock_kind::semaphore) {
+      const auto n = cfg_.client.masters.size();
+      verbose(fmt::format("a semaphore of {} permit{} needs {} of the {} masters (semaphore quorum){}", o_.permits,
+                          o_.permits == 1 ? "" : "s", quorum_, n, quorum_ == n ? ": every master must answer" : ""));
+    }
+    if (!owner_note_.empty()) verbose(owner_note_);
     started_ = clock_type::now();
     auto connect_timeout = milliseconds{0};
     for (const auto& m : cfg_.client.masters) connect_timeout = std::max(connect_timeout, m.connect_timeout);
@@ -353,15 +380,81 @@ class runner {
   void start_acquire() {
     auto handler = asio::bind_cancellation_slot(cancel_acquire_.slot(),
                                                 [this](error_code ec, redlock::lock l) { acquired(ec, std::move(l)); });
-    if (o_.wait.count() > 0) {
-      locks_->async_lock(o_.resource, o_.ttl, std::move(handler));
+    const bool wait = o_.wait.count() > 0;
+    if (o_.resources.size() > 1) {
+      if (wait) {
+        locks_->async_lock_all(o_.resources, o_.ttl, std::move(handler));
+      } else {
+        locks_->async_try_lock_all(o_.resources, o_.ttl, std::move(handler));
+      }
+    } else if (plain()) {
+      // The plain lock keeps the library's plain path (SET NX PX, interoperable).
+      if (wait) {
+        locks_->async_lock(o_.resource, o_.ttl, std::move(handler));
+      } else {
+        locks_->async_try_lock(o_.resource, o_.ttl, std::move(handler));
+      }
+    } else if (wait) {
+      locks_->async_lock(o_.resource, o_.ttl, kind_options(), std::move(handler));
     } else {
-      locks_->async_try_lock(o_.resource, o_.ttl, std::move(handler));
+      locks_->async_try_lock(o_.resource, o_.ttl, kind_options(), std::move(handler));
     }
   }
 
+  /// A plain exclusive lock of one resource, without fence or owner.
+  bool plain() const noexcept {
+    return o_.resources.size() <= 1 && o_.kind == lock_kind::exclusive && !o_.fence && !o_.owner;
+  }
+
+  lock_options kind_options() const {
+    lock_options lo;
+    lo.kind = o_.kind;
+    lo.permits = o_.kind == lock_kind::semaphore ? o_.permits : 1;
+    lo.fence = o_.fence;
+    lo.owner = o_.owner.value_or(std::string{});
+    return lo;
+  }
+
+  /// What the lock is, for messages: "", " as a reader", " as one of its 3 permits", ...
+  std::string kind_text() const {
+    switch (o_.kind) {
+      case lock_kind::read:
+        return " as a reader";
+      case lock_kind::write:
+        return " as a writer";
+      case lock_kind::semaphore:
+        return fmt::format(" as one of its {} permit{}", o_.permits, o_.permits == 1 ? "" : "s");
+      case lock_kind::exclusive:
+        break;
+    }
+    return o_.owner ? " as a reentrant owner" : "";
+  }
+
+  /// Why the lock was refused, by kind.
+  std::string held_text() const {
+    if (o_.resources.size() > 1) return fmt::format("one of {} is held by someone else", subject_);
+    switch (o_.kind) {
+      case lock_kind::read:
+        return fmt::format("{} is held by a writer, or a writer waits for it", subject_);
+      case lock_kind::semaphore:
+        return fmt::format("all {} permit{} of {} are taken", o_.permits, o_.permits == 1 ? "" : "s", subject_);
+      case lock_kind::write:
+      case lock_kind::exclusive:
+        break;
+    }
+    return fmt::format("{} is held by someone else", subject_);
+  }
+
+  /// The resources as a JSON list, on events about several.
+  void add_resources(json_writer& j) const {
+    if (o_.resources.size() <= 1) return;
+    j.key("resources").begin_array();
+    for (const auto& r : o_.resources) j.value(r);
+    j.end_array();
+  }
+
   void interrupted() {
-    say(fmt::format("interrupted by {} while waiting for '{}'", signal_name(interrupted_by_), o_.resource));
+    say(fmt::format("interrupted by {} while waiting for {}", signal_name(interrupted_by_), subject_));
     auto j = event("not_acquired");
     j.field("key", key_).field("reason", "interrupted").field("signal", signal_name(interrupted_by_));
     emit(j);
@@ -379,15 +472,21 @@ class runner {
       return;
     }
     const auto validity = std::chrono::duration_cast<milliseconds>(lock_.validity_deadline() - clock_type::now());
-    verbose(fmt::format("acquired '{}' (key '{}') after {} attempt{}, validity {}", o_.resource, printable(key_),
-                        lock_.attempts(), lock_.attempts() == 1 ? "" : "s", format_duration(validity)));
+    verbose(fmt::format("acquired {}{} (key '{}') after {} attempt{}, validity {}{}", subject_, kind_text(),
+                        printable(key_), lock_.attempts(), lock_.attempts() == 1 ? "" : "s", format_duration(validity),
+                        o_.fence ? fmt::format(", fencing token {}", lock_.fence()) : ""));
     verbose_masters(lock_.masters());
     {
       auto j = event("acquired");
       j.field("key", key_)
           .field("ttl_ms", static_cast<std::int64_t>(o_.ttl.count()))
           .field("validity_ms", static_cast<std::int64_t>(validity.count()))
-          .field("attempts", lock_.attempts());
+          .field("attempts", lock_.attempts())
+          .field("kind", to_string(o_.kind))
+          .field("quorum", quorum_);
+      if (o_.kind == lock_kind::semaphore) j.field("permits", o_.permits);
+      if (o_.fence) j.field("fence", static_cast<std::int64_t>(lock_.fence()));
+      add_resources(j);
       add_masters(j, lock_.masters());
       emit(j);
     }
@@ -410,7 +509,7 @@ class runner {
     if (ec == error::not_acquired) {
       reason = "held";
       const auto taken = count([](const master_result& r) { return r.status == master_status::taken; });
-      message = fmt::format("'{}' is held by someone else (taken on {} of {} masters); {}", o_.resource, taken, n,
+      message = fmt::format("{} (taken on {} of {} masters); {}", held_text(), taken, n,
                             o_.wait.count() > 0 ? fmt::format("gave up after waiting {} ({} attempts)",
                                                               format_duration(o_.wait), lock_.attempts())
                                                 : std::string{"use --wait DURATION to wait for it"});
@@ -430,29 +529,34 @@ class runner {
       }
       std::string details;
       for (const auto& [text, k] : why) details += fmt::format("{}{} {}", details.empty() ? "" : "; ", k, text);
-      message = fmt::format("cannot lock '{}': masters unavailable: {} of {} answered, {} needed ({})", o_.resource,
-                            answered, n, majority_of(n), details);
+      message = fmt::format("cannot lock {}: masters unavailable: {} of {} answered, {} needed ({})", subject_,
+                            answered, n, quorum_, details);
     } else if (ec == error::validity_expired) {
       reason = "too_slow";
-      message = fmt::format("cannot lock '{}': the masters answered too slowly for a ttl of {} (no validity left)",
-                            o_.resource, format_duration(o_.ttl));
+      message = fmt::format("cannot lock {}: the masters answered too slowly for a ttl of {} (no validity left)",
+                            subject_, format_duration(o_.ttl));
     } else if (ec == error::invalid_argument) {
       reason = "invalid_argument";
       status = exit_usage;
-      message = fmt::format("cannot lock '{}': {} (resource name or ttl)", o_.resource, ec.message());
+      message = fmt::format("cannot lock {}: {} (resource name, ttl or owner)", subject_, ec.message());
     } else if (ec == error::invalid_config) {
       reason = "invalid_config";
       status = exit_config;
-      message = fmt::format("cannot lock '{}': {}", o_.resource, ec.message());
+      message = fmt::format("cannot lock {}: {}", subject_, ec.message());
     } else {
       reason = "error";
       status = exit_software;
-      message = fmt::format("cannot lock '{}': {}", o_.resource, ec.message());
+      message = fmt::format("cannot lock {}: {}", subject_, ec.message());
     }
     say(message);
     verbose_masters(nodes);
     auto j = event("not_acquired");
-    j.field("key", key_).field("reason", reason).field("message", message).field("attempts", lock_.attempts());
+    j.field("key", key_)
+        .field("reason", reason)
+        .field("message", message)
+        .field("attempts", lock_.attempts())
+        .field("quorum", quorum_);
+    add_resources(j);
     add_masters(j, nodes);
     emit(j);
     finish(status);
@@ -468,16 +572,26 @@ class runner {
     }
     std::vector<std::string> args = o_.command;
     std::vector<std::string> env;
-    const std::map<std::string, std::string> ours{
+    std::map<std::string, std::string> ours{
         {"REDLOCK_RESOURCE", o_.resource},
         {"REDLOCK_KEY", key_},
         {"REDLOCK_TTL_MS", std::to_string(o_.ttl.count())},
         {"REDLOCK_VALIDITY_MS", std::to_string(validity.count())},
     };
+    std::string names, keys;
+    for (const auto& r : o_.resources) {
+      names += (names.empty() ? "" : "\n") + r;
+      keys += (keys.empty() ? "" : "\n") + key_of(cfg_, r);
+    }
+    ours["REDLOCK_RESOURCES"] = names;
+    ours["REDLOCK_KEYS"] = keys;
+    if (o_.fence) ours["REDLOCK_FENCE"] = std::to_string(lock_.fence());
+    if (o_.owner) ours["REDLOCK_OWNER"] = *o_.owner;  // for a nested `redlock run --reentrant`
     for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
       const std::string_view kv = *e;
-      const auto name = kv.substr(0, kv.find('='));
-      if (ours.find(std::string{name}) == ours.end()) env.emplace_back(kv);
+      const std::string name{kv.substr(0, kv.find('='))};
+      // An outer run's fencing token is not this lock's: never passed on.
+      if (ours.find(name) == ours.end() && name != "REDLOCK_FENCE") env.emplace_back(kv);
     }
     for (const auto& [k, v] : ours) env.push_back(k + "=" + v);
     std::vector<char*> argv, envp;
@@ -598,7 +712,7 @@ class runner {
       if (const auto n = lock_.extensions(); n != extensions_seen_ && !lock_.lost()) {
         extensions_seen_ = n;
         const auto validity = std::chrono::duration_cast<milliseconds>(lock_.validity_deadline() - clock_type::now());
-        verbose(fmt::format("extended '{}' (extension {}), validity {}", o_.resource, n, format_duration(validity)));
+        verbose(fmt::format("extended {} (extension {}), validity {}", subject_, n, format_duration(validity)));
         const auto nodes = lock_.masters();
         verbose_masters(nodes);
         auto j = event("extended");
@@ -619,7 +733,7 @@ class runner {
     const auto why = reason == error::extension_limit
                          ? fmt::format("--max-hold {} reached", format_duration(o_.max_hold))
                          : reason.message();
-    const auto message = fmt::format("lost the lock on '{}' ({}): stopping the command with SIGTERM", o_.resource, why);
+    const auto message = fmt::format("lost the lock on {} ({}): stopping the command with SIGTERM", subject_, why);
     say(message);
     verbose_masters(lock_.masters());
     auto j = event("lost");
@@ -650,10 +764,10 @@ class runner {
     lock_.async_unlock([this, status](error_code ec, std::size_t held) {
       const auto nodes = lock_.masters();
       if (ec) {
-        say(fmt::format("releasing '{}' failed ({}): its keys expire with the ttl ({})", o_.resource, ec.message(),
+        say(fmt::format("releasing {} failed ({}): its keys expire with the ttl ({})", subject_, ec.message(),
                         format_duration(o_.ttl)));
       } else {
-        verbose(fmt::format("released '{}' ({} of {} masters still held it)", o_.resource, held, nodes.size()));
+        verbose(fmt::format("released {} ({} of {} masters still held it)", subject_, held, nodes.size()));
       }
       verbose_masters(nodes);
       auto j = event("released");
@@ -694,7 +808,10 @@ class runner {
 
   const run_options& o_;
   const resolved_config& cfg_;
+  std::string owner_note_;  // for --verbose: where the owner of --reentrant came from
   std::string key_;
+  std::string subject_;  // "'NAME'", or "'A', 'B'" for several resources
+  std::size_t quorum_;   // masters that must grant: a majority, or the semaphore's quorum
   int json_fd_;
   std::vector<int> inherited_;
   std::vector<saved_signal> saved_;
@@ -745,7 +862,26 @@ int run_command(const run_options& o, const resolved_config& cfg) {
   c.retry.max_attempts = 0;
   resolved_config adjusted = cfg;
   adjusted.client = std::move(c);
-  runner r{o, adjusted};
+
+  // --reentrant: the owner of an enclosing `redlock run` (REDLOCK_OWNER), else a new one that the
+  // command inherits, so that a nested `redlock run --reentrant` re-enters instead of waiting.
+  run_options with_owner = o;
+  std::string owner_note;
+  if (o.reentrant) {
+    if (const char* inherited = std::getenv("REDLOCK_OWNER"); inherited != nullptr && *inherited != '\0') {
+      if (!valid_owner(inherited)) {
+        throw config_error(
+            "REDLOCK_OWNER is not an owner id (1 to 256 bytes without blanks or control characters); unset it for a "
+            "new owner");
+      }
+      with_owner.owner = inherited;
+      owner_note = "reentrant: the owner from REDLOCK_OWNER (shared with the enclosing runs of that owner)";
+    } else {
+      with_owner.owner = new_owner();
+      owner_note = "reentrant: a new owner, passed to the command as REDLOCK_OWNER";
+    }
+  }
+  runner r{with_owner, adjusted, std::move(owner_note)};
   return r.run();
 }
 
