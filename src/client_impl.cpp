@@ -580,6 +580,7 @@ void client_impl::defer_release(std::size_t i, std::string_view payload, std::ch
 void client_impl::on_link_down(std::size_t i) { deferred_[i].connection_lost(clock_type::now()); }
 
 void client_impl::on_link_up(std::size_t i) {
+  if (!closed_) load_scripts(i);
   // A new connection has no subscriptions: waiters queued on this master are woken through it.
   if (inbox_wanted_ && !closed_) subscribe_inbox(i);
   if (deferred_[i].empty() || closed_) return;
@@ -684,6 +685,46 @@ std::string client_impl::new_waiter(op_base& op) {
 
 void client_impl::forget_waiter(std::string_view member) noexcept {
   if (const auto n = waiter_number(member, inbox_)) waiters_.erase(*n);
+}
+
+namespace {
+
+// Answers to SCRIPT LOAD: a master that refuses (an ACL without SCRIPT, say) still works through
+// the EVAL fallback; logged once per connection.
+struct script_load_sink final : reply_sink {
+  explicit script_load_sink(std::weak_ptr<client_impl> c) : owner(std::move(c)) {}
+  std::weak_ptr<client_impl> owner;
+  std::uint64_t last_logged = ~std::uint64_t{0};
+  void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override {
+    if (!ec || ec == asio::error::operation_aborted || tag == last_logged) return;
+    auto c = owner.lock();
+    if (!c) return;
+    last_logged = tag;
+    const auto* v = resp::reply_value(r);
+    REDLOCK_LOG(c->log(), log_level::info, "master {}: scripts not preloaded ({}{}{}); EVALSHA falls back to EVAL",
+                master_of(tag) + 1, describe(ec), v && ec == error::server_error ? ": " : "",
+                v && ec == error::server_error ? printable(v->value, 160) : std::string{});
+  }
+};
+
+}  // namespace
+
+void client_impl::load_scripts(std::size_t i) {
+  // Once per connection: a link that comes back without reconnecting (a stall that healed) still
+  // has its scripts.
+  if (scripts_loaded_.size() != links_.size()) scripts_loaded_.assign(links_.size(), 0);
+  const auto connects = links_[i]->stats().connects;
+  if (scripts_loaded_[i] == connects) return;
+  scripts_loaded_[i] = connects;
+  if (!scripts_sink_) scripts_sink_ = std::make_shared<script_load_sink>(weak_from_this());
+  if (scripts_payload_.empty()) {
+    resp::request req;
+    for (const auto* s : all_scripts) req.push("SCRIPT", "LOAD", s->body);
+    scripts_payload_ = std::move(req).take_payload();
+  }
+  // Queued before anything this connection carries for a lock: FIFO puts every EVALSHA after it.
+  (void)links_[i]->submit(scripts_payload_, std::size(all_scripts), clock_type::now() + cfg_.release_timeout,
+                          scripts_sink_, make_tag(++script_loads_, i));
 }
 
 void client_impl::subscribe_inbox(std::size_t i) {

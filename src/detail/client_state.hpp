@@ -306,6 +306,8 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   // new connection. Before the first fair round, so that no wake-up can be missed.
   void ensure_inbox();
   void subscribe_inbox(std::size_t i);
+  // Loads every script on master `i`'s new connection (see all_scripts).
+  void load_scripts(std::size_t i);
   // Whether a release of this client saw waiters queued for `key` lately: its next acquisition of
   // `key` queues from the first round, so that it cannot jump ahead of them.
   bool recently_contended(const std::string& key);
@@ -389,6 +391,10 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   std::string wake_channel_;  // where the masters wake them
   bool inbox_wanted_ = false;
   std::shared_ptr<reply_sink> inbox_sink_;
+  std::shared_ptr<reply_sink> scripts_sink_;
+  std::string scripts_payload_;
+  std::uint64_t script_loads_ = 0;
+  std::vector<std::uint64_t> scripts_loaded_;  // per master: the connection (`connects`) loaded
   std::uint64_t next_waiter_ = 0;
   std::unordered_map<std::uint64_t, op_base*> waiters_;                // waiting lock operations by number
   std::unordered_map<std::string, clock_type::time_point> contended_;  // lock key -> hint's end

@@ -328,4 +328,21 @@ inline constexpr std::string_view permits_suffix = ":redlock-permits";
 /// What a read/write lock's key holds while readers hold it (never a token: those are hex).
 inline constexpr std::string_view readers_marker = "redlock:readers";
 
+/// Every script, loaded (`SCRIPT LOAD`) on each new connection before any request of a lock can
+/// use it, so that an `EVALSHA` never meets an empty script cache: its `NOSCRIPT` answer, coming
+/// after the quorum decided, would leave that master without the key (a plain `SET` in flight
+/// still lands). The fallback to `EVAL` stays for a cache flushed while connected.
+inline constexpr const script* all_scripts[] = {
+    &release_script,           &extend_script,
+    &fair_acquire_script,      &fence_acquire_script,
+    &fence_confirm_script,     &multi_acquire_script,
+    &multi_release_script,     &multi_extend_script,
+    &reentrant_acquire_script, &reentrant_release_script,
+    &reentrant_extend_script,  &read_acquire_script,
+    &read_release_script,      &read_extend_script,
+    &write_acquire_script,     &write_leave_script,
+    &semaphore_acquire_script, &semaphore_release_script,
+    &semaphore_extend_script,
+};
+
 }  // namespace redlock::detail
