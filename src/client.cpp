@@ -64,9 +64,11 @@ struct lock_op final : op_base {
   std::shared_ptr<lock_state> st;
   std::optional<lock_handler> handler;
   core::lock_fsm fsm;
-  asio::steady_timer timer;  // the retry delay
-  std::string member;        // the waiter's name in the masters' queues, once it queued
-  std::int64_t ticket = 0;   // sent with the fair round in progress
+  asio::steady_timer timer;         // the retry delay
+  std::string member;               // the waiter's name in the masters' queues, once it queued
+  std::int64_t ticket = 0;          // sent with the fair round in progress
+  std::uint64_t acquire_round = 0;  // the last round of acquire requests
+  std::uint64_t confirm_round = 0;  // the last round of fence confirmations
 
   void start() {
     auto& c = *owner;
@@ -115,6 +117,7 @@ struct lock_op final : op_base {
           }
         }
         c.note_attempt();
+        acquire_round = fsm.round();
         if (a.fair) {
           if (member.empty()) {
             member = c.new_waiter(*this);
@@ -133,6 +136,7 @@ struct lock_op final : op_base {
         // The granting masters disagree on the fence: those behind are raised to it while they
         // still hold our key (docs/safety.md, "Fencing tokens").
         c.note_confirm();
+        confirm_round = fsm.round();
         return c.send_some(c.scratch_step(step::confirm, *st, a.fence), a.at, shared_from_this(), fsm.round(),
                            [this](std::size_t i) { return fsm.needs_confirm(i); });
       case core::lock_action::type::sleep:
@@ -178,6 +182,20 @@ struct lock_op final : op_base {
 
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override {
     if (client_impl::is_release(tag)) return;  // a failed round's release: nobody waits for it
+    if (!(tag & eval_flag) && core::is_noscript(ec, r) && st->scripted() && st->kind != lock_kind::write &&
+        fsm.done() && st->held && (round_of(tag) == acquire_round || round_of(tag) == confirm_round)) {
+      // The lock was granted before this master's NOSCRIPT came back (a request queued while the
+      // connection was being made goes before the scripts are loaded on it), so the master holds
+      // nothing of ours: without this, the lock would stand on a bare quorum. The EVAL goes out
+      // before any release of the lock can (one is sent only after `held` is cleared), so it
+      // cannot run after the release and leave a key behind. Not for a writer: a late acquire that
+      // met readers would leave a claim that nothing drops.
+      const auto payload =
+          round_of(tag) == acquire_round ? c_step(step::acquire, st->ttl.count()) : c_step(step::confirm, st->fence);
+      (void)owner->link(master_of(tag))
+          .submit(payload, 1, clock_type::now() + owner->config().request_timeout, shared_from_this(), tag | eval_flag);
+      return;
+    }
     if (!(tag & eval_flag) && core::is_noscript(ec, r) && st->scripted() && fsm.awaiting(round_of(tag))) {
       // As below, for a lock kind's acquire script or the fence confirmation.
       const auto i = master_of(tag);

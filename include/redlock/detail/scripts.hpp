@@ -331,7 +331,9 @@ inline constexpr std::string_view readers_marker = "redlock:readers";
 /// Every script, loaded (`SCRIPT LOAD`) on each new connection before any request of a lock can
 /// use it, so that an `EVALSHA` never meets an empty script cache: its `NOSCRIPT` answer, coming
 /// after the quorum decided, would leave that master without the key (a plain `SET` in flight
-/// still lands). The fallback to `EVAL` stays for a cache flushed while connected.
+/// still lands). Requests queued while the first connection was being made go before them: a
+/// lock whose `NOSCRIPT` comes after its quorum sends its `EVAL` while it is still held (see
+/// `lock_op::on_reply`). The fallback to `EVAL` stays for a cache flushed while connected.
 inline constexpr const script* all_scripts[] = {
     &release_script,           &extend_script,
     &fair_acquire_script,      &fence_acquire_script,
