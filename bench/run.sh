@@ -15,7 +15,7 @@ if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=cc
 cmake --preset release "${launcher[@]}" >/dev/null
 # redlock_worker: the safety suite's worker, which scenario (g) runs as four processes.
 cmake --build --preset release --target redlock_bench redlock_worker keep_alive_bench connection_bench \
-  cycle_cost_bench floor_bench
+  cycle_cost_bench floor_bench kinds_bench
 mkdir -p bench/results
 out=bench/results
 
@@ -29,14 +29,18 @@ fi
 if [ "$quick" = 1 ]; then
   args=(--cycles 2000 --seconds 2 --contention-runs 3 --g-seconds 10 --g-no-fair-seconds 10)
   ka=(--locks 2000 --seconds 10)
+  kinds=(--rounds 3 --cycles 200 --seconds 2)
 else
   args=(--cycles 5000 --seconds 3 --contention-runs 10 --g-seconds 40 --g-no-fair-seconds 20)
   ka=(--locks 10000 --seconds 30)
+  kinds=(--rounds 10 --cycles 300 --seconds 5)
 fi
 # --floor-bench: the independent floor (no redlock code) on the same masters, right before (a).
 build/release/bench/redlock_bench "${args[@]}" --json "${out}/redlock_bench.json" \
   --floor-bench build/release/bench/floor_bench ${peers:+--hold-for-peers "$peers"}
 build/release/bench/keep_alive_bench "${ka[@]}" --json "${out}/keep_alive_bench.json"
 build/release/bench/connection_bench --json "${out}/connection_bench.json"
+build/release/bench/kinds_bench "${kinds[@]}" --json "${out}/kinds_bench.json"
 python3 bench/report.py cycle-cost build/release/bench/cycle_cost_bench "${out}"
+python3 bench/report.py cycle-cost-kinds build/release/bench/cycle_cost_bench "${out}"
 python3 bench/report.py "${out}"
