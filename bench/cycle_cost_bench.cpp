@@ -135,7 +135,8 @@ int main(int argc, char** argv) {
   std::printf("cycles=%d allocations=%lu failures=%ld handlers=%lu handlers_per_cycle=%.2f handlers_per_reply=%.2f\n",
               cycles, allocations.load(), failures, handlers, static_cast<double>(handlers) / cycles,
               static_cast<double>(handlers) / cycles / replies_per_cycle);
-  if (kind == "fence") std::printf("fence_confirmations=%lu\n", static_cast<unsigned long>(c.stats().fence_confirmations));
+  if (kind == "fence")
+    std::printf("fence_confirmations=%lu\n", static_cast<unsigned long>(c.stats().fence_confirmations));
   c.close();
   ioc.run_for(50ms);
   return failures == 0 ? 0 : 1;

@@ -4,8 +4,8 @@
 // threads change nothing.
 
 #include <redlock/client.hpp>
-#include <redlock/detail/scripts.hpp>
 #include <redlock/connection.hpp>
+#include <redlock/detail/scripts.hpp>
 #include <redlock/observe.hpp>
 #include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
@@ -20,11 +20,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
