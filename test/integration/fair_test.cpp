@@ -13,6 +13,7 @@
 #include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
 #include <redlock_test/fault_proxy.hpp>
+#include <redlock_test/raw_reply.hpp>
 #include <redlock_test/redis_cluster.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -58,29 +59,9 @@ using redlock::test::use_tuple;
 using clock_type = std::chrono::steady_clock;
 using ms = std::chrono::milliseconds;
 
-// ---- reading raw RESP2 replies of redis_node::command ---------------------------------------------
-
-// "*2\r\n$3\r\nabc\r\n$1\r\nx\r\n" -> {"abc", "x"}; anything else (nil, error) -> {}.
-std::vector<std::string> strings_of(const std::string& raw) {
-  std::vector<std::string> out;
-  if (raw.empty() || raw[0] != '*') return out;
-  std::size_t pos = raw.find("\r\n");
-  const long n = std::stol(raw.substr(1, pos - 1));
-  pos += 2;
-  for (long i = 0; i < n && pos < raw.size(); ++i) {
-    if (raw[pos] != '$') break;
-    const auto eol = raw.find("\r\n", pos);
-    const long len = std::stol(raw.substr(pos + 1, eol - pos - 1));
-    pos = eol + 2;
-    if (len < 0) continue;
-    out.push_back(raw.substr(pos, static_cast<std::size_t>(len)));
-    pos += static_cast<std::size_t>(len) + 2;
-  }
-  return out;
-}
-
-std::string bulk(const std::string& v) { return "$" + std::to_string(v.size()) + "\r\n" + v + "\r\n"; }
-const std::string nil = "$-1\r\n";
+using redlock::test::bulk;
+using redlock::test::nil;
+using redlock::test::strings_of;
 
 std::string queue_of(const std::string& key) { return key + std::string{redlock::detail::queue_suffix}; }
 std::string expiry_of(const std::string& key) { return key + std::string{redlock::detail::expiry_suffix}; }
@@ -107,15 +88,10 @@ std::shared_ptr<pending_lock> start_lock(redlock::client& c, const std::string& 
   return p;
 }
 
-// Waits, bounded, until `pred()`; false if it never held.
+// This file's waits: 10 s at most, checked every 2 ms (hand-overs are observed as they happen).
 asio::awaitable<bool> until(const std::function<bool()>& pred, clock_type::duration limit = 10s,
                             clock_type::duration step = 2ms) {
-  const auto end = clock_type::now() + limit;
-  while (!pred()) {
-    if (clock_type::now() >= end) co_return false;
-    co_await sleep_for(step);
-  }
-  co_return true;
+  co_return co_await redlock::test::until(pred, limit, step);
 }
 
 // Five masters and what they keep for a lock: its key, its waiter queue and the queue's expiries.

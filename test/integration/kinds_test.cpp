@@ -9,6 +9,7 @@
 #include <redlock/detail/scripts.hpp>
 #include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
+#include <redlock_test/raw_reply.hpp>
 #include <redlock_test/redis_cluster.hpp>
 
 #include <boost/asio/co_spawn.hpp>
@@ -37,6 +38,7 @@ using redlock::lock_options;
 using redlock::master_status;
 using redlock::test::run_test;
 using redlock::test::sleep_for;
+using redlock::test::until;
 using redlock::test::use_tuple;
 using clock_type = std::chrono::steady_clock;
 using ms = std::chrono::milliseconds;
@@ -75,31 +77,8 @@ lock_options owned_by(std::string owner) {
 std::string holds_of(const std::string& key) { return key + std::string{redlock::detail::holds_suffix}; }
 std::string counter_of(const std::string& key) { return key + std::string{redlock::detail::fence_suffix}; }
 
-// ---- raw RESP2 replies of redis_node::command -----------------------------------------------------
-
-// "$3\r\nabc\r\n" -> "abc"; nil -> none.
-std::optional<std::string> bulk_of(const std::string& raw) {
-  if (raw.size() < 4 || raw[0] != '$' || raw[1] == '-') return std::nullopt;
-  const auto eol = raw.find("\r\n");
-  return raw.substr(eol + 2, std::stoul(raw.substr(1, eol - 1)));
-}
-
-// ":42\r\n" -> 42; anything else throws (the test fails with the reply).
-std::int64_t integer_of(const std::string& raw) {
-  if (raw.empty() || raw[0] != ':') throw std::runtime_error("not an integer reply: " + raw);
-  return std::stoll(raw.substr(1));
-}
-
-// Waits, bounded, until `pred()`; false if it never held.
-asio::awaitable<bool> until(const std::function<bool()>& pred, clock_type::duration limit = 5s,
-                            clock_type::duration step = 5ms) {
-  const auto end = clock_type::now() + limit;
-  while (!pred()) {
-    if (clock_type::now() >= end) co_return false;
-    co_await sleep_for(step);
-  }
-  co_return true;
-}
+using redlock::test::bulk_of;
+using redlock::test::integer_of;
 
 struct kinds : ::testing::Test {
   redlock::test::redis_cluster cluster{5};
@@ -124,12 +103,16 @@ struct kinds : ::testing::Test {
   std::optional<std::string> get(std::size_t i, const std::string& key) {
     return bulk_of(cluster[i].command({"GET", key}));
   }
-  std::int64_t pttl(std::size_t i, const std::string& key) { return integer_of(cluster[i].command({"PTTL", key})); }
-  std::int64_t hlen(std::size_t i, const std::string& key) { return integer_of(cluster[i].command({"HLEN", key})); }
-  bool hexists(std::size_t i, const std::string& key, const std::string& field) {
-    return integer_of(cluster[i].command({"HEXISTS", key, field})) == 1;
+  std::int64_t pttl(std::size_t i, const std::string& key) {
+    return integer_of(cluster[i].command({"PTTL", key})).value();
   }
-  std::int64_t dbsize(std::size_t i) { return integer_of(cluster[i].command({"DBSIZE"})); }
+  std::int64_t hlen(std::size_t i, const std::string& key) {
+    return integer_of(cluster[i].command({"HLEN", key})).value();
+  }
+  bool hexists(std::size_t i, const std::string& key, const std::string& field) {
+    return integer_of(cluster[i].command({"HEXISTS", key, field})).value() == 1;
+  }
+  std::int64_t dbsize(std::size_t i) { return integer_of(cluster[i].command({"DBSIZE"})).value(); }
   std::string all_keys(std::size_t i) { return cluster[i].command({"KEYS", "*"}); }
   void set(std::size_t i, const std::string& key, const std::string& value) { cluster[i].command({"SET", key, value}); }
   void set_px(std::size_t i, const std::string& key, const std::string& value, ms ttl) {

@@ -13,6 +13,7 @@
 #include <redlock/detail/scripts.hpp>
 #include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
+#include <redlock_test/raw_reply.hpp>
 #include <redlock_test/redis_cluster.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -42,6 +43,7 @@ using redlock::lock_options;
 using redlock::master_status;
 using redlock::test::run_test;
 using redlock::test::sleep_for;
+using redlock::test::until;
 using redlock::test::use_tuple;
 using clock_type = std::chrono::steady_clock;
 using ms = std::chrono::milliseconds;
@@ -60,21 +62,9 @@ lock_options sem(std::size_t permits) { return kind_opts(lock_kind::semaphore, p
 
 // ---- reading raw RESP2 replies of redis_node::command ---------------------------------------------
 
-const std::string nil = "$-1\r\n";
-
-// ":12\r\n" -> 12; anything else -> nullopt.
-std::optional<std::int64_t> integer_of(const std::string& raw) {
-  if (raw.size() < 4 || raw[0] != ':') return std::nullopt;
-  return std::stoll(raw.substr(1, raw.find("\r\n") - 1));
-}
-
-// "$3\r\nabc\r\n" -> "abc"; nil or anything else -> nullopt.
-std::optional<std::string> bulk_of(const std::string& raw) {
-  if (raw.empty() || raw[0] != '$' || raw == nil) return std::nullopt;
-  const auto eol = raw.find("\r\n");
-  const auto len = std::stoul(raw.substr(1, eol - 1));
-  return raw.substr(eol + 2, len);
-}
+using redlock::test::bulk_of;
+using redlock::test::integer_of;
+using redlock::test::nil;
 
 std::string with(const std::string& key, std::string_view suffix) { return key + std::string{suffix}; }
 std::string readers_of(const std::string& key) { return with(key, redlock::detail::readers_suffix); }
@@ -103,17 +93,6 @@ std::shared_ptr<pending_lock> start_lock(redlock::client& c, const std::string& 
                  p->done = true;
                }));
   return p;
-}
-
-// Waits, bounded, until `pred()`; false if it never held.
-asio::awaitable<bool> until(const std::function<bool()>& pred, clock_type::duration limit = 5s,
-                            clock_type::duration step = 5ms) {
-  const auto end = clock_type::now() + limit;
-  while (!pred()) {
-    if (clock_type::now() >= end) co_return false;
-    co_await sleep_for(step);
-  }
-  co_return true;
 }
 
 std::size_t count_status(const redlock::lock& l, master_status s) {

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -41,6 +42,18 @@ void run_test(Body body, int threads = 1, std::chrono::steady_clock::duration li
 inline boost::asio::awaitable<void> sleep_for(std::chrono::steady_clock::duration d) {
   boost::asio::steady_timer t{co_await boost::asio::this_coro::executor, d};
   co_await t.async_wait(use_tuple);
+}
+
+/// Waits, bounded, until `pred()` holds, checking every `step`; false if it never did.
+inline boost::asio::awaitable<bool> until(const std::function<bool()>& pred,
+                                          std::chrono::steady_clock::duration limit = std::chrono::seconds{5},
+                                          std::chrono::steady_clock::duration step = std::chrono::milliseconds{5}) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= end) co_return false;
+    co_await sleep_for(step);
+  }
+  co_return true;
 }
 
 }  // namespace redlock::test

@@ -118,7 +118,7 @@ class redis_node {
   // Mutable: `running()` and `pid()` reap a server that exited by itself.
   mutable pid_t pid_ = -1;
   mutable bool paused_ = false;
-  mutable std::string exit_status_;  // how the last run ended, for error messages
+  mutable std::string exit_status_;    // how the last run ended, for error messages
   std::uintmax_t log_offset_ = 0;      // where the current run's log lines begin
   std::uintmax_t console_offset_ = 0;  // same, for the stdout/stderr capture
 };
