@@ -196,24 +196,18 @@ struct lock_op final : op_base {
           .submit(payload, 1, clock_type::now() + owner->config().request_timeout, shared_from_this(), tag | eval_flag);
       return;
     }
-    if (!(tag & eval_flag) && core::is_noscript(ec, r) && st->scripted() && fsm.awaiting(round_of(tag))) {
-      // As below, for a lock kind's acquire script or the fence confirmation.
-      const auto i = master_of(tag);
-      const auto payload =
-          fsm.confirming() ? c_step(step::confirm, fsm.fence()) : c_step(step::acquire, st->ttl.count());
-      if (!owner->link(i).submit(payload, 1, clock_type::now() + owner->config().request_timeout, shared_from_this(),
-                                 tag | eval_flag))
-        return;
-    }
     if (st->kind == lock_kind::write && !ec && core::fair_reply_of(r).status == master_status::queued)
       st->claimed = true;  // a claim that holds new readers off: dropped when the acquisition ends
-    if (!(tag & eval_flag) && core::is_noscript(ec, r) && !member.empty() && fsm.awaiting(round_of(tag))) {
+    if (!(tag & eval_flag) && core::is_noscript(ec, r) && (st->scripted() || !member.empty()) &&
+        fsm.awaiting(round_of(tag))) {
       // The master lost its script cache: the same round again with EVAL on that master, queued
       // before anything that can follow the round (its release), so the order stays the same.
-      const auto i = master_of(tag);
-      if (!owner->link(i).submit(owner->scratch_fair(*st, member, ticket, false), 1,
-                                 clock_type::now() + owner->config().request_timeout, shared_from_this(),
-                                 tag | eval_flag))
+      const auto payload = !member.empty()    ? owner->scratch_fair(*st, member, ticket, false)
+                           : fsm.confirming() ? c_step(step::confirm, fsm.fence())
+                                              : c_step(step::acquire, st->ttl.count());
+      if (!owner->link(master_of(tag))
+               .submit(payload, 1, clock_type::now() + owner->config().request_timeout, shared_from_this(),
+                       tag | eval_flag))
         return;
     }
     act(fsm.on_reply(round_of(tag), master_of(tag), ec, r, clock_type::now(), owner->unit_random()));
