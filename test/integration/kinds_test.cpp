@@ -559,6 +559,43 @@ TEST_F(kinds, keep_alive_keeps_a_reentrant_hold) {
   });
 }
 
+// Reentrancy with a minority of masters down: one killed, one stopped. Two holds of one owner
+// still stand on the three live masters (both recorded there), another owner is excluded, the
+// first release keeps the key, the second frees it; once the stopped master resumes, nothing of
+// ours is left on it either.
+TEST_F(kinds, reentrant_holds_work_with_a_master_killed_and_one_stopped) {
+  const std::string owner = "svc/batch-9";
+  run_test([&](asio::io_context& io) -> asio::awaitable<void> {
+    redlock::client a{io.get_executor(), config()};
+    redlock::client b{io.get_executor(), config()};
+    cluster[0].kill();
+    cluster[1].pause();
+    auto [e1, h1] = co_await a.async_lock("rf", 10s, owned_by(owner), use_tuple);
+    auto [e2, h2] = co_await b.async_lock("rf", 10s, owned_by(owner), use_tuple);
+    EXPECT_FALSE(e1 || e2) << e1.message() << " / " << e2.message();
+    if (e1 || e2) co_return;
+    for (std::size_t i = 2; i < cluster.size(); ++i) {
+      EXPECT_EQ(get(i, "rf"), owner) << "master " << i + 1;
+      EXPECT_EQ(hlen(i, holds_of("rf")), 2) << "master " << i + 1;
+    }
+    auto [eo, other] = co_await b.async_try_lock("rf", 5s, owned_by("svc/other"), use_tuple);
+    EXPECT_EQ(eo, error::not_acquired);
+    auto [x1] = co_await h1.async_extend(10s, use_tuple);
+    EXPECT_FALSE(x1) << x1.message();
+    auto [u1, n1] = co_await h1.async_unlock(use_tuple);
+    EXPECT_FALSE(u1) << u1.message();
+    EXPECT_EQ(holding("rf", owner), 3u);  // h2 still holds it
+    auto [ep, plain] = co_await b.async_try_lock("rf", 5s, use_tuple);
+    EXPECT_EQ(ep, error::not_acquired);
+    auto [u2, n2] = co_await h2.async_unlock(use_tuple);
+    EXPECT_FALSE(u2) << u2.message();
+    EXPECT_EQ(n2, 3u);
+    EXPECT_EQ(holding("rf", owner), 0u);
+    cluster[1].resume();
+    EXPECT_TRUE(co_await until([&] { return keys_left() == 0; }, 10s)) << "master 2: " << all_keys(1);
+  });
+}
+
 // Owners that cannot be stored as they are (257 bytes; blanks; control characters) and options
 // that do not go together are refused before anything is sent. A 256-byte owner is fine.
 TEST_F(kinds, invalid_owners_and_option_mixes_are_refused_and_write_nothing) {
