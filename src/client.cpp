@@ -72,8 +72,8 @@ struct lock_op final : op_base {
 
   void start() {
     auto& c = *owner;
-    auto ec = c.check_lock_args(st->resource, st->ttl);
     std::string what;
+    auto ec = c.check_lock_args(st->resource, st->ttl, &what);
     // Every lock is checked, not only the scripted kinds: options that make no kind of their own
     // (`permits` without `semaphore`) must be refused, not ignored.
     if (!ec) ec = c.check_kind_args(*st, what);

@@ -61,7 +61,77 @@ std::chrono::milliseconds queue_entry_timeout(const client_config& cfg) noexcept
   return std::max(derived, std::chrono::milliseconds{500});
 }
 
+boost::system::error_code validate_lock(const client_config& cfg, std::string_view resource,
+                                        std::chrono::milliseconds ttl, const lock_options& opts, std::string* what) {
+  if (auto ec = validate(cfg, what)) return ec;
+  if (auto ec = detail::check_resource(cfg, resource, what)) return ec;
+  if (auto ec = detail::check_ttl_of(cfg, ttl, what)) return ec;
+  if (auto ec = detail::check_options(opts.kind, opts.permits, opts.fence, opts.owner, false, what)) return ec;
+  if (what) what->clear();
+  return {};
+}
+
 namespace detail {
+
+// The reasons behind error::invalid_argument: each check fills `what` only when it fails.
+error_code check_resource(const client_config& cfg, std::string_view resource, std::string* what) {
+  if (resource.empty()) {
+    if (what) *what = "resource is empty";
+    return error::invalid_argument;
+  }
+  if (resource.size() > cfg.max_resource_length) {
+    if (what)
+      *what = fmt::format("resource is {} bytes, longer than max_resource_length ({})", resource.size(),
+                          cfg.max_resource_length);
+    return error::invalid_argument;
+  }
+  return {};
+}
+
+error_code check_ttl_of(const client_config& cfg, std::chrono::milliseconds ttl, std::string* what) {
+  const auto ec = core::check_ttl(ttl, cfg.max_ttl, cfg.request_timeout, cfg.drift);
+  if (ec && what) {
+    if (ttl <= std::chrono::milliseconds::zero()) {
+      *what = fmt::format("ttl {} ms is not positive", ttl.count());
+    } else if (ttl > cfg.max_ttl) {
+      *what = fmt::format("ttl {} ms is above max_ttl ({} ms)", ttl.count(), cfg.max_ttl.count());
+    } else {
+      *what = fmt::format("ttl {} ms leaves no validity: drift {} + request_timeout {} ms", ttl.count(),
+                          format_duration(core::drift(ttl, cfg.drift)), cfg.request_timeout.count());
+    }
+  }
+  return ec;
+}
+
+namespace {
+
+// An owner id is sent as a script argument and stored as the key's value: printable, no blanks.
+bool valid_owner(std::string_view o) noexcept {
+  if (o.empty() || o.size() > 256) return false;
+  return std::all_of(o.begin(), o.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u > 0x20 && u != 0x7f;
+  });
+}
+
+}  // namespace
+
+error_code check_options(lock_kind kind, std::size_t permits, bool fence, std::string_view owner, bool multi,
+                         std::string* what) {
+  const auto bad = [what](std::string_view w) {
+    if (what) *what = w;
+    return make_error_code(error::invalid_argument);
+  };
+  if (kind > lock_kind::semaphore) return bad("unknown lock kind");
+  if (kind != lock_kind::semaphore && permits != 1) return bad("permits other than 1 without the semaphore kind");
+  if (kind == lock_kind::semaphore && (permits == 0 || permits > (std::size_t{1} << 20)))
+    return bad("permits outside [1, 2^20]");
+  if (fence && (kind != lock_kind::exclusive || multi || !owner.empty()))
+    return bad("fence is only for a plain exclusive lock of one resource, without owner");
+  if (!owner.empty() && (kind != lock_kind::exclusive || multi)) return bad("owner is only for exclusive locks");
+  if (!owner.empty() && !valid_owner(owner)) return bad("owner: 1 to 256 bytes, no blanks or control characters");
+  return {};
+}
 
 namespace {
 
@@ -421,51 +491,34 @@ core::lock_rules client_impl::lock_rules(const lock_state& st, bool retry) const
   return r;
 }
 
-namespace {
-
-// An owner id is sent as a script argument and stored as the key's value: printable, no blanks.
-bool valid_owner(std::string_view o) noexcept {
-  if (o.empty() || o.size() > 256) return false;
-  return std::all_of(o.begin(), o.end(), [](char c) {
-    const auto u = static_cast<unsigned char>(c);
-    return u > 0x20 && u != 0x7f;
-  });
-}
-
-}  // namespace
-
 error_code client_impl::check_kind_args(const lock_state& st, std::string& what) const {
-  const auto bad = [&what](std::string_view w) {
-    what = w;
-    return make_error_code(error::invalid_argument);
-  };
   if (st.multi) {
+    const auto bad = [&what](std::string w) {
+      what = std::move(w);
+      return make_error_code(error::invalid_argument);
+    };
     if (st.resources.empty()) return bad("no resources");
-    if (st.resources.size() > cfg_.max_resources) return bad("more resources than max_resources");
+    if (st.resources.size() > cfg_.max_resources)
+      return bad(fmt::format("{} resources, more than max_resources ({})", st.resources.size(), cfg_.max_resources));
     for (const auto& r : st.resources) {
-      if (r.empty() || r.size() > cfg_.max_resource_length) return bad("a resource name is empty or too long");
+      if (auto ec = check_resource(cfg_, r, &what)) return ec;
     }
     std::vector<std::string_view> sorted(st.resources.begin(), st.resources.end());
     std::sort(sorted.begin(), sorted.end());
-    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return bad("a resource is named twice");
+    if (const auto twice = std::adjacent_find(sorted.begin(), sorted.end()); twice != sorted.end())
+      return bad(fmt::format("resource \"{}\" is named twice", printable(*twice, 64)));
   }
-  if (st.kind != lock_kind::semaphore && st.permits != 1) return bad("permits other than 1 without the semaphore kind");
-  if (st.kind == lock_kind::semaphore && (st.permits == 0 || st.permits > (std::size_t{1} << 20)))
-    return bad("permits outside [1, 2^20]");
-  if (st.kind > lock_kind::semaphore) return bad("unknown lock kind");
-  if (st.fenced && (st.kind != lock_kind::exclusive || st.multi || !st.owner_id.empty()))
-    return bad("fence is only for a plain exclusive lock of one resource, without owner");
-  if (!st.owner_id.empty() && (st.kind != lock_kind::exclusive || st.multi))
-    return bad("owner is only for exclusive locks");
-  if (!st.owner_id.empty() && !valid_owner(st.owner_id))
-    return bad("owner: 1 to 256 bytes, no blanks or control characters");
-  return {};
+  return check_options(st.kind, st.permits, st.fenced, st.owner_id, st.multi, &what);
 }
 
-error_code client_impl::check_lock_args(const std::string& resource, std::chrono::milliseconds ttl) const {
-  if (config_error_) return config_error_;
-  if (resource.empty() || resource.size() > cfg_.max_resource_length) return error::invalid_argument;
-  return core::check_ttl(ttl, cfg_.max_ttl, cfg_.request_timeout, cfg_.drift);
+error_code client_impl::check_lock_args(const std::string& resource, std::chrono::milliseconds ttl,
+                                        std::string* what) const {
+  if (config_error_) {
+    if (what) *what = config_problem_;
+    return config_error_;
+  }
+  if (auto ec = check_resource(cfg_, resource, what)) return ec;
+  return check_ttl_of(cfg_, ttl, what);
 }
 
 void client_impl::enroll(op_base& op) noexcept {

@@ -6,6 +6,7 @@
 #include <redlock/core/keep_alive_fsm.hpp>
 #include <redlock/core/retry.hpp>
 #include <redlock/core/validity.hpp>
+#include <redlock/lock_options.hpp>
 #include <redlock/observe.hpp>
 
 #include <boost/system/error_code.hpp>
@@ -71,6 +72,15 @@ struct client_config {
 /// Checks `cfg` (masters present, distinct and valid; timeouts positive; drift and retry sane).
 /// Returns `error::invalid_config`, with `what` naming the problem, or success.
 boost::system::error_code validate(const client_config& cfg, std::string* what = nullptr);
+
+/// @brief Checks a lock request against `cfg` before anything is sent: what `client::async_lock`
+/// (with `opts`) would refuse with `error::invalid_argument`, with `what` saying which argument and
+/// why ("resource is empty", "ttl 100 ms leaves no validity: drift 3 ms + request_timeout 250 ms",
+/// "permits other than 1 without the semaphore kind", ...). `error::invalid_config` (and the
+/// problem) for an invalid `cfg`; success otherwise. `async_lock` logs the same reason at debug.
+boost::system::error_code validate_lock(const client_config& cfg, std::string_view resource,
+                                        std::chrono::milliseconds ttl, const lock_options& opts = {},
+                                        std::string* what = nullptr);
 
 /// The lifetime of a waiter's queue entry under `cfg` (`fairness_options::entry_timeout`, or the
 /// value derived from the retry schedule when that is zero).

@@ -98,6 +98,13 @@ struct fair_args {
 void push_fair(resp::request& req, bool by_sha, const script_keys& keys, std::string_view token,
                std::chrono::milliseconds ttl, const fair_args& args);
 
+// The checks behind error::invalid_argument, each filling `what` with the reason when it fails
+// (validate_lock and the operations share them).
+error_code check_resource(const client_config& cfg, std::string_view resource, std::string* what);
+error_code check_ttl_of(const client_config& cfg, std::chrono::milliseconds ttl, std::string* what);
+error_code check_options(lock_kind kind, std::size_t permits, bool fence, std::string_view owner, bool multi,
+                         std::string* what);
+
 struct lock_state;
 // The script `s` of `st`'s kind (release and extend of the plain lock too) and its arguments:
 // `number` is the ttl in ms (acquire, extend) or the fence (confirm). Appends `EVALSHA` when
@@ -267,7 +274,8 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   core::lock_rules lock_rules(std::chrono::milliseconds ttl, bool retry) const noexcept;
   // The rules for `st`'s kind (its quorum, scripts, fencing; no fair hand-over but for plain locks).
   core::lock_rules lock_rules(const lock_state& st, bool retry) const noexcept;
-  error_code check_lock_args(const std::string& resource, std::chrono::milliseconds ttl) const;
+  error_code check_lock_args(const std::string& resource, std::chrono::milliseconds ttl,
+                             std::string* what = nullptr) const;
   // Also the kind's options and, for async_lock_all, every resource; `what` says what is wrong.
   error_code check_kind_args(const lock_state& st, std::string& what) const;
   void enroll(op_base& op) noexcept;

@@ -53,3 +53,61 @@ TEST(ParseMasters, NamesTheBadEntry) {
 }
 
 }  // namespace
+
+namespace {
+
+redlock::client_config one_master() {
+  redlock::client_config cfg;
+  cfg.masters.emplace_back();
+  cfg.masters.back().host = "127.0.0.1";
+  cfg.masters.back().port = 6379;
+  return cfg;
+}
+
+// Each refusal names its argument and reason; what async_lock refuses, this refuses the same way.
+TEST(ValidateLock, NamesTheArgumentAndTheReason) {
+  using namespace std::chrono_literals;
+  const auto cfg = one_master();
+  std::string what = "stale";
+  EXPECT_FALSE(redlock::validate_lock(cfg, "orders:42", 10s, {}, &what));
+  EXPECT_TRUE(what.empty());
+  struct bad_case {
+    std::string resource;
+    std::chrono::milliseconds ttl;
+    redlock::lock_options opts;
+    std::string says;
+  };
+  redlock::lock_options permits2;
+  permits2.permits = 2;
+  redlock::lock_options fenced_reader;
+  fenced_reader.kind = redlock::lock_kind::read;
+  fenced_reader.fence = true;
+  redlock::lock_options blank_owner;
+  blank_owner.owner = "a b";
+  const std::vector<bad_case> cases{
+      {"", 10s, {}, "resource is empty"},
+      {std::string(cfg.max_resource_length + 1, 'r'), 10s, {}, "longer than max_resource_length"},
+      {"r", 0ms, {}, "ttl 0 ms is not positive"},
+      {"r", 25h, {}, "above max_ttl"},
+      {"r", 200ms, {}, "leaves no validity"},
+      {"r", 10s, permits2, "permits other than 1"},
+      {"r", 10s, fenced_reader, "fence is only for"},
+      {"r", 10s, blank_owner, "owner: 1 to 256 bytes"},
+  };
+  for (const auto& c : cases) {
+    what.clear();
+    EXPECT_EQ(redlock::validate_lock(cfg, c.resource, c.ttl, c.opts, &what), redlock::error::invalid_argument)
+        << c.says;
+    EXPECT_NE(what.find(c.says), std::string::npos) << "got: " << what;
+  }
+}
+
+TEST(ValidateLock, AnInvalidConfigurationComesFirst) {
+  using namespace std::chrono_literals;
+  redlock::client_config cfg;  // no masters
+  std::string what;
+  EXPECT_EQ(redlock::validate_lock(cfg, "", 0ms, {}, &what), redlock::error::invalid_config);
+  EXPECT_EQ(what, "no masters");
+}
+
+}  // namespace
