@@ -48,6 +48,14 @@ bool contains(std::string_view haystack, std::string_view needle) {
   return haystack.find(needle) != std::string_view::npos;
 }
 
+std::size_t count_of(std::string_view haystack, std::string_view needle) {
+  std::size_t n = 0;
+  for (auto at = haystack.find(needle); at != std::string_view::npos; at = haystack.find(needle, at + needle.size())) {
+    ++n;
+  }
+  return n;
+}
+
 std::string masters_of(redis_cluster& c) {
   std::string out;
   for (std::size_t i = 0; i < c.size(); ++i) out += fmt::format("{}127.0.0.1:{}", i ? "," : "", c[i].port());
@@ -325,7 +333,12 @@ TEST_F(cli, masters_down_exit_75_with_a_different_message) {
   EXPECT_FALSE(fs::exists(dir() / "ran"));
   r = run({"status", "--nodes", nodes, "cli:down"});
   EXPECT_EQ(r.status, 69) << r.describe();
-  EXPECT_TRUE(contains(r.out, "unknown: only 0 of 3 masters answered")) << r.describe();
+  // The documented word (docs/cli.md), in the text as in the JSON.
+  EXPECT_TRUE(contains(r.out, "'cli:down' is unavailable: only 0 of 3 masters answered, 2 needed")) << r.describe();
+  EXPECT_FALSE(contains(r.out, "unknown")) << r.describe();
+  r = run({"status", "--nodes", nodes, "--json", "cli:down"});
+  EXPECT_EQ(r.status, 69) << r.describe();
+  EXPECT_TRUE(contains(r.out, R"("state":"unavailable","holder":null,"holders":0,"answered":0)")) << r.describe();
 }
 
 // ---- run: losing the lock -----------------------------------------------------------------------
@@ -946,6 +959,11 @@ TEST_F(cli, usage_and_configuration_errors) {
     const auto r = run(a);
     EXPECT_EQ(r.status, 64) << r.describe();
     EXPECT_TRUE(contains(r.err, message)) << r.describe();
+    // One message, one hint where to look (without a command: the whole usage instead).
+    if (!a.empty()) {
+      EXPECT_EQ(count_of(r.err, "redlock: "), 1u) << r.describe();
+      EXPECT_EQ(count_of(r.err, "(see 'redlock"), 1u) << r.describe();
+    }
   };
   const auto config = [&](const std::vector<std::string>& a, std::string_view message) {
     const auto r = run(a);
@@ -955,6 +973,10 @@ TEST_F(cli, usage_and_configuration_errors) {
   usage({}, "usage: redlock COMMAND");
   usage({"frobnicate"}, "unknown command 'frobnicate'");
   usage({"--nodes", "x", "status", "r"}, "options go after the command");
+  usage({"run", "-r", "x", "--bogus", "--", "true"},
+        "unknown option '--bogus' for 'redlock run' (see 'redlock run --help')\n");
+  usage({"status", "--bogus", "x"}, "unknown option '--bogus' for 'redlock status' (see 'redlock status --help')\n");
+  usage({"nodes", "--bogus"}, "unknown option '--bogus' for 'redlock nodes' (see 'redlock nodes --help')\n");
   usage({"run", "--", "true"}, "missing --resource");
   usage({"run", "-r", "x"}, "missing the command");
   usage({"run", "-r", "x", "--ttl", "5x", "--", "true"}, "'5x' is not a duration: unknown unit 'x'");

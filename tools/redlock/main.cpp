@@ -253,7 +253,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     return status;
   } catch (const usage_error& e) {
-    complain(fmt::format("{} (see 'redlock --help')", e.what()));
+    complain(e.has_hint ? std::string{e.what()} : fmt::format("{} (see 'redlock --help')", e.what()));
     return exit_usage;
   } catch (const config_error& e) {
     complain(e.what());

@@ -83,8 +83,10 @@ class arg_walker {
     return *d;
   }
   [[noreturn]] void unknown() const {
-    throw usage_error(
-        fmt::format("unknown option '{}' for 'redlock {}' (see 'redlock {} --help')", name_, command_, command_));
+    usage_error e{
+        fmt::format("unknown option '{}' for 'redlock {}' (see 'redlock {} --help')", name_, command_, command_)};
+    e.has_hint = true;
+    throw e;
   }
 
  private:

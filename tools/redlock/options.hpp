@@ -40,6 +40,9 @@ enum exit_status : int {
 /// A command-line mistake: exit 64 with the message.
 struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
+  /// True when the message already says which help to read: the generic `(see 'redlock --help')`
+  /// is then not added (one hint, not two).
+  bool has_hint = false;
 };
 /// A configuration mistake (masters, configuration file, password file): exit 78 with the message.
 struct config_error : std::runtime_error {

@@ -223,7 +223,7 @@ int status_command(const status_options& o, const resolved_config& cfg) {
   } else if (state == "free") {
     fmt::print("{} is free (no key on the {} of {} masters that answered)\n", name, answered, n);
   } else if (state == "unavailable") {
-    fmt::print("{} is unknown: only {} of {} masters answered, {} needed\n", name, answered, n, majority);
+    fmt::print("{} is unavailable: only {} of {} masters answered, {} needed\n", name, answered, n, majority);
   } else {
     std::string parts;
     for (const auto& [token, k] : tokens)
