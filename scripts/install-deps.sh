@@ -8,7 +8,7 @@ packages=(
   libboost1.81-dev libfmt-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   redis-server redis-tools
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format
   iptables iproute2
 )
 

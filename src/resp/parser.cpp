@@ -1,6 +1,5 @@
-#include <redlock/resp/parser.hpp>
-
 #include <redlock/error.hpp>
+#include <redlock/resp/parser.hpp>
 
 #include <algorithm>
 #include <charconv>
@@ -46,8 +45,21 @@ bool is_big_number(std::string_view text) noexcept {
 
 bool is_known_type(char c) noexcept {
   switch (c) {
-    case '+': case '-': case ':': case '$': case '!': case '=': case '_': case '#': case ',': case '(':
-    case '*': case '%': case '~': case '|': case '>':
+    case '+':
+    case '-':
+    case ':':
+    case '$':
+    case '!':
+    case '=':
+    case '_':
+    case '#':
+    case ',':
+    case '(':
+    case '*':
+    case '%':
+    case '~':
+    case '|':
+    case '>':
       return true;
     default:
       return false;
@@ -57,7 +69,14 @@ bool is_known_type(char c) noexcept {
 // Types whose line is a length or count rather than a value.
 bool has_length_line(char c) noexcept {
   switch (c) {
-    case '$': case '!': case '=': case '*': case '%': case '~': case '|': case '>':
+    case '$':
+    case '!':
+    case '=':
+    case '*':
+    case '%':
+    case '~':
+    case '|':
+    case '>':
       return true;
     default:
       return false;
@@ -66,19 +85,27 @@ bool has_length_line(char c) noexcept {
 
 type aggregate_type(char c) noexcept {
   switch (c) {
-    case '%': return type::map;
-    case '~': return type::set;
-    case '|': return type::attribute;
-    case '>': return type::push;
-    default: return type::array;
+    case '%':
+      return type::map;
+    case '~':
+      return type::set;
+    case '|':
+      return type::attribute;
+    case '>':
+      return type::push;
+    default:
+      return type::array;
   }
 }
 
 type bulk_type(char c) noexcept {
   switch (c) {
-    case '!': return type::blob_error;
-    case '=': return type::verbatim_string;
-    default: return type::blob_string;
+    case '!':
+      return type::blob_error;
+    case '=':
+      return type::verbatim_string;
+    default:
+      return type::blob_string;
   }
 }
 

@@ -90,13 +90,19 @@ bool scalar_ok(const node& n) {
     case type::big_number:
       return v.size() <= limits.max_line_length && v.find_first_of("\r\n") == std::string_view::npos &&
              (n.data_type != type::double_type && n.data_type != type::big_number ? true : !v.empty());
-    case type::integer: return is_int64(v);
-    case type::boolean: return v == "t" || v == "f";
-    case type::null: return v.empty();
+    case type::integer:
+      return is_int64(v);
+    case type::boolean:
+      return v == "t" || v == "f";
+    case type::null:
+      return v.empty();
     case type::blob_string:
-    case type::blob_error: return v.size() <= limits.max_bulk_length;
-    case type::verbatim_string: return v.size() <= limits.max_bulk_length && v.size() >= 4 && v[3] == ':';
-    default: return false;
+    case type::blob_error:
+      return v.size() <= limits.max_bulk_length;
+    case type::verbatim_string:
+      return v.size() <= limits.max_bulk_length && v.size() >= 4 && v[3] == ':';
+    default:
+      return false;
   }
 }
 
@@ -158,21 +164,51 @@ std::string encode(const response& nodes, std::size_t first, std::size_t last) {
       out += "\r\n";
     };
     switch (n.data_type) {
-      case type::simple_string: line('+', n.value); break;
-      case type::simple_error: line('-', n.value); break;
-      case type::integer: line(':', n.value); break;
-      case type::double_type: line(',', n.value); break;
-      case type::big_number: line('(', n.value); break;
-      case type::boolean: line('#', n.value); break;
-      case type::null: line('_', ""); break;
-      case type::blob_string: bulk('$'); break;
-      case type::blob_error: bulk('!'); break;
-      case type::verbatim_string: bulk('='); break;
-      case type::array: line('*', std::to_string(n.aggregate_size)); break;
-      case type::map: line('%', std::to_string(n.aggregate_size)); break;
-      case type::set: line('~', std::to_string(n.aggregate_size)); break;
-      case type::attribute: line('|', std::to_string(n.aggregate_size)); break;
-      case type::push: line('>', std::to_string(n.aggregate_size)); break;
+      case type::simple_string:
+        line('+', n.value);
+        break;
+      case type::simple_error:
+        line('-', n.value);
+        break;
+      case type::integer:
+        line(':', n.value);
+        break;
+      case type::double_type:
+        line(',', n.value);
+        break;
+      case type::big_number:
+        line('(', n.value);
+        break;
+      case type::boolean:
+        line('#', n.value);
+        break;
+      case type::null:
+        line('_', "");
+        break;
+      case type::blob_string:
+        bulk('$');
+        break;
+      case type::blob_error:
+        bulk('!');
+        break;
+      case type::verbatim_string:
+        bulk('=');
+        break;
+      case type::array:
+        line('*', std::to_string(n.aggregate_size));
+        break;
+      case type::map:
+        line('%', std::to_string(n.aggregate_size));
+        break;
+      case type::set:
+        line('~', std::to_string(n.aggregate_size));
+        break;
+      case type::attribute:
+        line('|', std::to_string(n.aggregate_size));
+        break;
+      case type::push:
+        line('>', std::to_string(n.aggregate_size));
+        break;
     }
   }
   return out;

@@ -38,9 +38,9 @@ template <bool SingleWriter>
 class live_histogram {
  public:
   void record(std::chrono::steady_clock::duration d) noexcept {
-    const auto us = d.count() <= 0 ? std::uint64_t{0}
-                                   : static_cast<std::uint64_t>(
-                                         std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+    const auto us = d.count() <= 0
+                        ? std::uint64_t{0}
+                        : static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
     bump<SingleWriter>(buckets_[latency_histogram::bucket_of(us)]);
     bump<SingleWriter>(sum_, us);
     if constexpr (SingleWriter) {

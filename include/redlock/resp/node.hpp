@@ -36,9 +36,7 @@ constexpr bool is_aggregate(type t) noexcept {
 }
 
 /// Number of child nodes an aggregate with declared size `size` has (maps and attributes: pairs).
-constexpr std::size_t element_multiplicity(type t) noexcept {
-  return (t == type::map || t == type::attribute) ? 2 : 1;
-}
+constexpr std::size_t element_multiplicity(type t) noexcept { return (t == type::map || t == type::attribute) ? 2 : 1; }
 
 /// One value of a reply. Aggregates carry their declared `aggregate_size` (pairs for map and
 /// attribute) and an empty `value`; their children follow them in the list at `depth + 1`.

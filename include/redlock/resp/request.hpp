@@ -19,9 +19,9 @@ namespace detail {
 /// Integral arguments are sent as decimal text. `bool` and the character types are excluded: whether
 /// `'a'` or `true` means a number or text is ambiguous, so those must be passed as strings.
 template <class T>
-concept integer_argument = std::integral<T> && !std::same_as<T, bool> && !std::same_as<T, char> &&
-                           !std::same_as<T, wchar_t> && !std::same_as<T, char8_t> &&
-                           !std::same_as<T, char16_t> && !std::same_as<T, char32_t>;
+concept integer_argument =
+    std::integral<T> && !std::same_as<T, bool> && !std::same_as<T, char> && !std::same_as<T, wchar_t> &&
+    !std::same_as<T, char8_t> && !std::same_as<T, char16_t> && !std::same_as<T, char32_t>;
 
 /// Anything viewable as bytes: `std::string`, `std::string_view`, `const char*` (up to its '\0').
 template <class T>
@@ -42,9 +42,7 @@ constexpr std::size_t decimal_digits(std::size_t value) noexcept {
 constexpr std::size_t header_size(std::size_t count) noexcept { return 1 + decimal_digits(count) + 2; }
 
 /// Encoded size of a bulk string `$<length>\r\n<bytes>\r\n`.
-constexpr std::size_t bulk_size(std::size_t length) noexcept {
-  return 1 + decimal_digits(length) + 2 + length + 2;
-}
+constexpr std::size_t bulk_size(std::size_t length) noexcept { return 1 + decimal_digits(length) + 2 + length + 2; }
 
 /// The array header of a command with `Count` bulk strings, built at compile time.
 template <std::size_t Count>
@@ -125,8 +123,7 @@ class request {
   /// Appends one command whose arguments, after `command`, are the elements of `args` (string-like
   /// or integral, as for push). The range is traversed twice: once to size, once to copy.
   template <class Range>
-    requires std::ranges::forward_range<const Range> &&
-             detail::argument<std::ranges::range_value_t<const Range>>
+  requires std::ranges::forward_range<const Range> && detail::argument<std::ranges::range_value_t<const Range>>
   void push_range(std::string_view command, const Range& args) {
     std::size_t count = 1;
     std::size_t bytes = detail::bulk_size(command.size());

@@ -1,6 +1,5 @@
-#include <redlock_test/fault_proxy.hpp>
-
 #include "run_on.hpp"
+#include <redlock_test/fault_proxy.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -141,7 +140,7 @@ class fault_proxy::impl::session : public std::enable_shared_from_this<session> 
     const bool from_upstream;
     std::deque<chunk> queue;
     std::size_t queued_bytes = 0;
-    bool source_done = false;       // the reading side hit EOF or an error
+    bool source_done = false;        // the reading side hit EOF or an error
     asio::steady_timer data_ready;   // the writer waits here (for data, or a chunk's due time)
     asio::steady_timer space_ready;  // the reader waits here while the queue is full
   };

@@ -2,25 +2,25 @@
 
 #include <fmt/format.h>
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <arpa/inet.h>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
 #include <span>
 #include <stdexcept>
 #include <system_error>
@@ -122,15 +122,27 @@ std::size_t reply_end(std::string_view buf, std::size_t pos, int depth = 0) {
     return n;
   };
   switch (buf[pos]) {
-    case '+': case '-': case ':': case '_': case '#': case ',': case '(':
+    case '+':
+    case '-':
+    case ':':
+    case '_':
+    case '#':
+    case ',':
+    case '(':
       return next;
-    case '$': case '!': case '=': {
+    case '$':
+    case '!':
+    case '=': {
       const auto n = length();
       if (n < 0) return next;  // RESP2 null
       if (static_cast<unsigned long long>(n) + 2 > buf.size() - next) return incomplete;
       return next + static_cast<std::size_t>(n) + 2;
     }
-    case '*': case '~': case '>': case '%': case '|': {
+    case '*':
+    case '~':
+    case '>':
+    case '%':
+    case '|': {
       const auto n = length();
       if (n < 0) return next;
       const bool pairs = buf[pos] == '%' || buf[pos] == '|';
@@ -143,8 +155,8 @@ std::size_t reply_end(std::string_view buf, std::size_t pos, int depth = 0) {
       return buf[pos] == '|' ? reply_end(buf, at, depth + 1) : at;
     }
     default:
-      throw std::runtime_error(fmt::format("not a RESP reply (first byte 0x{:02x})",
-                                           static_cast<unsigned char>(buf[pos])));
+      throw std::runtime_error(
+          fmt::format("not a RESP reply (first byte 0x{:02x})", static_cast<unsigned char>(buf[pos])));
   }
 }
 
@@ -195,8 +207,7 @@ class blocking_connection {
       if (n > 0) {
         buffer_.append(chunk, static_cast<std::size_t>(n));
       } else if (n == 0) {
-        throw std::runtime_error(
-            fmt::format("127.0.0.1:{} closed the connection before replying", port_));
+        throw std::runtime_error(fmt::format("127.0.0.1:{} closed the connection before replying", port_));
       } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
         wait_for(POLLIN, deadline, "reply");
       } else if (errno != EINTR) {
@@ -230,8 +241,7 @@ std::vector<std::string_view> auth_command(const redis_options& options) {
 }
 
 /// Authenticates `conn` as `auth_command()` says; returns the rejecting reply, or "" when done.
-std::string authenticate(blocking_connection& conn, const redis_options& options,
-                         clock_type::time_point deadline) {
+std::string authenticate(blocking_connection& conn, const redis_options& options, clock_type::time_point deadline) {
   const auto auth = auth_command(options);
   if (auth.empty()) return {};
   conn.send_all(encode_command(auth), deadline);
@@ -241,8 +251,7 @@ std::string authenticate(blocking_connection& conn, const redis_options& options
 
 /// True when the server on `port` answers PING (after AUTH) and is the process `pid`: the pid
 /// check rules out answering for a foreign server that got hold of the same port.
-bool answers_ping(std::uint16_t port, const redis_options& options, pid_t pid,
-                  clock_type::time_point deadline) {
+bool answers_ping(std::uint16_t port, const redis_options& options, pid_t pid, clock_type::time_point deadline) {
   try {
     blocking_connection conn(port, deadline);
     if (!authenticate(conn, options, deadline).empty()) return false;
@@ -280,8 +289,8 @@ std::string resolve_binary(const redis_options& options) {
     if (colon == std::string_view::npos) break;
     path.remove_prefix(colon + 1);
   }
-  throw std::runtime_error(fmt::format(
-      "cannot find '{}' in PATH; set REDLOCK_REDIS_SERVER or redis_options::server_binary", name));
+  throw std::runtime_error(
+      fmt::format("cannot find '{}' in PATH; set REDLOCK_REDIS_SERVER or redis_options::server_binary", name));
 }
 
 std::uintmax_t size_or_zero(const std::filesystem::path& file) {
@@ -441,21 +450,29 @@ void redis_node::spawn() {
 
   // Everything on the command line (no config file): each start is self-contained.
   std::vector<std::string> args = {binary,
-                                   "--port", std::to_string(port_),
-                                   "--bind", host_,
-                                   "--save", "",  // no RDB snapshots: a restart starts empty
-                                   "--appendonly", "no",
-                                   "--dir", dir_.string(),
-                                   "--logfile", log_file.string(),
-                                   "--daemonize", "no",
-                                   "--protected-mode", "no"};
+                                   "--port",
+                                   std::to_string(port_),
+                                   "--bind",
+                                   host_,
+                                   "--save",
+                                   "",  // no RDB snapshots: a restart starts empty
+                                   "--appendonly",
+                                   "no",
+                                   "--dir",
+                                   dir_.string(),
+                                   "--logfile",
+                                   log_file.string(),
+                                   "--daemonize",
+                                   "no",
+                                   "--protected-mode",
+                                   "no"};
   if (!options_->password.empty()) {
     args.insert(args.end(), {"--requirepass", options_->password});
   }
   if (options_->user) {
     const auto& user = *options_->user;
-    args.insert(args.end(), {"--user", user.name, "on", user.password.empty() ? "nopass" : ">" + user.password,
-                             "~*", "&*", "+@all"});
+    args.insert(args.end(), {"--user", user.name, "on", user.password.empty() ? "nopass" : ">" + user.password, "~*",
+                             "&*", "+@all"});
   }
   args.insert(args.end(), options_->extra_args.begin(), options_->extra_args.end());
   std::vector<char*> argv;
@@ -478,8 +495,13 @@ void redis_node::spawn() {
   unique_fd pipe_write(pipe_fds[1]);
 
   const long open_max = ::sysconf(_SC_OPEN_MAX);
-  const child_setup setup{binary.c_str(), argv.data(), ::getpid(), dev_null.get(), console.get(),
-                          pipe_write.get(), std::clamp(open_max, 256L, 65536L)};
+  const child_setup setup{binary.c_str(),
+                          argv.data(),
+                          ::getpid(),
+                          dev_null.get(),
+                          console.get(),
+                          pipe_write.get(),
+                          std::clamp(open_max, 256L, 65536L)};
   const pid_t child = ::fork();
   if (child < 0) throw_errno("fork");
   if (child == 0) run_child(setup);
@@ -504,16 +526,15 @@ redis_node::start_result redis_node::await_ready(clock_type::time_point deadline
   for (;;) {
     if (reap_if_exited()) {
       if (run_output().find("Address already in use") != std::string::npos) return start_result::address_in_use;
-      throw std::runtime_error(fmt::format("redis-server on port {} exited during startup ({}); output:\n{}",
-                                           port_, exit_status_, log_tail()));
+      throw std::runtime_error(fmt::format("redis-server on port {} exited during startup ({}); output:\n{}", port_,
+                                           exit_status_, log_tail()));
     }
     const auto now = clock_type::now();
     if (now >= deadline) {
       send_kill();
       reap();
-      throw std::runtime_error(
-          fmt::format("redis-server on port {} did not answer PING within {} ms; output:\n{}", port_,
-                      options_->start_timeout.count(), log_tail()));
+      throw std::runtime_error(fmt::format("redis-server on port {} did not answer PING within {} ms; output:\n{}",
+                                           port_, options_->start_timeout.count(), log_tail()));
     }
     if (answers_ping(port_, *options_, pid_, std::min(deadline, now + 1s))) {
       return start_result::ready;
@@ -643,8 +664,8 @@ void redis_node::await_started() {
   for (int attempt = 1;; ++attempt) {
     if (await_ready(deadline) == start_result::ready) return;
     if (attempt == max_start_attempts) {
-      throw std::runtime_error(fmt::format(
-          "redis-server could not find a free port after {} attempts; output:\n{}", attempt, log_tail()));
+      throw std::runtime_error(
+          fmt::format("redis-server could not find a free port after {} attempts; output:\n{}", attempt, log_tail()));
     }
     reserve_new_port();
     spawn();

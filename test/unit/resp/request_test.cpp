@@ -18,7 +18,9 @@ using namespace std::string_view_literals;
 
 // bool and characters are ambiguous (number or text?), so they are refused at compile time.
 template <class... Args>
-concept pushable = requires(request r, const Args&... args) { r.push("X", args...); };
+concept pushable = requires(request r, const Args&... args) {
+  r.push("X", args...);
+};
 static_assert(!pushable<bool>);
 static_assert(!pushable<char>);
 static_assert(!pushable<double>);
@@ -79,8 +81,8 @@ TEST(Request, IntegralArguments) {
          std::numeric_limits<std::int64_t>::max(), static_cast<short>(-32768), static_cast<unsigned char>(255),
          static_cast<signed char>(-128), 42u, 7L);
   EXPECT_EQ(r.payload(), "*11\r\n" + bulk("X") + bulk("0") + bulk("-1") + bulk("-9223372036854775808") +
-                             bulk("18446744073709551615") + bulk("9223372036854775807") + bulk("-32768") +
-                             bulk("255") + bulk("-128") + bulk("42") + bulk("7"));
+                             bulk("18446744073709551615") + bulk("9223372036854775807") + bulk("-32768") + bulk("255") +
+                             bulk("-128") + bulk("42") + bulk("7"));
 }
 
 TEST(Request, BinarySafeArguments) {
@@ -146,8 +148,8 @@ TEST(Request, PushRangeOfIntegersAndViews) {
   r.push_range("Y", std::list<std::string_view>{"p", "q"});
   r.push_range("Z", std::vector<std::string>{});
   EXPECT_EQ(r.commands(), 3u);
-  EXPECT_EQ(r.payload(), "*4\r\n" + bulk("X") + bulk("-5") + bulk("0") + bulk("12345678901234") + "*3\r\n" +
-                             bulk("Y") + bulk("p") + bulk("q") + "*1\r\n" + bulk("Z"));
+  EXPECT_EQ(r.payload(), "*4\r\n" + bulk("X") + bulk("-5") + bulk("0") + bulk("12345678901234") + "*3\r\n" + bulk("Y") +
+                             bulk("p") + bulk("q") + "*1\r\n" + bulk("Z"));
 }
 
 TEST(Request, PushRangeMatchesPush) {
@@ -176,12 +178,8 @@ TEST(Request, RoundTripThroughParser) {
   ASSERT_TRUE(p.done());
   EXPECT_TRUE(rest.empty());
   const response expected = {
-      {type::array, 4, 0, ""},
-      {type::blob_string, 0, 1, "SET"},
-      {type::blob_string, 0, 1, binary},
-      {type::blob_string, 0, 1, "-42"},
-      {type::blob_string, 0, 1, "NX"},
-      {type::array, 1, 0, ""},
+      {type::array, 4, 0, ""},           {type::blob_string, 0, 1, "SET"}, {type::blob_string, 0, 1, binary},
+      {type::blob_string, 0, 1, "-42"},  {type::blob_string, 0, 1, "NX"},  {type::array, 1, 0, ""},
       {type::blob_string, 0, 1, "PING"},
   };
   EXPECT_EQ(out, expected);
