@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds a tiny separate project (test/package/consumer) against redlock-asio the ways users do:
 # the installed CMake package, the installed pkg-config file, add_subdirectory and FetchContent.
-# Each consumer runs once and must report the outage of its unreachable master.
+# Each consumer runs once and must report the outage of its unreachable master. The consumer uses
+# a deprecated Asio interface: the library must not impose BOOST_ASIO_NO_DEPRECATED on its users.
 # Usage: package_test.sh SOURCE_DIR BUILD_DIR WORK_DIR
 set -euo pipefail
 src=$(realpath "$1")
@@ -26,6 +27,9 @@ test -f "$work/prefix/include/redlock/version.hpp"
 if [[ -f "$build/tools/redlock" ]]; then
   "$work/prefix/bin/redlock" --version
 fi
+
+step "each installed header compiles on its own, with and without BOOST_ASIO_NO_DEPRECATED"
+"$src/test/package/check_headers.sh" "$work/prefix/include"
 
 step "find_package(redlock CONFIG REQUIRED) against the installed package"
 cmake -S "$consumer" -B "$work/find_package" "${gen[@]}" -DREDLOCK_CONSUME=find_package \

@@ -1,6 +1,7 @@
 // The smallest useful program on redlock-asio: try a lock once and say what happened. With no
 // master listening it must report the outage (quorum_unavailable), which proves that headers,
-// library and dependencies link and run together.
+// library and dependencies link and run together. It also uses one of Asio's deprecated
+// interfaces (io_context::post), as existing services do: linking redlock must not take it away.
 #include <redlock/redlock.hpp>
 
 #include <boost/asio/io_context.hpp>
@@ -8,7 +9,12 @@
 
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <thread>
+
+#ifdef BOOST_ASIO_NO_DEPRECATED
+#error "redlock imposed BOOST_ASIO_NO_DEPRECATED on its consumer"
+#endif
 
 int main(int argc, char** argv) {
   using namespace std::chrono_literals;
@@ -17,7 +23,10 @@ int main(int argc, char** argv) {
   if (auto ec = redlock::parse_masters(argc > 1 ? argv[1] : "127.0.0.1:1", cfg.masters)) return 4;
   boost::asio::io_context ioc;
   auto work = boost::asio::make_work_guard(ioc);
+  std::promise<void> posted;
+  ioc.post([&] { posted.set_value(); });  // deprecated, but the user's to use
   std::thread io{[&] { ioc.run(); }};
+  posted.get_future().get();
   redlock::client locks{ioc.get_executor(), cfg};
   auto result = locks.async_try_lock("consumer:demo", 5s, boost::asio::use_future);
   int status = 0;
