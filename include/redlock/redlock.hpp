@@ -10,6 +10,7 @@
 #include <redlock/lock.hpp>
 #include <redlock/master_result.hpp>
 #include <redlock/observe.hpp>
+#include <redlock/prometheus.hpp>
 #include <redlock/resp/node.hpp>
 #include <redlock/resp/parser.hpp>
 #include <redlock/resp/request.hpp>

@@ -9,15 +9,18 @@
 #include <fmt/core.h>
 
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <netinet/in.h>
 #include <optional>
 #include <signal.h>
 #include <sstream>
@@ -143,6 +146,11 @@ class example_process {
     return false;
   }
 
+  // Sends `sig` (the process keeps running until it reacts; `wait` reaps it).
+  void signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
+
   // kill -9, and reap.
   void kill() {
     if (pid_ <= 0) return;
@@ -164,6 +172,28 @@ std::optional<long long> number_after(const std::string& text, std::string_view 
   const auto at = text.find(prefix);
   if (at == std::string::npos) return std::nullopt;
   return std::strtoll(text.c_str() + at + prefix.size(), nullptr, 10);
+}
+
+// A blocking HTTP/1.1 GET of `target` on 127.0.0.1:`port`: the whole response (the server closes).
+std::string http_get(int port, std::string_view target) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error("socket");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const auto req = fmt::format("GET {} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", target);
+    if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+      char buf[4096];
+      for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  ::close(fd);
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -340,6 +370,48 @@ TEST(examples, password_comes_from_the_environment_and_is_never_printed) {
     example_process p{REDLOCK_EXAMPLE_CALLBACKS_AND_FUTURES, {}, {nodes_env(cluster)}};
     EXPECT_EQ(p.wait(), 1) << p.transcript();
   }
+}
+
+TEST(examples, metrics_endpoint_serves_the_counters_in_prometheus_format) {
+  redlock::test::redis_cluster cluster{3};
+  example_process p{REDLOCK_EXAMPLE_METRICS_ENDPOINT, {"--listen", "127.0.0.1:0"}, {nodes_env(cluster)}};
+  ASSERT_TRUE(p.wait_for_output("listening on 127.0.0.1:")) << p.transcript();
+  const auto port = number_after(p.out(), "listening on 127.0.0.1:");
+  ASSERT_TRUE(port && *port > 0) << p.transcript();
+  const auto up = [&](std::size_t i) {
+    return fmt::format("redlock_master_up{{master=\"127.0.0.1:{}\"}} ", cluster[i].port());
+  };
+
+  // The worker's locks show up as acquisitions; every master is up.
+  std::string page;
+  const auto deadline = clock_type::now() + 30s;
+  while (clock_type::now() < deadline) {
+    page = http_get(static_cast<int>(*port), "/metrics");
+    const auto acquired = number_after(page, "redlock_lock_outcomes_total{outcome=\"acquired\"} ");
+    const auto released = number_after(page, "\nredlock_releases_total ");
+    if (acquired.value_or(0) > 0 && released.value_or(0) > 0) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_TRUE(page.starts_with("HTTP/1.1 200 OK\r\n")) << page;
+  EXPECT_NE(page.find("Content-Type: text/plain; version=0.0.4"), std::string::npos) << page;
+  ASSERT_GT(number_after(page, "redlock_lock_outcomes_total{outcome=\"acquired\"} ").value_or(0), 0) << page;
+  EXPECT_GT(number_after(page, "\nredlock_releases_total ").value_or(0), 0) << page;
+  for (std::size_t i = 0; i < cluster.size(); ++i) EXPECT_EQ(number_after(page, up(i)), 1) << page;
+  EXPECT_NE(page.find("# TYPE redlock_acquire_duration_seconds histogram"), std::string::npos);
+
+  // A master that dies is seen as down on a later scrape.
+  cluster[2].kill();
+  const auto down_by = clock_type::now() + 30s;
+  while (clock_type::now() < down_by &&
+         number_after(page = http_get(static_cast<int>(*port), "/metrics"), up(2)) != 0) {
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(number_after(page, up(2)), 0) << page;
+  EXPECT_EQ(number_after(page, up(0)), 1) << page;
+
+  EXPECT_TRUE(http_get(static_cast<int>(*port), "/other").starts_with("HTTP/1.1 404"));
+  p.signal(SIGTERM);
+  EXPECT_EQ(p.wait(), 0) << p.transcript();
 }
 
 }  // namespace
