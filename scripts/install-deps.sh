@@ -10,6 +10,7 @@ packages=(
   redis-server redis-tools
   clang libclang-rt-14-dev clang-format
   iptables iproute2
+  doxygen
 )
 
 missing=()

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <type_traits>
 
+/// Redlock distributed locks over N independent Redis masters, for Boost.Asio: the client, lock
+/// handles, configuration, errors and observability (`#include <redlock/redlock.hpp>`).
 namespace redlock {
 
 /// Errors raised by this library. Asio and operating-system errors pass through unchanged.
@@ -93,14 +95,21 @@ const boost::system::error_category& error_category() noexcept;
 /// The category of `redlock::condition`, named "redlock.condition".
 const boost::system::error_category& condition_category() noexcept;
 
+/// `e` as an error code of `error_category()`; found by argument-dependent lookup, so that an
+/// `error` converts implicitly wherever a `boost::system::error_code` is expected.
 inline boost::system::error_code make_error_code(error e) noexcept { return {static_cast<int>(e), error_category()}; }
+/// `c` as an error condition of `condition_category()`, for comparisons such as
+/// `ec == condition::timeout` (also found by argument-dependent lookup).
 inline boost::system::error_condition make_error_condition(condition c) noexcept {
   return {static_cast<int>(c), condition_category()};
 }
 
 }  // namespace redlock
 
+/// @cond
+// Boost.System's opt-in: `error` converts to error_code, `condition` to error_condition.
 template <>
 struct boost::system::is_error_code_enum<redlock::error> : std::true_type {};
 template <>
 struct boost::system::is_error_condition_enum<redlock::condition> : std::true_type {};
+/// @endcond

@@ -53,9 +53,15 @@ inline std::string printable_server_text(std::string_view text) {
 
 }  // namespace redlock::fmt_detail
 
+// Specialised inside the namespace, not as `fmt::formatter<...>` from outside: Doxygen cannot
+// place the latter.
+/// The fmt library, to which this header adds formatters for redlock's types.
+namespace fmt {
+
 /// The status's name (`redlock::to_string`): "granted", "server_error", ...
 template <>
-struct fmt::formatter<redlock::master_status> : fmt::formatter<fmt::string_view> {
+struct formatter<redlock::master_status> : formatter<string_view> {
+  /// Writes the name of `s` to `ctx.out()`, padded, aligned and cut as the format specification says.
   template <typename FormatContext>
   auto format(redlock::master_status s, FormatContext& ctx) const -> decltype(ctx.out()) {
     const auto name = redlock::to_string(s);
@@ -67,7 +73,8 @@ struct fmt::formatter<redlock::master_status> : fmt::formatter<fmt::string_view>
 /// `server_error 380us "WRONGTYPE Operation against a key..."` (the master's text made printable
 /// and cut), "timeout 2000us (the node did not reply before the request's deadline)".
 template <>
-struct fmt::formatter<redlock::master_result> : fmt::formatter<fmt::string_view> {
+struct formatter<redlock::master_result> : formatter<string_view> {
+  /// Writes `r` as described above to `ctx.out()`, padded, aligned and cut as the format specification says.
   template <typename FormatContext>
   auto format(const redlock::master_result& r, FormatContext& ctx) const -> decltype(ctx.out()) {
     fmt::memory_buffer buf;
@@ -88,10 +95,13 @@ struct fmt::formatter<redlock::master_result> : fmt::formatter<fmt::string_view>
 /// The error's message, as `make_error_code(e).message()` gives it (`redlock::to_string` gives its
 /// identifier).
 template <>
-struct fmt::formatter<redlock::error> : fmt::formatter<fmt::string_view> {
+struct formatter<redlock::error> : formatter<string_view> {
+  /// Writes the message of `e` to `ctx.out()`, padded, aligned and cut as the format specification says.
   template <typename FormatContext>
   auto format(redlock::error e, FormatContext& ctx) const -> decltype(ctx.out()) {
     const auto message = redlock::make_error_code(e).message();
     return fmt::formatter<fmt::string_view>::format(fmt::string_view(message), ctx);
   }
 };
+
+}  // namespace fmt

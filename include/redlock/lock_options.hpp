@@ -31,6 +31,7 @@ std::string_view to_string(lock_kind k) noexcept;
 
 /// How `client::async_lock` (with options) locks a resource. The default is the plain lock.
 struct lock_options {
+  /// What the lock excludes: one holder (the default), readers/writer, or up to `permits` holders.
   lock_kind kind = lock_kind::exclusive;
   /// `semaphore` only: how many holders at most (at least 1). Every client of a semaphore must use
   /// the same number; a master that holds it with another number answers an error.

@@ -30,7 +30,7 @@ enum class log_level : std::uint8_t { trace, debug, info, warning, error, off };
 /// "trace", "debug", "info", "warning", "error" or "off".
 std::string_view to_string(log_level level) noexcept;
 
-/// Receives each log message at or above the minimum level, fully formatted (the source, e.g.
+/// Receives each log message at or above the minimum level, fully formatted (the source, for example
 /// "master 2 (127.0.0.1:7002): ", first). The view is valid during the call only.
 ///
 /// It is called from the library's internal strands, on any thread running the executor, possibly
@@ -113,11 +113,16 @@ struct latency_histogram {
   /// `sum / count` (zero when empty).
   std::chrono::microseconds mean() const noexcept;
 
+  /// Adds another snapshot's samples bucket by bucket (to total several masters); `max`
+  /// becomes the larger of the two.
   latency_histogram& operator+=(const latency_histogram& other) noexcept;
   /// Subtracts an earlier snapshot of the same counters (saturating at 0); keeps this `max`.
   latency_histogram& operator-=(const latency_histogram& earlier) noexcept;
+  /// `a += b` on a copy.
   friend latency_histogram operator+(latency_histogram a, const latency_histogram& b) noexcept { return a += b; }
+  /// `a -= b` on a copy: the samples recorded between snapshot `b` and the later snapshot `a`.
   friend latency_histogram operator-(latency_histogram a, const latency_histogram& b) noexcept { return a -= b; }
+  /// Equal when every bucket, `count`, `sum` and `max` are.
   friend bool operator==(const latency_histogram&, const latency_histogram&) = default;
 };
 
@@ -163,8 +168,9 @@ struct connection_stats {
   std::uint64_t dropped_replies = 0;
   /// RESP3 push messages received (not matched to requests).
   std::uint64_t pushes = 0;
-  /// Bytes written to and read from the socket (handshakes included).
+  /// Bytes written to the socket (handshakes included).
   std::uint64_t bytes_written = 0;
+  /// Bytes read from the socket (handshakes included).
   std::uint64_t bytes_read = 0;
 
   /// Connection attempts (TCP connect + handshake) started.
@@ -200,13 +206,16 @@ struct connection_stats {
   /// Requests without an outcome yet (0 if the snapshot caught the counters mid-update).
   std::uint64_t in_progress() const noexcept { return requests > completed() ? requests - completed() : 0; }
 
-  /// Adds every counter (e.g. to total several masters).
+  /// Adds every counter (to total several masters).
   connection_stats& operator+=(const connection_stats& other) noexcept;
   /// Subtracts an earlier snapshot of the same connection (each counter saturating at 0): the
   /// activity between the two snapshots.
   connection_stats& operator-=(const connection_stats& earlier) noexcept;
+  /// `a += b` on a copy.
   friend connection_stats operator+(connection_stats a, const connection_stats& b) noexcept { return a += b; }
+  /// `a -= b` on a copy: the activity between snapshot `b` and the later snapshot `a`.
   friend connection_stats operator-(connection_stats a, const connection_stats& b) noexcept { return a -= b; }
+  /// Equal when every counter and the histogram are.
   friend bool operator==(const connection_stats&, const connection_stats&) = default;
 };
 
@@ -285,8 +294,11 @@ struct client_stats {
   client_stats& operator+=(const client_stats& other);
   /// Subtracts an earlier snapshot of the same client (each counter saturating at 0).
   client_stats& operator-=(const client_stats& earlier);
+  /// `a += b` on a copy.
   friend client_stats operator+(client_stats a, const client_stats& b) { return a += b; }
+  /// `a -= b` on a copy: the activity between snapshot `b` and the later snapshot `a`.
   friend client_stats operator-(client_stats a, const client_stats& b) { return a -= b; }
+  /// Equal when every counter, histogram and master's counters are.
   friend bool operator==(const client_stats&, const client_stats&) = default;
 };
 

@@ -34,12 +34,13 @@ struct handshake_params {
 
 /// What the I/O layer must do next.
 struct handshake_action {
+  /// The three things the machine can ask for.
   enum class kind {
     write,  ///< write `bytes` whole, then resume with the write's error
     read,   ///< read `replies` complete replies (push messages skipped), then resume with them
     done,   ///< finished: `ec` empty (connected with RESP `protocol`) or why it failed
   };
-  kind type = kind::done;
+  kind type = kind::done;        ///< what to do; the members below say with what
   std::string_view bytes;        ///< write: valid until the next `resume`
   std::size_t replies = 0;       ///< read
   boost::system::error_code ec;  ///< done
@@ -49,8 +50,11 @@ struct handshake_action {
   std::string_view server_text;
 };
 
+/// One connection's handshake (see the file's description). Drive it with `resume` until it
+/// returns a `done` action; not reusable.
 class handshake_fsm {
  public:
+  /// A machine for `params`, whose views must outlive it.
   explicit handshake_fsm(handshake_params params) : params_(params) {}
 
   /// Advances the machine. Call first with an empty `ec` and `replies`; after a `write` action

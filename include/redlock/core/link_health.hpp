@@ -31,8 +31,8 @@ constexpr typename Clock::time_point stall_point(typename Clock::time_point now,
 
 /// The delay before the next connect attempt, and the attempt number after it.
 struct reconnect_step {
-  std::chrono::milliseconds delay{0};
-  std::uint32_t next_attempt = 0;
+  std::chrono::milliseconds delay{0};  ///< wait this long before the next connect attempt
+  std::uint32_t next_attempt = 0;      ///< pass as `attempt` to the `next_reconnect` after it
 };
 
 /// @brief The next reconnect after a failure.

@@ -33,12 +33,12 @@ namespace redlock::core {
 
 /// The rules an acquisition follows (from `client_config`).
 struct lock_rules {
-  std::size_t masters = 0;
-  std::chrono::milliseconds ttl{0};
-  std::chrono::milliseconds request_timeout{250};
-  drift_policy drift{};
-  retry_policy retry{};
-  bool retry_enabled = true;  ///< false: one attempt (`async_try_lock`)
+  std::size_t masters = 0;                         ///< number of masters (N)
+  std::chrono::milliseconds ttl{0};                ///< the keys' time to live, checked by `check_ttl`
+  std::chrono::milliseconds request_timeout{250};  ///< deadline of each master's answer, from the send
+  drift_policy drift{};                            ///< clock-drift allowance subtracted from the validity
+  retry_policy retry{};                            ///< delay between attempts, and their limits
+  bool retry_enabled = true;                       ///< false: one attempt (`async_try_lock`)
   /// Rounds after the first queue fairly and wait for wake-ups (`client_config::fairness`).
   bool fair = false;
   /// Masters that must grant (0: a majority; a semaphore's is larger, see `semaphore_quorum`).
@@ -64,6 +64,7 @@ inline boost::system::error_code check_ttl(std::chrono::milliseconds ttl, std::c
 
 /// What the shell does next for a `lock_fsm`.
 struct lock_action {
+  /// What the shell is asked to do.
   enum class type : std::uint8_t {
     wait,      ///< nothing: wait for replies (or the sleep's end, or cancellation)
     acquire,   ///< send `SET key token NX PX ttl` to every master, per-request deadline `at`
@@ -73,15 +74,19 @@ struct lock_action {
     /// smaller number (`needs_confirm`), per-request deadline `at`; answers come to `on_reply`
     confirm,
   };
+  /// What to do; the members below say with what.
   type what = type::wait;
   /// Before anything else: run the release script on every master (nobody waits for it). Set
   /// after a failed or cancelled round, whose requests may still set the key.
   bool release = false;
+  /// For `acquire` and `confirm`: each request's deadline. For `sleep`: when to call `on_timer`.
   clock::time_point at{};
+  /// For `complete`: the operation's result (empty: acquired).
   boost::system::error_code ec;
   /// For `acquire`: send the fair acquire script with `ticket` (0: none yet; -1: move to the back
   /// of the queue) instead of `SET NX PX`.
   bool fair = false;
+  /// For `acquire` with `fair`: the ticket to send (see `fair`).
   std::int64_t ticket = 0;
   /// For `confirm`: the fence to raise the counters to. For `acquire` of a fenced lock: the
   /// largest counter any master answered so far, from which the grant counts on (keeps the
@@ -95,6 +100,7 @@ struct lock_action {
 /// that round's release was already queued behind them on each master's connection.
 class lock_fsm {
  public:
+  /// A machine for one operation under `rules` (copied); nothing happens before `start`.
   explicit lock_fsm(const lock_rules& rules) noexcept : rules_(rules) {}
 
   /// Begins the first attempt at `now`. With `queue_first` (and fair rules), the first round
@@ -178,6 +184,7 @@ class lock_fsm {
   std::uint64_t round() const noexcept { return round_; }
   /// Attempts started so far.
   std::size_t attempts() const noexcept { return attempts_; }
+  /// Whether the operation has completed (a `complete` action was returned).
   bool done() const noexcept { return state_ == state::done; }
   /// Whether answers of `round` are still awaited (its acquire requests, or its fence
   /// confirmations): a request of it that must be sent again (NOSCRIPT) is still wanted.
@@ -188,6 +195,7 @@ class lock_fsm {
   bool confirming() const noexcept { return state_ == state::confirming; }
   /// The answers of the last round (the one that decided the outcome).
   const round_table& table() const noexcept { return table_; }
+  /// The same, mutable: the shell moves the results out once the operation completes.
   round_table& table() noexcept { return table_; }
   /// Until when the holder may rely on the lock (after success).
   clock::time_point validity_deadline() const noexcept { return deadline_; }

@@ -18,8 +18,13 @@
 #include <string_view>
 #include <vector>
 
+/// The sans-I/O cores: the protocol's decisions as pure state machines and arithmetic, with time
+/// and randomness passed in. The library's Asio shell drives them; they are public so that their
+/// rules can be read and tested, not as a stable interface.
 namespace redlock::core {
 
+/// The clock of every deadline and validity in the cores (monotonic: wall-clock jumps do not
+/// shorten or stretch a lock).
 using clock = std::chrono::steady_clock;
 
 /// The commands of the protocol: each has its own "yes" and "no".
@@ -38,9 +43,9 @@ enum class command : std::uint8_t {
 
 /// An acquire script's answer: its status and its number (ticket, fence, count) on that master.
 struct fair_reply {
-  bool valid = false;
-  master_status status = master_status::pending;
-  std::int64_t ticket = 0;
+  bool valid = false;                             ///< false: not `{1|0|-1, integer}`, the rest unset
+  master_status status = master_status::pending;  ///< 1 `granted`, 0 `taken`, -1 `queued`
+  std::int64_t ticket = 0;                        ///< the script's number (ticket, fence or count)
 };
 
 /// Reads `{status, number}` (two integers) from a reply of an acquire script.
@@ -162,23 +167,31 @@ class round_table {
     return true;
   }
 
+  /// The command of the round (`begin`'s `cmd`).
   command cmd() const noexcept { return cmd_; }
+  /// Where the round's quorum stands.
   quorum_state state() const noexcept { return votes_.state(); }
+  /// Whether an answer has made the outcome certain (reached or impossible).
   bool decided() const noexcept { return decided_; }
+  /// When the round's requests were sent; each answer's latency counts from here.
   clock::time_point start() const noexcept { return start_; }
   /// When the deciding answer was recorded (meaningful once `decided()`).
   clock::time_point decided_at() const noexcept { return decided_at_; }
+  /// Number of masters in the round.
   std::size_t size() const noexcept { return results_.size(); }
   /// Yes votes the round needs.
   std::size_t needed() const noexcept { return votes_.needed(); }
+  /// Each master's answer, in master order (`pending` for a master that has not answered yet).
   const std::vector<master_result>& results() const noexcept { return results_; }
   /// Moves the results out (the table is empty after; `begin` makes it usable again).
   std::vector<master_result> take_results() noexcept { return std::move(results_); }
 
+  /// Number of masters whose answer has status `s`.
   std::size_t count(master_status s) const noexcept {
     return static_cast<std::size_t>(
         std::count_if(results_.begin(), results_.end(), [s](const master_result& m) { return m.status == s; }));
   }
+  /// Whether at least one master's answer has status `s`.
   bool any(master_status s) const noexcept { return count(s) != 0; }
 
  private:

@@ -31,18 +31,26 @@ constexpr std::size_t semaphore_quorum(std::size_t n, std::size_t permits) noexc
 /// record each master once.
 class quorum {
  public:
+  /// `n` masters, a majority of which must say yes.
   explicit constexpr quorum(std::size_t n) noexcept : n_(n), needed_(majority(n)) {}
   /// `needed` is clamped to [majority(n), n]: fewer would not exclude anyone.
   constexpr quorum(std::size_t n, std::size_t needed) noexcept
       : n_(n), needed_(needed < majority(n) ? majority(n) : (needed > n ? n : needed)) {}
 
+  /// Records one master's yes (it granted).
   constexpr void yes() noexcept { ++yes_; }
+  /// Records one master's no (any answer that is not a yes).
   constexpr void no() noexcept { ++no_; }
 
+  /// Number of masters voting (`n`).
   constexpr std::size_t size() const noexcept { return n_; }
+  /// Yes votes required, in [majority(n), n].
   constexpr std::size_t needed() const noexcept { return needed_; }
+  /// Yes votes recorded so far.
   constexpr std::size_t yes_votes() const noexcept { return yes_; }
+  /// No votes recorded so far.
   constexpr std::size_t no_votes() const noexcept { return no_; }
+  /// Masters that have not voted yet.
   constexpr std::size_t pending_votes() const noexcept { return n_ - yes_ - no_; }
 
   /// Reached as soon as `needed` said yes; impossible as soon as more than `n - needed` said

@@ -9,8 +9,8 @@ namespace redlock::core {
 
 /// Allowance for clock-rate differences between processes: `ttl * factor + fixed`.
 struct drift_policy {
-  double factor = 0.01;
-  std::chrono::milliseconds fixed{2};
+  double factor = 0.01;                ///< fraction of the ttl, in [0, 1) (`validate` checks)
+  std::chrono::milliseconds fixed{2};  ///< constant part, at least 0
 };
 
 /// The drift allowance for a lock of `ttl`, rounded up to whole microseconds (never in the

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+/// The Redis wire protocol (RESP2 and RESP3): the requests `connection::async_exec` sends
+/// (`request`), the reply values it returns (`response`), and the incremental parser of replies.
 namespace redlock::resp {
 
 /// The wire type of one RESP value. RESP2's null bulk string (`$-1`) and null array (`*-1`) are
@@ -41,11 +43,16 @@ constexpr std::size_t element_multiplicity(type t) noexcept { return (t == type:
 /// One value of a reply. Aggregates carry their declared `aggregate_size` (pairs for map and
 /// attribute) and an empty `value`; their children follow them in the list at `depth + 1`.
 struct node {
+  /// The value's wire type.
   type data_type = type::null;
+  /// Aggregates: the declared number of elements (pairs for map and attribute). Others: 0.
   std::size_t aggregate_size = 0;
+  /// Nesting level: 0 for a reply's top-level value, one more than the enclosing aggregate's.
   std::size_t depth = 0;
+  /// Scalars: the payload as sent, without type prefix or CRLF (binary-safe). Aggregates: empty.
   std::string value;
 
+  /// Equal when type, size, depth and value are.
   friend bool operator==(const node&, const node&) = default;
 };
 

@@ -110,7 +110,7 @@ class request {
  public:
   request() = default;
 
-  /// Appends one command, e.g. `push("SET", key, value, "NX", "PX", 10000)`. Each argument is either
+  /// Appends one command, such as `push("SET", key, value, "NX", "PX", 10000)`. Each argument is either
   /// string-like (anything convertible to `std::string_view`: with `std::string` and `std::string_view`
   /// every byte is kept, embedded '\0' included) or integral (sent in decimal, without allocating).
   /// The buffer grows at most once per command.
