@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -416,6 +417,69 @@ TEST(redis_cluster, startup_failure_reports_the_server_output) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/redis-server"), std::string::npos) << e.what();
   }
+}
+
+/// A private CA and a server certificate signed by it, made with the openssl CLI in a temporary
+/// directory that goes with the object.
+class test_certificates {
+ public:
+  test_certificates() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "redlock-certs-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    dir_ = pattern;
+    const auto ec_key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    const std::string script = "cd '" + dir_.string() + "' && openssl req -x509 " + ec_key +
+                               " -keyout ca.key -out ca.crt -days 1 -subj /CN=redlock-test-ca" + " && openssl req " +
+                               ec_key + " -keyout server.key -out server.csr -subj /CN=localhost" +
+                               " && openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial" +
+                               " -out server.crt -days 1 >/dev/null 2>openssl.log";
+    if (std::system(script.c_str()) != 0) throw std::runtime_error("openssl failed, see " + dir_.string());
+  }
+  ~test_certificates() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  test_certificates(const test_certificates&) = delete;
+  test_certificates& operator=(const test_certificates&) = delete;
+
+  redlock::test::tls_options server(bool require_client_cert) const {
+    return {dir_ / "server.crt", dir_ / "server.key", dir_ / "ca.crt", require_client_cert};
+  }
+
+ private:
+  std::filesystem::path dir_;
+};
+
+TEST(redis_cluster, tls_node_listens_on_a_second_port_and_keeps_the_plain_one) {
+  EXPECT_EQ(redis_cluster(1)[0].tls_port(), 0);  // no TLS unless asked for
+
+  const test_certificates certs;
+  redis_options options;
+  options.tls = certs.server(true);
+  redis_cluster cluster(1, options);
+  auto& node = cluster[0];
+  const auto tls_port = node.tls_port();
+  ASSERT_NE(tls_port, 0);
+  EXPECT_NE(tls_port, node.port());
+  EXPECT_EQ(node.command({"PING"}), "+PONG\r\n");  // the plain port still serves the harness
+  EXPECT_EQ(node.command({"CONFIG", "GET", "tls-port"}), "*2\r\n$8\r\ntls-port\r\n$" +
+                                                             std::to_string(std::to_string(tls_port).size()) + "\r\n" +
+                                                             std::to_string(tls_port) + "\r\n");
+  EXPECT_EQ(node.command({"CONFIG", "GET", "tls-auth-clients"}), "*2\r\n$16\r\ntls-auth-clients\r\n$3\r\nyes\r\n");
+
+  // The TLS port accepts connections but speaks TLS only: plain RESP gets no PONG.
+  const auto plain_on_tls = [&] {
+    client c(tls_port, 2s);
+    EXPECT_TRUE(c.connected()) << std::strerror(c.connect_error());
+    return c.request({"PING"});
+  };
+  EXPECT_NE(plain_on_tls(), "+PONG\r\n");
+
+  // A restart comes back with TLS on the same port.
+  node.restart();
+  EXPECT_EQ(node.tls_port(), tls_port);
+  EXPECT_EQ(node.command({"PING"}), "+PONG\r\n");
+  EXPECT_NE(plain_on_tls(), "+PONG\r\n");
 }
 
 // ---- fault_proxy -----------------------------------------------------------------------------

@@ -1,13 +1,11 @@
 #pragma once
 /// @file
-/// Local `redis-server` masters on free loopback ports, for trying things out: the demonstration
-/// starts a set it owns (and may kill -9 and restart one of them), `redlock nodes up` starts a
-/// detached set that outlives it and records it in a state directory.
+/// Detached sets of local `redis-server` masters for `redlock nodes`: `redlock nodes up` starts a
+/// set that outlives the command and records it in a state directory, `down` stops it. Built on the
+/// local-masters library (tools/local_masters/local_masters.hpp), which it re-exports: the
+/// demonstration starts a set it owns (`node_set`) through this header.
 ///
-/// Servers run without persistence (`--save "" --appendonly no`), bound to 127.0.0.1, from the
-/// binary in `server_options::server_binary`, else `REDLOCK_REDIS_SERVER`, else `redis-server`
-/// found in `PATH`. Linux only (uses /proc and prctl). Not thread-safe: use one object from one
-/// thread (the thread that started an owned set must live as long as it: the servers die with it).
+/// Linux only (uses /proc). Not thread-safe.
 
 #include <sys/types.h>
 
@@ -15,89 +13,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <memory>
+#include <local_masters.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace redlock::local {
-
-/// How servers are started.
-struct server_options {
-  /// The `redis-server` executable; empty: `REDLOCK_REDIS_SERVER` if set, else `redis-server` in `PATH`.
-  std::string server_binary;
-  /// How long one start may take until the server answers.
-  std::chrono::milliseconds start_timeout{10000};
-  /// Extra arguments for the server, appended last.
-  std::vector<std::string> extra_args;
-};
-
-/// The server executable `options` designate, as a path; throws `std::runtime_error` when none is found.
-std::string find_server_binary(const server_options& options);
-
-class node_set;
-
-/// One `redis-server` owned by a `node_set`. It keeps its port for its whole life (a bound,
-/// never-listening socket holds it while the server is down), so `restart()` comes back on it.
-class node {
- public:
-  node(const node&) = delete;
-  node& operator=(const node&) = delete;
-  ~node();
-
-  const std::string& host() const noexcept { return host_; }
-  std::uint16_t port() const noexcept { return port_; }
-  /// "127.0.0.1:PORT".
-  std::string address() const;
-  /// The server's process id, -1 when it is not running.
-  pid_t pid() const;
-  bool running() const;
-  const std::filesystem::path& directory() const noexcept { return dir_; }
-
-  /// SIGKILL (kill -9) and reap: connections are cut, the data is gone. No-op when not running.
-  void kill();
-  /// SIGTERM, wait (SIGKILL after 5 s). No-op when not running.
-  void stop();
-  /// Stops the server if it runs and starts it again, empty, on the same port; returns once it
-  /// answers. Throws `std::runtime_error` when it cannot start.
-  void restart();
-
- private:
-  friend class node_set;
-  node(std::shared_ptr<const server_options> options, std::filesystem::path dir);
-  void spawn();
-  void await_ready();
-
-  std::shared_ptr<const server_options> options_;
-  std::string binary_;
-  std::string host_ = "127.0.0.1";
-  std::uint16_t port_ = 0;
-  int port_holder_ = -1;
-  std::filesystem::path dir_;
-  mutable pid_t pid_ = -1;
-};
-
-/// A set of local masters, started in parallel; the destructor kills them and removes their files.
-class node_set {
- public:
-  /// Starts `count` servers and waits until each answers. Throws `std::runtime_error` (with the
-  /// server's output) when one cannot start.
-  explicit node_set(std::size_t count, server_options options = {});
-  ~node_set();
-  node_set(const node_set&) = delete;
-  node_set& operator=(const node_set&) = delete;
-
-  std::size_t size() const noexcept { return nodes_.size(); }
-  node& operator[](std::size_t i) { return *nodes_[i]; }
-  const node& operator[](std::size_t i) const { return *nodes_[i]; }
-  /// "127.0.0.1:P1,127.0.0.1:P2,...": the list `redlock::parse_masters` reads.
-  std::string masters() const;
-
- private:
-  std::filesystem::path dir_;
-  std::vector<std::unique_ptr<node>> nodes_;
-};
 
 // ---- detached sets, recorded in a state directory (`redlock nodes`) ----------------------------
 
