@@ -123,3 +123,28 @@ TEST(format, error_is_its_message) {
 }
 
 }  // namespace
+
+namespace {
+
+// The report names each unusable master with its address, status, cause and text (made
+// printable), after the operation's error; a report with nothing failing says so. Catches a
+// report that drops the cause or the address, or prints a hostile text raw.
+TEST(format, quorum_report_names_each_master) {
+  redlock::quorum_report r;
+  r.error = error::quorum_unavailable;
+  r.masters = 3;
+  r.needed = 2;
+  r.failing.push_back({0, "127.0.0.1:7001", master_status::unreachable, error::auth_failed, "WRONGPASS no\r\n"});
+  r.failing.push_back({2, "x.invalid:6379", master_status::pending, {}, {}});
+  const auto text = redlock::to_string(r);
+  EXPECT_EQ(text,
+            "too few masters answered for a quorum: 2 of 3 masters could not be used (2 needed): 127.0.0.1:7001 "
+            "unreachable: the node rejected the credentials (WRONGPASS no\\x0d\\x0a); x.invalid:6379 still connecting");
+  EXPECT_EQ(fmt::format("{}", r), text);
+  redlock::quorum_report fine;
+  fine.masters = 3;
+  fine.needed = 2;
+  EXPECT_EQ(redlock::to_string(fine), "every master of 3 usable");
+}
+
+}  // namespace
