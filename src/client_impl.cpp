@@ -636,10 +636,11 @@ void client_impl::on_link_down(std::size_t i) { deferred_[i].connection_lost(clo
 
 void client_impl::on_link_up(std::size_t i) {
   health_.up(i);
-  readiness_changed();
   if (!closed_) load_scripts(i);
   // A new connection has no subscriptions: waiters queued on this master are woken through it.
   if (inbox_wanted_ && !closed_) subscribe_inbox(i);
+  // After the scripts were queued: whatever a waiter's handler sends comes behind them.
+  readiness_changed();
   if (deferred_[i].empty() || closed_) return;
   std::size_t expired = 0;
   auto due = deferred_[i].take(clock_type::now(), expired);
@@ -1153,23 +1154,37 @@ void client_impl::note_background_release(const lock_state& st) {
 std::string to_string(const quorum_report& r) {
   std::string out;
   if (r.error) out = r.error.message() + ": ";
+  // A master still on its first attempt has not failed: named apart, after those that did.
+  const auto connecting = static_cast<std::size_t>(std::count_if(
+      r.failing.begin(), r.failing.end(), [](const auto& m) { return m.status == master_status::pending; }));
+  const auto failed = r.failing.size() - connecting;
   if (r.failing.empty()) {
     fmt::format_to(std::back_inserter(out), "every master of {} usable", r.masters);
     return out;
   }
-  fmt::format_to(std::back_inserter(out), "{} of {} masters could not be used ({} needed): ", r.failing.size(),
-                 r.masters, r.needed);
-  for (std::size_t k = 0; k < r.failing.size(); ++k) {
-    const auto& m = r.failing[k];
-    if (k) out += "; ";
-    out += m.address;
-    if (m.status == master_status::pending) {
-      out += " still connecting";
-      continue;
+  if (failed) {
+    fmt::format_to(std::back_inserter(out), "{} of {} masters could not be used ({} needed): ", failed, r.masters,
+                   r.needed);
+  } else {
+    fmt::format_to(std::back_inserter(out), "{} of {} masters not connected yet ({} needed): ", connecting, r.masters,
+                   r.needed);
+  }
+  bool first = true;
+  for (const bool pending : {false, true}) {
+    for (const auto& m : r.failing) {
+      if ((m.status == master_status::pending) != pending) continue;
+      if (!first) out += "; ";
+      first = false;
+      out += m.address;
+      if (pending) {
+        out += " still connecting";
+        continue;
+      }
+      fmt::format_to(std::back_inserter(out), " {}", detail::status_text(m.status));
+      if (m.error && m.error != error::server_error) fmt::format_to(std::back_inserter(out), ": {}", m.error.message());
+      if (!m.server_text.empty())
+        fmt::format_to(std::back_inserter(out), " ({})", detail::printable(m.server_text, 120));
     }
-    fmt::format_to(std::back_inserter(out), " {}", detail::status_text(m.status));
-    if (m.error && m.error != error::server_error) fmt::format_to(std::back_inserter(out), ": {}", m.error.message());
-    if (!m.server_text.empty()) fmt::format_to(std::back_inserter(out), " ({})", detail::printable(m.server_text, 120));
   }
   return out;
 }

@@ -134,17 +134,19 @@ TEST(format, quorum_report_names_each_master) {
   r.error = error::quorum_unavailable;
   r.masters = 3;
   r.needed = 2;
-  r.failing.push_back({0, "127.0.0.1:7001", master_status::unreachable, error::auth_failed, "WRONGPASS no\r\n"});
-  r.failing.push_back({2, "x.invalid:6379", master_status::pending, {}, {}});
+  r.failing.push_back({0, "x.invalid:6379", master_status::pending, {}, {}});
+  r.failing.push_back({1, "127.0.0.1:7001", master_status::unreachable, error::auth_failed, "WRONGPASS no\r\n"});
   const auto text = redlock::to_string(r);
   EXPECT_EQ(text,
-            "too few masters answered for a quorum: 2 of 3 masters could not be used (2 needed): 127.0.0.1:7001 "
+            "too few masters answered for a quorum: 1 of 3 masters could not be used (2 needed): 127.0.0.1:7001 "
             "unreachable: the node rejected the credentials (WRONGPASS no\\x0d\\x0a); x.invalid:6379 still connecting");
   EXPECT_EQ(fmt::format("{}", r), text);
   redlock::quorum_report fine;
   fine.masters = 3;
   fine.needed = 2;
   EXPECT_EQ(redlock::to_string(fine), "every master of 3 usable");
+  fine.failing.push_back({2, "127.0.0.1:7003", master_status::pending, {}, {}});
+  EXPECT_EQ(redlock::to_string(fine), "1 of 3 masters not connected yet (2 needed): 127.0.0.1:7003 still connecting");
 }
 
 }  // namespace
