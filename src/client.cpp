@@ -210,7 +210,8 @@ struct lock_op final : op_base {
                        tag | eval_flag))
         return;
     }
-    act(fsm.on_reply(round_of(tag), master_of(tag), ec, r, clock_type::now(), owner->unit_random()));
+    act(fsm.on_reply(round_of(tag), master_of(tag), ec, r, clock_type::now(), owner->unit_random(),
+                     owner->down_cause(master_of(tag))));
   }
 
   std::string_view c_step(step s, std::int64_t number) { return owner->scratch_step(s, *st, number, false); }
@@ -568,6 +569,12 @@ const client_config& client::config() const noexcept { return impl_->config(); }
 std::vector<connection_status> client::masters() const { return impl_->statuses(); }
 client_stats client::stats() const { return impl_->stats(); }
 void client::close() { impl_->close(); }
+
+void client::start_wait_ready(ready_handler h, std::optional<std::chrono::milliseconds> timeout) {
+  impl_->wait_ready(std::move(h), timeout);
+}
+
+quorum_report client::report(const lock& l) const { return impl_->lock_report(l); }
 
 void client::start_lock(lock_handler h, std::vector<std::string> resources, std::chrono::milliseconds ttl,
                         lock_options opts, bool multi, bool retry) {

@@ -164,7 +164,8 @@ std::string describe_masters(const std::vector<master_result>& results, std::str
     fmt::format_to(std::back_inserter(out), "{} {}", i + 1, status_text(n.status));
     if (n.status == master_status::server_error) {
       fmt::format_to(std::back_inserter(out), " \"{}\"", printable(n.server_text, 160, {token}));
-    } else if (n.status == master_status::failed && n.error) {
+    } else if ((n.status == master_status::failed || n.status == master_status::unreachable) && n.error &&
+               n.error != error::not_connected) {
       fmt::format_to(std::back_inserter(out), " ({})", describe(n.error));
     }
     if (n.status != master_status::pending && n.status != master_status::unreachable) {
@@ -408,6 +409,7 @@ client_impl::client_impl(asio::any_io_executor ex, client_config cfg)
     }
     links_.push_back(std::make_unique<master_link>(strand_, std::move(m)));
   }
+  health_ = core::readiness{links_.size()};
   REDLOCK_LOG(log_, log_level::info, "client started: {} masters, quorum {}", size(), size() / 2 + 1);
 }
 
@@ -633,9 +635,12 @@ void client_impl::defer_release(std::size_t i, std::string_view payload, std::ch
 void client_impl::on_link_down(std::size_t i) { deferred_[i].connection_lost(clock_type::now()); }
 
 void client_impl::on_link_up(std::size_t i) {
+  health_.up(i);
   if (!closed_) load_scripts(i);
   // A new connection has no subscriptions: waiters queued on this master are woken through it.
   if (inbox_wanted_ && !closed_) subscribe_inbox(i);
+  // After the scripts were queued: whatever a waiter's handler sends comes behind them.
+  readiness_changed();
   if (deferred_[i].empty() || closed_) return;
   std::size_t expired = 0;
   auto due = deferred_[i].take(clock_type::now(), expired);
@@ -655,6 +660,139 @@ void client_impl::on_link_up(std::size_t i) {
   REDLOCK_LOG(log_, log_level::info,
               "{}: connected again: re-sending {} release(s) a broken connection left in doubt ({} expired meanwhile)",
               names_[i], sent, expired);
+}
+
+// ---- readiness and failure causes -----------------------------------------------------------------
+
+void client_impl::on_link_failed(std::size_t i, error_code cause) {
+  if (i >= health_.size()) return;
+  const auto before = health_.cause(i);
+  health_.failed(i, cause);
+  // The connection logs every failure; this says once what it means for the locks.
+  if (core::is_hopeless(cause) && cause != before && !closed_) {
+    REDLOCK_LOG(log_, log_level::error,
+                "{}: unusable until the configuration or the server changes: {}; lock operations stop retrying "
+                "when such masters leave too few for a quorum",
+                names_[i], describe(cause));
+  }
+  readiness_changed();
+}
+
+// One async_wait_ready: completed by readiness_changed (a link came up or failed), its timer,
+// cancellation or close().
+struct ready_op final : op_base {
+  ready_op(std::weak_ptr<client_impl> c, asio::any_io_executor e, const strand_type& s, ready_handler h)
+      : owner(std::move(c)), ex(std::move(e)), handler(std::move(h)), timer(s) {}
+
+  std::weak_ptr<client_impl> owner;  // weak: the client keeps its waiters
+  asio::any_io_executor ex;
+  std::optional<ready_handler> handler;
+  asio::steady_timer timer;
+
+  void on_reply(std::uint64_t, error_code, const resp::response&) override {}
+  void cancel() override { finish(asio::error::operation_aborted); }
+
+  void finish(error_code ec) {
+    if (!handler) return;
+    timer.cancel();
+    auto self = shared_from_this();  // forget_ready drops the client's reference
+    quorum_report rep;
+    rep.error = ec;
+    if (auto c = owner.lock()) {
+      c->retire(*this);
+      c->forget_ready(*this);
+      if (ec != error::invalid_config) rep = c->report(ec, nullptr, c->health().needed());
+    }
+    auto h = std::move(*handler);
+    handler.reset();
+    complete_handler(std::move(h), ex, ec, std::move(rep));
+  }
+};
+
+void client_impl::wait_ready(ready_handler h, std::optional<std::chrono::milliseconds> timeout) {
+  auto op = std::make_shared<ready_op>(weak_from_this(), ex_, strand_, std::move(h));
+  auto slot = asio::get_associated_cancellation_slot(*op->handler);
+  if (slot.is_connected()) {
+    slot.assign([w = std::weak_ptr<ready_op>(op), strand = strand_](asio::cancellation_type type) {
+      if (!(type & (asio::cancellation_type::terminal | asio::cancellation_type::partial))) return;
+      if (auto self = w.lock()) asio::post(strand, [self] { self->cancel(); });
+    });
+  }
+  post([self = shared_from_this(), op, timeout] {
+    if (self->config_error_) return op->finish(self->config_error_);
+    if (self->closed_) return op->finish(asio::error::operation_aborted);
+    if (timeout && *timeout <= std::chrono::milliseconds::zero()) {
+      return op->finish(self->health_.ready() ? error_code{} : make_error_code(error::not_ready));
+    }
+    self->enroll(*op);
+    self->ready_ops_.push_back(op);
+    if (timeout) {
+      op->timer.expires_after(*timeout);
+      op->timer.async_wait([op](error_code ec) {
+        if (!ec) op->finish(error::not_ready);
+      });
+    }
+    self->readiness_changed();
+  });
+}
+
+void client_impl::readiness_changed() {
+  if (ready_ops_.empty()) return;
+  error_code ec;
+  if (!health_.ready()) {
+    if (!health_.impossible()) return;
+    ec = error::quorum_unavailable;
+  }
+  auto ops = std::move(ready_ops_);
+  ready_ops_.clear();
+  for (auto& op : ops) op->finish(ec);
+}
+
+void client_impl::forget_ready(const ready_op& op) {
+  std::erase_if(ready_ops_, [&op](const std::shared_ptr<ready_op>& p) { return p.get() == &op; });
+}
+
+quorum_report client_impl::report(error_code ec, const std::vector<master_result>* results, std::size_t needed) const {
+  quorum_report r;
+  r.error = ec;
+  r.masters = links_.size();
+  r.needed = needed;
+  for (std::size_t i = 0; i < links_.size(); ++i) {
+    quorum_report::master m;
+    if (results) {
+      if (i >= results->size()) break;
+      const auto& res = (*results)[i];
+      const auto s = res.status;
+      if (s == master_status::granted || s == master_status::taken || s == master_status::queued ||
+          s == master_status::pending)
+        continue;
+      m.status = s;
+      m.error = res.error;
+      m.server_text = res.server_text;
+    } else {
+      if (health_.is_up(i)) continue;
+      m.error = health_.cause(i);
+      m.status = m.error ? master_status::unreachable : master_status::pending;
+    }
+    m.index = i;
+    m.address = address_of(links_[i]->config());
+    if (m.status == master_status::unreachable && m.server_text.empty()) {
+      // The refusal behind the connection's failure (a WRONGPASS, say), if it is the same cause.
+      const auto st = links_[i]->status();
+      if (st.last_error == m.error) m.server_text = st.last_error_text;
+    }
+    r.failing.push_back(std::move(m));
+  }
+  return r;
+}
+
+quorum_report client_impl::lock_report(const lock& l) const {
+  const auto& st = l.state_;
+  const auto results = l.masters();
+  const std::size_t needed = st && st->quorum ? st->quorum : core::majority(links_.size());
+  auto r = report({}, &results, needed);
+  if (!l.owns_lock() && !results.empty() && r.masters - r.failing.size() < needed) r.error = error::quorum_unavailable;
+  return r;
 }
 
 bool client_impl::eval_instead(std::uint64_t tag, error_code ec, const resp::response& r, const lock_state& st,
@@ -1012,6 +1150,45 @@ void client_impl::note_background_release(const lock_state& st) {
 }
 
 }  // namespace detail
+
+std::string to_string(const quorum_report& r) {
+  std::string out;
+  if (r.error) out = r.error.message() + ": ";
+  // A master still on its first attempt has not failed: named apart, after those that did.
+  const auto connecting = static_cast<std::size_t>(std::count_if(
+      r.failing.begin(), r.failing.end(), [](const auto& m) { return m.status == master_status::pending; }));
+  const auto failed = r.failing.size() - connecting;
+  if (r.failing.empty()) {
+    fmt::format_to(std::back_inserter(out), "every master of {} usable", r.masters);
+    return out;
+  }
+  if (failed) {
+    fmt::format_to(std::back_inserter(out), "{} of {} masters could not be used ({} needed): ", failed, r.masters,
+                   r.needed);
+  } else {
+    fmt::format_to(std::back_inserter(out), "{} of {} masters not connected yet ({} needed): ", connecting, r.masters,
+                   r.needed);
+  }
+  bool first = true;
+  for (const bool pending : {false, true}) {
+    for (const auto& m : r.failing) {
+      if ((m.status == master_status::pending) != pending) continue;
+      if (!first) out += "; ";
+      first = false;
+      out += m.address;
+      if (pending) {
+        out += " still connecting";
+        continue;
+      }
+      fmt::format_to(std::back_inserter(out), " {}", detail::status_text(m.status));
+      if (m.error && m.error != error::server_error) fmt::format_to(std::back_inserter(out), ": {}", m.error.message());
+      if (!m.server_text.empty())
+        fmt::format_to(std::back_inserter(out), " ({})", detail::printable(m.server_text, 120));
+    }
+  }
+  return out;
+}
+
 }  // namespace redlock
 
 #undef REDLOCK_LOG

@@ -544,6 +544,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
       if (stalled || !connected) suspect_ = true;
       detail::redact(server_text, {cfg_.password});
       record_error(ec, server_text);
+      notify_failed(ec);  // before the waiting requests fail: the observer can say why
       // Whatever was written may or may not have run on the node; whatever waits was never sent.
       const error_code written_ec = (ec.category() == error_category() && ec != error::connection_stalled)
                                         ? ec
@@ -989,6 +990,9 @@ class connection::impl : public std::enable_shared_from_this<impl> {
  private:
   void notify_up() {
     if (auto o = observer_.lock()) o->on_link_up(observer_index_);
+  }
+  void notify_failed(error_code ec) {
+    if (auto o = observer_.lock()) o->on_link_failed(observer_index_, ec);
   }
   void notify_down() {
     if (auto o = observer_.lock()) o->on_link_down(observer_index_);

@@ -60,6 +60,8 @@ class error_category_impl final : public boost::system::error_category {
         return "the node left a request unanswered well past its deadline: the connection was replaced";
       case error::not_supported:
         return "the connection cannot carry this request (a subscription needs RESP3); it was not sent";
+      case error::not_ready:
+        return "a quorum of masters was not connected before the timeout";
     }
     return "unknown redlock error " + std::to_string(ev);
   }
@@ -93,6 +95,7 @@ class error_category_impl final : public boost::system::error_category {
       case error::not_supported:
         return {ev, *this};
       case error::validity_expired:
+      case error::not_ready:
         return make_error_condition(condition::timeout);
     }
     return {ev, *this};

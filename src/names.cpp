@@ -90,6 +90,8 @@ std::string_view to_string(error e) noexcept {
       return "connection_stalled";
     case error::not_supported:
       return "not_supported";
+    case error::not_ready:
+      return "not_ready";
   }
   return "unknown";
 }

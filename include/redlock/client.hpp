@@ -6,6 +6,7 @@
 #include <redlock/connection.hpp>
 #include <redlock/lock.hpp>
 #include <redlock/lock_options.hpp>
+#include <redlock/master_result.hpp>
 #include <redlock/observe.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
@@ -17,6 +18,7 @@
 #include <concepts>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <ranges>
 #include <string>
 #include <string_view>
@@ -66,10 +68,14 @@ class client {
   /// Handler: `void(boost::system::error_code, lock)`. Sends `SET key token NX PX ttl` to every
   /// master at once; succeeds as soon as a majority granted it with validity left, fails as soon
   /// as a majority cannot grant it, and after a failed attempt releases on every master before
-  /// the random retry delay. The returned lock tells what each master answered even on failure.
+  /// the random retry delay. The returned lock tells what each master answered even on failure
+  /// (an unreachable master's `error` is why its connection failed). No retry when none can help:
+  /// if the masters unreachable for a hopeless cause (credentials refused, a host name that does
+  /// not exist) leave too few others for a quorum, it completes at once with `quorum_unavailable`.
   /// Errors: `error::not_acquired` (held by someone else), `error::quorum_unavailable` (too many
-  /// masters down or failing), `error::validity_expired`, `error::invalid_argument` (empty or
-  /// overlong resource, ttl not above drift + request timeout), `error::invalid_config`.
+  /// masters down or failing; `report(lock)` says why, master by master), `error::validity_expired`,
+  /// `error::invalid_argument` (empty or overlong resource, ttl not above drift + request timeout),
+  /// `error::invalid_config`.
   ///
   /// @par Per-operation cancellation
   /// `terminal`, `partial`: completes at once with `operation_aborted`; whatever the attempt in
@@ -152,6 +158,44 @@ class client {
         initiation{this}, token, names_of(resources), ttl, multi_resource{}, false);
   }
 
+  /// @brief Waits until a quorum of masters (a majority, `N/2 + 1`) is connected and handshaken,
+  /// at most `timeout`.
+  ///
+  /// Handler: `void(boost::system::error_code, quorum_report)`. Short-lived programs call it
+  /// before their first lock, so that connecting does not eat that lock's request deadline. No
+  /// polling: it is woken by the connections. The report lists the masters that are not up (on
+  /// success too) and why each last failed. Errors:
+  /// - `error::quorum_unavailable` as soon as no quorum can come up without a change of
+  ///   configuration: the masters that failed for a hopeless cause (credentials refused, a host
+  ///   name that does not exist; see `core::is_hopeless`) leave fewer than a majority;
+  /// - `error::not_ready` when `timeout` passed first (a non-positive `timeout` completes at
+  ///   once: success if a quorum is up now, else `not_ready`);
+  /// - `error::invalid_config`, and `operation_aborted` after `close()`.
+  ///
+  /// @par Per-operation cancellation
+  /// `terminal`, `partial`: completes at once with `operation_aborted`.
+  template <
+      boost::asio::completion_token_for<void(boost::system::error_code, quorum_report)> Token = boost::asio::deferred_t>
+  auto async_wait_ready(std::chrono::milliseconds timeout, Token&& token = {}) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code, quorum_report)>(
+        ready_initiation{this}, token, std::optional<std::chrono::milliseconds>{timeout});
+  }
+
+  /// @brief As `async_wait_ready(timeout, token)` without a timeout: until a quorum is up, no
+  /// quorum can come up, cancellation, or `close()`.
+  template <
+      boost::asio::completion_token_for<void(boost::system::error_code, quorum_report)> Token = boost::asio::deferred_t>
+  auto async_wait_ready(Token&& token = {}) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code, quorum_report)>(
+        ready_initiation{this}, token, std::optional<std::chrono::milliseconds>{});
+  }
+
+  /// Why `l`'s acquisition failed, master by master (empty `failing` when every master answered
+  /// or it was acquired): each master that could not be used, with its address and cause (for
+  /// an unreachable one, why its connection failed, and the master's refusal text). Print it with
+  /// `to_string`. `l.masters()` holds the same causes without addresses.
+  quorum_report report(const lock& l) const;
+
   /// Stops the client: lock operations in progress complete with `operation_aborted` (releasing
   /// what they acquired), connections close. Held locks stay held until their ttl. Idempotent.
   void close();
@@ -184,6 +228,17 @@ class client {
       self->start_lock(std::move(h), std::move(resources), ttl, lock_options{}, true, retry);
     }
   };
+
+  using ready_handler = boost::asio::any_completion_handler<void(boost::system::error_code, quorum_report)>;
+  struct ready_initiation {
+    client* self;
+    using executor_type = client::executor_type;
+    executor_type get_executor() const noexcept { return self->get_executor(); }
+    void operator()(ready_handler h, std::optional<std::chrono::milliseconds> timeout) const {
+      self->start_wait_ready(std::move(h), timeout);
+    }
+  };
+  void start_wait_ready(ready_handler h, std::optional<std::chrono::milliseconds> timeout);
 
   void start_lock(lock_handler h, std::string resource, std::chrono::milliseconds ttl, bool retry);
   void start_lock(lock_handler h, std::vector<std::string> resources, std::chrono::milliseconds ttl, lock_options opts,

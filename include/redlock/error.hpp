@@ -71,6 +71,11 @@ enum class error {
   /// The connection cannot carry this request: a pub/sub subscription on a connection that fell
   /// back to RESP2 (the node refused `HELLO 3`). Nothing was sent.
   not_supported,
+
+  // readiness (appended)
+  /// `client::async_wait_ready` gave up: its timeout passed before a quorum of masters was
+  /// connected (the report says what each of the others last did).
+  not_ready,
 };
 
 /// Coarse groups of errors, for tests such as `ec == redlock::condition::timeout`.

@@ -1,14 +1,14 @@
 #pragma once
 /// @file
-/// Opt-in `fmt` formatters for `redlock::master_status`, `redlock::master_result` and
-/// `redlock::error`.
+/// Opt-in `fmt` formatters for `redlock::master_status`, `redlock::master_result`,
+/// `redlock::quorum_report` and `redlock::error`.
 ///
 /// The library uses fmt only privately, and this is the one public header that includes it: a
 /// program that includes this header needs fmt (9 or later) on its own include path and link line,
 /// for example `find_package(fmt)` and `target_link_libraries(app PRIVATE redlock::redlock
 /// fmt::fmt)`. The header is header-only; nothing in it is compiled into the library.
 ///
-/// All three formatters accept the string format specification (width, fill, alignment, precision):
+/// All the formatters accept the string format specification (width, fill, alignment, precision):
 /// @code
 /// fmt::print("{:<12} {}\n", r.status, r);   // "granted      granted 412us"
 /// fmt::print("{}\n", redlock::error::not_owner);  // its message
@@ -89,6 +89,18 @@ struct formatter<redlock::master_result> : formatter<string_view> {
       fmt::format_to(std::back_inserter(buf), " ({})", r.error.message());
     }
     return fmt::formatter<fmt::string_view>::format(fmt::string_view(buf.data(), buf.size()), ctx);
+  }
+};
+
+/// The report on one line, as `redlock::to_string(const quorum_report&)` gives it: "too few masters
+/// answered for a quorum: 2 of 3 masters could not be used (2 needed): 127.0.0.1:7001 unreachable:
+/// the node rejected the credentials (WRONGPASS ...); ...".
+template <>
+struct fmt::formatter<redlock::quorum_report> : fmt::formatter<fmt::string_view> {
+  template <typename FormatContext>
+  auto format(const redlock::quorum_report& r, FormatContext& ctx) const -> decltype(ctx.out()) {
+    const auto text = redlock::to_string(r);
+    return fmt::formatter<fmt::string_view>::format(fmt::string_view(text), ctx);
   }
 };
 

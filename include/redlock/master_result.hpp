@@ -5,9 +5,11 @@
 #include <boost/system/error_code.hpp>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace redlock {
 
@@ -18,8 +20,11 @@ enum class master_status : std::uint8_t {
   taken,         ///< the key is held by someone else (or, for a script, no longer ours)
   server_error,  ///< an error reply (`server_text` holds it); the command did not run
   timeout,       ///< no answer before the deadline; whether the command ran is unknown
-  unreachable,   ///< the connection to the master is down; nothing was sent
-  failed,        ///< the connection broke or a reply was malformed after sending; outcome unknown
+  /// the connection to the master is down; nothing was sent. `error` holds why the connection
+  /// last failed (`auth_failed`, `host_not_found`, `connection_refused`, `connect_timeout`...),
+  /// or `not_connected` when no attempt has failed yet (still connecting)
+  unreachable,
+  failed,  ///< the connection broke or a reply was malformed after sending; outcome unknown
   /// Fair acquisition: the key was free, but another client's waiter is ahead in this master's
   /// queue (see `client_config::fairness`); this client is queued behind it.
   queued,
@@ -28,7 +33,8 @@ enum class master_status : std::uint8_t {
 /// One master's answer with its detail.
 struct master_result {
   master_status status = master_status::pending;
-  /// The error behind a status other than granted/taken (empty for those).
+  /// The error behind a status other than granted/taken (empty for those). For `unreachable`,
+  /// the connection's own cause of failure (see `master_status::unreachable`).
   boost::system::error_code error;
   /// The master's own text for `server_error` (untrusted; for logs).
   std::string server_text;
@@ -38,6 +44,36 @@ struct master_result {
   /// the fencing counter, the waiter's ticket, the holders or holds counted there; 0 otherwise.
   std::int64_t value = 0;
 };
+
+/// Why a quorum of masters could not be had (or, for `client::async_wait_ready`, is not had yet),
+/// master by master: what a caller prints after `error::quorum_unavailable` without reading
+/// `client::masters()`. Made by `client::report(const lock&)` and by `client::async_wait_ready`;
+/// `to_string` (and fmt, with redlock/format.hpp) gives one line such as
+/// "too few masters answered for a quorum: 2 of 3 masters could not be used (2 needed):
+/// 127.0.0.1:7001 unreachable: the node rejected the credentials (WRONGPASS ...); x.invalid:6379
+/// unreachable: Host not found (authoritative)".
+struct quorum_report {
+  /// One master that could not be used.
+  struct master {
+    std::size_t index = 0;  ///< in `client_config::masters`
+    std::string address;    ///< as `address_of` writes it
+    /// What it answered (`unreachable`: its connection is down, `error` says why); `pending` in
+    /// a readiness report: still connecting, no attempt failed yet.
+    master_status status = master_status::pending;
+    boost::system::error_code error;
+    /// The master's own words: its error reply, or its refusal of the credentials (untrusted).
+    std::string server_text;
+  };
+  /// The operation's outcome (empty: `async_wait_ready` succeeded; `failing` may still list the
+  /// masters that are not up).
+  boost::system::error_code error;
+  std::size_t masters = 0;  ///< masters in all
+  std::size_t needed = 0;   ///< masters a quorum needs
+  std::vector<master> failing;
+};
+
+/// The report on one line (see `quorum_report`); the masters' texts are made printable and cut.
+std::string to_string(const quorum_report& r);
 
 /// The status's name as the docs and the CLI's JSON use it: "pending", "granted", "taken",
 /// "server_error", "timeout", "unreachable", "failed", "queued".

@@ -8,6 +8,7 @@
 #include <redlock/core/extend_fsm.hpp>
 #include <redlock/core/keep_alive_fsm.hpp>
 #include <redlock/core/lock_fsm.hpp>
+#include <redlock/core/readiness.hpp>
 #include <redlock/core/release_ledger.hpp>
 #include <redlock/detail/observe.hpp>
 #include <redlock/detail/scripts.hpp>
@@ -40,9 +41,11 @@ using lock_handler = asio::any_completion_handler<void(error_code, lock)>;
 using unlock_handler = asio::any_completion_handler<void(error_code, std::size_t)>;
 using extend_handler = asio::any_completion_handler<void(error_code)>;
 using lost_handler = asio::any_completion_handler<void(error_code)>;
+using ready_handler = asio::any_completion_handler<void(error_code, quorum_report)>;
 
 class client_impl;
 struct watch;
+struct ready_op;
 
 // The steps of a lock operation that send a script of the lock's kind (see push_step).
 enum class step : std::uint8_t { acquire, release, extend, confirm, leave };
@@ -302,6 +305,22 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
                      clock_type::time_point until = clock_type::time_point::min());
   void on_link_up(std::size_t i) override;
   void on_link_down(std::size_t i) override;
+  void on_link_failed(std::size_t i, error_code cause) override;
+
+  // ---- readiness (client::async_wait_ready) and failure causes ------------------------------
+  // For an answer `not_connected` from master `i`: why its connection last failed (empty if it
+  // has not failed yet). Lock operations keep it as the master's result error.
+  error_code down_cause(std::size_t i) const noexcept { return health_.cause(i); }
+  void wait_ready(ready_handler h, std::optional<std::chrono::milliseconds> timeout);
+  // Completes the readiness waiters whose outcome is now known.
+  void readiness_changed();
+  // The masters that could not be used in `results` (a lock's), or, without results, those not
+  // up now (readiness); their addresses and the refusal texts of their connections.
+  quorum_report report(error_code ec, const std::vector<master_result>* results, std::size_t needed) const;
+  // client::report: `l`'s last round (from any thread).
+  quorum_report lock_report(const lock& l) const;
+  const core::readiness& health() const noexcept { return health_; }
+  void forget_ready(const ready_op& op);
   void on_push(std::size_t i, const resp::response& push) override;
 
   // ---- fair hand-over (docs/design.md, "Fair hand-over") ------------------------------------
@@ -393,6 +412,10 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
 
   // Operations and watchers in progress, so that close() reaches them.
   op_base* ops_ = nullptr;
+
+  // Readiness: each master's connection as last heard of, and who waits for a quorum of them.
+  core::readiness health_;
+  std::vector<std::shared_ptr<ready_op>> ready_ops_;
 
   // Fair hand-over.
   std::string inbox_;         // 16 hex digits naming this client's waiters

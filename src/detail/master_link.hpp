@@ -42,6 +42,11 @@ class link_observer {
   /// after a timeout came after all; `submit` is accepted from here on (also inside this call:
   /// what it queues is written right after).
   virtual void on_link_up(std::size_t index) = 0;
+  /// A connection attempt failed (refused, timed out, the host name did not resolve, the
+  /// handshake was refused: `cause`), or an established connection broke (then `on_link_down`
+  /// follows). Called before the requests that waited for the connection complete with
+  /// `not_connected`, so that whoever reads them knows why.
+  virtual void on_link_failed(std::size_t /*index*/, boost::system::error_code /*cause*/) {}
   /// An established connection broke (stalled, closed by the node, reset). Its written requests
   /// have completed with `connection_lost` before this call. Its subscriptions are gone with it:
   /// re-subscribe from `on_link_up`.

@@ -930,6 +930,40 @@ TEST_F(cli, passwords_and_acl_users_work_and_never_show) {
   no_secret(r);
 }
 
+// A wrong password with --wait: the run gives up after one or two attempts instead of waiting
+// out --wait (it would take a minute), and the message names every master with its cause and the
+// server's refusal, never the password. An unknown host name is named the same way. Catches the
+// old "masters unavailable" after the whole wait, with "not connected" as the only cause.
+TEST_F(cli, wrong_password_and_unknown_host_fail_at_once_naming_each_master) {
+  const std::string password = "pw-Sekr1t-5151";
+  const std::string wrong = "wrong-Sekr1t-2222";
+  redlock::test::redis_options opts;
+  opts.password = password;
+  redis_cluster c{3, opts};
+  const auto nodes = masters_of(c);
+  auto r = run({"run", "--nodes", nodes, "--json", "--wait", "1m", "--resource", "cli:pw", "--", "true"},
+               {{"REDLOCK_PASSWORD", wrong}});
+  EXPECT_EQ(r.status, 75) << r.describe();
+  EXPECT_TRUE(contains(r.err, "masters unavailable")) << r.describe();
+  EXPECT_TRUE(contains(r.err, "\"attempts\":1") || contains(r.err, "\"attempts\":2")) << r.describe();
+  // The quorum is decided by the first two refusals: the third master may still be pending.
+  std::size_t named = 0;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    named += contains(r.err, c[i].host() + ":" + std::to_string(c[i].port()) + " unreachable: the node rejected");
+  }
+  EXPECT_GE(named, 2u) << r.describe();
+  EXPECT_TRUE(contains(r.err, "WRONGPASS")) << r.describe();
+  EXPECT_FALSE(contains(r.err, wrong)) << r.describe();
+  EXPECT_FALSE(fs::exists(dir() / "ran"));
+
+  const auto unknown = "a.nohost.invalid:6379,b.nohost.invalid:6379," + c[0].host() + ":" + std::to_string(c[0].port());
+  r = run({"run", "--nodes", unknown, "--wait", "1m", "--resource", "cli:host", "--", "true"},
+          {{"REDLOCK_PASSWORD", password}});
+  EXPECT_EQ(r.status, 75) << r.describe();
+  EXPECT_TRUE(contains(r.err, "a.nohost.invalid:6379 unreachable: Host not found")) << r.describe();
+  EXPECT_TRUE(contains(r.err, "b.nohost.invalid:6379 unreachable: Host not found")) << r.describe();
+}
+
 // ---- configuration sources ----------------------------------------------------------------------
 
 TEST_F(cli, masters_from_environment_and_config_file_with_flag_first) {

@@ -21,7 +21,7 @@ using redlock::master_status;
 // "after the last one is unknown" checks fail until these and the expectations are updated; one
 // added without a name in to_string fails the build first (-Wswitch).
 constexpr auto last_status = master_status::queued;
-constexpr auto last_error = error::not_supported;
+constexpr auto last_error = error::not_ready;
 
 TEST(names, every_master_status_has_a_distinct_name) {
   std::set<std::string_view> seen;
@@ -54,7 +54,7 @@ TEST(names, every_error_has_a_distinct_name) {
     EXPECT_NE(name, "unknown") << v;
     EXPECT_TRUE(seen.insert(name).second) << "duplicate name " << name;
   }
-  EXPECT_EQ(seen.size(), 22U);
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(last_error));  // values 1..last_error
   EXPECT_EQ(redlock::to_string(static_cast<error>(0)), "unknown");
   EXPECT_EQ(redlock::to_string(static_cast<error>(static_cast<int>(last_error) + 1)), "unknown");
 }
@@ -120,6 +120,33 @@ TEST(format, error_is_its_message) {
   }
   EXPECT_EQ(fmt::format("{}", error::not_owner), "the lock is no longer ours on a majority of masters");
   EXPECT_EQ(fmt::format("{:.8}", error::not_owner), "the lock");
+}
+
+}  // namespace
+
+namespace {
+
+// The report names each unusable master with its address, status, cause and text (made
+// printable), after the operation's error; a report with nothing failing says so. Catches a
+// report that drops the cause or the address, or prints a hostile text raw.
+TEST(format, quorum_report_names_each_master) {
+  redlock::quorum_report r;
+  r.error = error::quorum_unavailable;
+  r.masters = 3;
+  r.needed = 2;
+  r.failing.push_back({0, "x.invalid:6379", master_status::pending, {}, {}});
+  r.failing.push_back({1, "127.0.0.1:7001", master_status::unreachable, error::auth_failed, "WRONGPASS no\r\n"});
+  const auto text = redlock::to_string(r);
+  EXPECT_EQ(text,
+            "too few masters answered for a quorum: 1 of 3 masters could not be used (2 needed): 127.0.0.1:7001 "
+            "unreachable: the node rejected the credentials (WRONGPASS no\\x0d\\x0a); x.invalid:6379 still connecting");
+  EXPECT_EQ(fmt::format("{}", r), text);
+  redlock::quorum_report fine;
+  fine.masters = 3;
+  fine.needed = 2;
+  EXPECT_EQ(redlock::to_string(fine), "every master of 3 usable");
+  fine.failing.push_back({2, "127.0.0.1:7003", master_status::pending, {}, {}});
+  EXPECT_EQ(redlock::to_string(fine), "1 of 3 masters not connected yet (2 needed): 127.0.0.1:7003 still connecting");
 }
 
 }  // namespace

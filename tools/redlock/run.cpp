@@ -178,8 +178,7 @@ class runner {
         child_signal_(ioc_, SIGCHLD),
         grace_timer_(ioc_),
         poll_timer_(ioc_),
-        linger_timer_(ioc_),
-        connect_timer_(ioc_) {
+        linger_timer_(ioc_) {
     std::erase(inherited_, json_fd_);  // the JSON stream is the tool's, not the command's
     if (o.json_fd >= 0) ::fcntl(json_fd_, F_SETFD, FD_CLOEXEC);
   }
@@ -195,10 +194,7 @@ class runner {
     }
     if (!owner_note_.empty()) verbose(owner_note_);
     started_ = clock_type::now();
-    auto connect_timeout = milliseconds{0};
-    for (const auto& m : cfg_.client.masters) connect_timeout = std::max(connect_timeout, m.connect_timeout);
-    connect_deadline_ = started_ + connect_timeout;
-    await_connections();
+    await_ready();
     ioc_.run();
     return exit_;
   }
@@ -235,17 +231,14 @@ class runner {
     }
   }
 
-  /// Why master `i` did not answer cleanly, for humans.
-  std::string node_reason(const master_result& r, std::size_t i, const std::vector<connection_status>& conns) const {
+  /// Why a master did not answer cleanly, for humans (an unreachable master's error is why its
+  /// connection failed: refused, credentials rejected, host not found...).
+  static std::string node_reason(const master_result& r) {
     if (r.status == master_status::server_error && !r.server_text.empty()) return printable(r.server_text);
-    if (r.status == master_status::unreachable && i < conns.size() && conns[i].last_error) {
-      return conns[i].last_error.message();
-    }
     return r.error ? r.error.message() : std::string{};
   }
 
   void add_masters(json_writer& j, const std::vector<master_result>& nodes) const {
-    const auto conns = locks_->masters();
     j.key("masters").begin_array();
     for (std::size_t i = 0; i < nodes.size() && i < cfg_.client.masters.size(); ++i) {
       const auto& r = nodes[i];
@@ -253,7 +246,7 @@ class runner {
           .field("address", redlock::address_of(cfg_.client.masters[i]))
           .field("status", to_string(r.status))
           .field("latency_ms", to_ms(r.latency));
-      if (auto why = node_reason(r, i, conns); !why.empty() && r.status != master_status::granted) {
+      if (auto why = node_reason(r); !why.empty() && r.status != master_status::granted) {
         j.field("error", why);
       }
       j.end_object();
@@ -263,7 +256,6 @@ class runner {
 
   void verbose_masters(const std::vector<master_result>& nodes) const {
     if (!o_.common.verbose || json()) return;
-    const auto conns = locks_->masters();
     for (std::size_t i = 0; i < nodes.size() && i < cfg_.client.masters.size(); ++i) {
       const auto& r = nodes[i];
       std::string line = fmt::format("  {:<24} ", redlock::address_of(cfg_.client.masters[i]));
@@ -274,7 +266,7 @@ class runner {
       }
       if (r.status != master_status::granted && r.status != master_status::taken &&
           r.status != master_status::pending) {
-        line += "  " + node_reason(r, i, conns);
+        line += "  " + node_reason(r);
       }
       complain(line);
     }
@@ -325,7 +317,6 @@ class runner {
       case phase::acquiring:
         if (interrupted_by_ == 0) interrupted_by_ = sig;
         cancel_acquire_.emit(asio::cancellation_type::terminal);
-        connect_timer_.cancel();
         break;
       case phase::running: {
         // With --foreground the command shares the terminal: SIGINT, SIGQUIT and SIGHUP from it
@@ -356,25 +347,28 @@ class runner {
 
   // ---- acquisition ----
 
-  /// Waits until every master's connection is up or has failed once (at most the connect
-  /// timeout): a single attempt is only fair on settled connections, else the connect and the
-  /// handshake eat the request deadline and a slow start reads as "masters unavailable".
-  void await_connections() {
-    if (interrupted_by_ != 0) {
-      interrupted();
-      return;
-    }
-    const auto conns = locks_->masters();
-    const bool settled = std::all_of(conns.begin(), conns.end(), [](const connection_status& c) {
-      return c.state == connection_state::up || c.state == connection_state::down ||
-             c.state == connection_state::closed || c.last_error;
-    });
-    if (settled || clock_type::now() >= connect_deadline_) {
+  /// Waits until a majority of masters is connected and handshaken (client::async_wait_ready,
+  /// woken by the connections), at most the longest connect timeout: a single attempt is only
+  /// fair on connected masters, else the connect and the handshake eat the request deadline and
+  /// a slow start reads as "masters unavailable". Whatever the outcome the acquisition follows:
+  /// it fails at once, with each master's cause, when no quorum can come up.
+  void await_ready() {
+    auto connect_timeout = milliseconds{0};
+    for (const auto& m : cfg_.client.masters) connect_timeout = std::max(connect_timeout, m.connect_timeout);
+    auto handler = asio::bind_cancellation_slot(cancel_acquire_.slot(), [this](error_code ec, quorum_report rep) {
+      if (interrupted_by_ != 0) {
+        interrupted();
+        return;
+      }
+      if (ec) {
+        verbose(fmt::format("masters not ready after {:.1f} ms: {}", elapsed_ms(), to_string(rep)));
+      } else {
+        verbose(fmt::format("{} of {} masters connected in {:.1f} ms", rep.masters - rep.failing.size(), rep.masters,
+                            elapsed_ms()));
+      }
       start_acquire();
-      return;
-    }
-    connect_timer_.expires_after(milliseconds{2});
-    connect_timer_.async_wait([this](error_code) { await_connections(); });
+    });
+    locks_->async_wait_ready(connect_timeout, std::move(handler));
   }
 
   void start_acquire() {
@@ -518,17 +512,15 @@ class runner {
       const auto answered = count([](const master_result& r) {
         return r.status == master_status::granted || r.status == master_status::taken;
       });
-      // Group the others by what went wrong: "3 unreachable (Connection refused)".
-      const auto conns = locks_->masters();
-      std::map<std::string, std::size_t> why;
-      for (std::size_t i = 0; i < nodes.size(); ++i) {
-        const auto& r = nodes[i];
-        if (r.status == master_status::granted || r.status == master_status::taken) continue;
-        const auto text = node_reason(r, i, conns);
-        why[fmt::format("{}{}", r.status, text.empty() ? "" : ": " + text)]++;
-      }
+      // Each master that could not be used, with its address and cause (and the server's refusal
+      // of the credentials, if that is the cause).
+      const auto rep = locks_->report(lock_);
       std::string details;
-      for (const auto& [text, k] : why) details += fmt::format("{}{} {}", details.empty() ? "" : "; ", k, text);
+      for (const auto& m : rep.failing) {
+        details += fmt::format("{}{} {}", details.empty() ? "" : "; ", m.address, m.status);
+        if (m.error && m.error != error::server_error) details += ": " + m.error.message();
+        if (!m.server_text.empty()) details += " (" + printable(m.server_text) + ")";
+      }
       message = fmt::format("cannot lock {}: masters unavailable: {} of {} answered, {} needed ({})", subject_,
                             answered, n, quorum_, details);
     } else if (ec == error::validity_expired) {
@@ -821,12 +813,10 @@ class runner {
   asio::steady_timer grace_timer_;
   asio::steady_timer poll_timer_;
   asio::steady_timer linger_timer_;
-  asio::steady_timer connect_timer_;
   asio::cancellation_signal cancel_acquire_;
   std::optional<redlock::client> locks_;
   redlock::lock lock_;
   clock_type::time_point started_ = clock_type::now();
-  clock_type::time_point connect_deadline_{};
   phase phase_ = phase::acquiring;
   pid_t child_ = -1;
   bool child_done_ = false;

@@ -16,6 +16,7 @@
 /// a fenced lock whose granting masters disagree on the fence confirms it on them before success.
 
 #include <redlock/core/outcome.hpp>
+#include <redlock/core/readiness.hpp>
 #include <redlock/core/retry.hpp>
 #include <redlock/core/validity.hpp>
 #include <redlock/error.hpp>
@@ -114,8 +115,14 @@ class lock_fsm {
 
   /// Master `master`'s answer to round `round` (the value of `round()` when it was sent), at `now`.
   /// `unit_random` in [0, 1) draws the retry delay should this answer fail the round.
+  /// `down_cause`: for an answer `error::not_connected`, why the master's connection last failed
+  /// (kept as its result's error; empty when unknown). A round that misses its quorum is not
+  /// retried when masters unreachable for hopeless causes (`is_hopeless`: credentials, a host
+  /// name that does not exist) leave too few others for any round to reach it: the operation
+  /// completes at once with `quorum_unavailable` (even if some masters answered "taken").
   lock_action on_reply(std::uint64_t round, std::size_t master, boost::system::error_code ec,
-                       const resp::response& reply, clock::time_point now, double unit_random) {
+                       const resp::response& reply, clock::time_point now, double unit_random,
+                       boost::system::error_code down_cause = {}) {
     if (state_ == state::confirming && round == round_) return on_confirm(master, ec, reply, now, unit_random);
     if (state_ != state::waiting || round != round_) return {};
     if (rules_.fence && !ec) {
@@ -126,7 +133,9 @@ class lock_fsm {
       // next round on, so that all masters order the waiters alike.
       if (const auto f = fair_reply_of(reply); f.valid && f.ticket > ticket_) ticket_ = f.ticket;
     }
-    if (!table_.record(master, classify(table_.cmd(), ec, reply), now)) return {};
+    auto result = classify(table_.cmd(), ec, reply);
+    if (result.status == master_status::unreachable && down_cause) result.error = down_cause;
+    if (!table_.record(master, std::move(result), now)) return {};
     if (table_.state() == quorum_state::reached) {
       if (validity<clock>(rules_.ttl, table_.start(), now, rules_.drift) > clock::duration::zero()) {
         deadline_ = core::validity_deadline<clock>(rules_.ttl, table_.start(), rules_.drift);
@@ -320,6 +329,10 @@ class lock_fsm {
     }
     const auto delay = now_again ? std::chrono::milliseconds{0} : retry_delay(rules_.retry, unit_random);
     const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(now - first_start_);
+    // Wrong credentials or a host that does not exist stay so: retrying would only wait out the
+    // whole retry budget before saying the same. Also when others hold the lock: the quorum is
+    // out of reach whoever holds it.
+    if (!quorum_possible(table_.results(), table_.needed())) return finish(error::quorum_unavailable, true);
     if (!rules_.retry_enabled || !may_retry(rules_.retry, attempts_, elapsed, delay)) return finish(ec, true);
     // Even "at once" goes through a (zero) sleep: the shell releases the failed round first, from
     // its answers, which the next round would overwrite.
