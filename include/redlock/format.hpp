@@ -96,7 +96,8 @@ struct formatter<redlock::master_result> : formatter<string_view> {
 /// answered for a quorum: 2 of 3 masters could not be used (2 needed): 127.0.0.1:7001 unreachable:
 /// the node rejected the credentials (WRONGPASS ...); ...".
 template <>
-struct fmt::formatter<redlock::quorum_report> : fmt::formatter<fmt::string_view> {
+struct formatter<redlock::quorum_report> : formatter<string_view> {
+  /// Writes `to_string(r)` to `ctx.out()`, padded, aligned and cut as the format specification says.
   template <typename FormatContext>
   auto format(const redlock::quorum_report& r, FormatContext& ctx) const -> decltype(ctx.out()) {
     const auto text = redlock::to_string(r);
