@@ -469,7 +469,7 @@ std::string watch::describe_loss(error_code reason) const {
     return "taken: too many masters no longer hold our token for a majority to (it expired there, or the key was "
            "deleted or overwritten)";
   if (reason == error::quorum_unavailable)
-    return "no extension reached a majority (masters down or slow) while enough validity was left to try again";
+    return "no extension reached a majority (masters down or slow) before too little validity was left to try again";
   if (reason == error::validity_expired) {
     return fsm.keeping() ? "the validity ran out before an extension reached a majority"
                          : "the validity ran out (the lock was not kept alive)";
