@@ -151,12 +151,14 @@ class lock {
   /// released (`lock_event`).
   ///
   /// Handler: `void(boost::system::error_code, lock_event)`. Each event completes one wait; call
-  /// again for the next. Events are recorded from the first `keep_alive`, `async_wait_lost` or
-  /// `async_wait_event` on; extensions by `async_extend` count too. They queue in the lock's
-  /// state while nobody waits: at most 16, after which the oldest is dropped and the next event's
-  /// `missed` counts it. `lost` and `released` are never dropped and are final: once one is
-  /// queued nothing follows, and every wait after it completes with it again at once. So a
-  /// consumer that is slow, or starts late, still sees the end.
+  /// again for the next. `extended` and `extend_failed` are recorded from the first
+  /// `async_wait_event` on (a lock nobody observes pays nothing for them); extensions by
+  /// `async_extend` count too. `lost` and `released` are recorded once the lock is watched (by
+  /// `keep_alive`, `async_wait_lost` or `async_wait_event`). Events queue in the lock's state while
+  /// nobody waits: at most 16, after which the oldest is dropped and the next event's `missed`
+  /// counts it. `lost` and `released` are never dropped and are final: once one is queued nothing
+  /// follows, and every wait after it completes with it again at once. So a consumer that is
+  /// slow, or starts late, still sees the end.
   ///
   /// Errors: `error::not_locked` (a handle that never held a lock, or released before the first
   /// wait: nothing to report), `operation_aborted` (the handle was destroyed or reassigned while

@@ -13,6 +13,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
@@ -318,6 +319,9 @@ TEST_F(events_test, with_lock_throws_the_reason_at_once_and_releases_in_the_back
       EXPECT_NE(std::string{caught->what()}.find("max_hold"), std::string::npos) << caught->what();
       // Ordering, not speed: the throw did not wait for the release's deadline.
       EXPECT_LT(thrown_at - cancelled_at, release_timeout);
+      const auto us = std::chrono::duration_cast<std::chrono::microseconds>(thrown_at - cancelled_at).count();
+      ::testing::Test::RecordProperty("throw_after_work_end_us", std::to_string(us));
+      std::printf("with_lock threw %lld us after the work ended (release_timeout 5 s)\n", static_cast<long long>(us));
     }
     cluster[1].resume();
     cluster[2].resume();
