@@ -91,6 +91,36 @@ TEST_F(events_test, keep_alive_extensions_arrive_as_events_then_released) {
   });
 }
 
+// The same on an io_context run by two threads (the client's strand and the reader's coroutine on
+// different threads): for the thread sanitizer.
+TEST_F(events_test, events_on_a_multithreaded_io_context) {
+  run_test(
+      [&](asio::io_context& ioc) -> asio::awaitable<void> {
+        redlock::client c{ioc.get_executor(), config()};
+        auto [ec, l] = co_await c.async_lock("ev-threads", 200ms, use_tuple);
+        EXPECT_FALSE(ec) << ec.message();
+        redlock::keep_alive_options opts;
+        opts.max_extensions = 3;
+        l.keep_alive(opts);
+        std::size_t extended = 0;
+        lock_event e;
+        while (!e.is_final()) {
+          auto [wec, got] = co_await l.async_wait_event(use_tuple);
+          EXPECT_FALSE(wec);
+          if (wec) break;
+          e = got;
+          extended += e.what == type::extended;
+          (void)l.masters();  // accessors are safe while the client works on another thread
+          (void)l.loss_description();
+        }
+        EXPECT_EQ(extended, 3u);
+        EXPECT_EQ(e.what, type::lost);
+        EXPECT_EQ(e.error, error::extension_limit);
+        EXPECT_NE(e.detail.find("max_extensions 3"), std::string::npos) << e.detail;
+      },
+      2);
+}
+
 // One of three masters paused: extensions still reach a majority, and the events say which master
 // did not answer. Two paused: the extensions fail (warnings while the lock is still valid), and
 // then the lock is lost for want of a quorum.
