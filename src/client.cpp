@@ -244,19 +244,24 @@ struct lock_op final : op_base {
   }
 };
 
-// One async_unlock, driven by core::unlock_fsm.
+// One async_unlock, driven by core::unlock_fsm: the quick form (`handler`, at a majority) or the
+// one that accounts for every master (`all_handler`, unlock_options).
 struct unlock_op final : op_base {
   unlock_op(std::shared_ptr<lock_state> s, unlock_handler h, std::size_t masters, std::chrono::milliseconds timeout)
       : st(std::move(s)), handler(std::move(h)), fsm(masters, timeout) {}
+  unlock_op(std::shared_ptr<lock_state> s, unlock_all_handler h, std::size_t masters, std::chrono::milliseconds timeout,
+            const unlock_options& opts)
+      : st(std::move(s)), all_handler(std::move(h)), fsm(masters, timeout, opts.wait_for_all) {}
   ~unlock_op() override { st->owner->retire(*this); }
 
   std::shared_ptr<lock_state> st;
   std::optional<unlock_handler> handler;
+  std::optional<unlock_all_handler> all_handler;
   core::unlock_fsm fsm;
 
   void start() {
     auto& c = *st->owner;
-    c.stop_watching(*st);
+    c.stop_watching(*st, true);
     c.enroll(*this);
     act(fsm.start(clock_type::now()));
   }
@@ -275,10 +280,17 @@ struct unlock_op final : op_base {
           st->set_results(fsm.table().results());
         }
         if (fsm.waiters() && c.fair()) c.note_contended(st->key);
-        if (!handler) return;
-        auto h = std::move(*handler);
-        handler.reset();
-        complete_handler(std::move(h), st->ex, a.ec, fsm.decided() ? fsm.held() : 0);
+        if (handler) {
+          auto h = std::move(*handler);
+          handler.reset();
+          complete_handler(std::move(h), st->ex, a.ec, fsm.decided() ? fsm.held() : 0);
+        } else if (all_handler) {
+          auto h = std::move(*all_handler);
+          all_handler.reset();
+          unlock_result r;
+          if (fsm.decided()) r = {fsm.released(), fsm.not_held(), fsm.no_answer()};
+          complete_handler(std::move(h), st->ex, a.ec, r);
+        }
         return;
     }
   }
@@ -332,7 +344,7 @@ struct extend_op final : op_base {
           if (!a.ec) {
             st->set_deadline(fsm.validity_deadline());
             ++st->extensions;
-            c.deadline_moved(*st);
+            c.deadline_moved(*st, fsm.decided() ? &fsm.table().results() : nullptr);
           }
           c.note_extension(*st, a.ec, ttl, fsm, false);
         }
@@ -405,26 +417,98 @@ void watch::on_extension_done(lock_state& st, error_code ec, clock_type::time_po
     ++st.extensions;
   }
   if (!fsm.finished()) c.note_extension(st, ec, ext_ttl, ext, true);
-  // Moved, not copied: between extensions the watcher keeps no second copy of the results.
-  if (ext.decided()) st.set_results(ext.table().take_results());
+  std::vector<master_result> round;  // for the event, copied only when somebody reads events
+  if (ext.decided()) {
+    if (events_wanted) round = ext.table().results();
+    // Moved, not copied: between extensions the watcher keeps no second copy of the results.
+    st.set_results(ext.table().take_results());
+  }
   const auto a = fsm.on_extended(ec, ext.validity_deadline(), now);
   if (a.what == core::keep_alive_action::type::lost) {
     declare_lost(st, a.reason);
-  } else if (ec && !fsm.finished()) {
+    return;
+  }
+  using notice = core::keep_alive_action::notice;
+  if (a.tell == notice::extended || a.tell == notice::extend_failed) {
+    auto e = make_event(st, a.tell == notice::extended ? lock_event::type::extended : lock_event::type::extend_failed,
+                        a.cause);
+    e.masters = std::move(round);
+    post_event(std::move(e));
+  }
+  if (ec && !fsm.finished()) {
     REDLOCK_LOG(c.log(), log_level::debug, "{}: keep-alive retrying in {}", lock_name(st.resource, st.token),
                 format_duration(fsm.options().retry_interval));
   }
 }
 
 void watch::declare_lost(lock_state& st, error_code reason) {
+  auto detail = describe_loss(reason);
   {
     std::lock_guard guard{st.mutex};
     st.loss_reason = reason;
+    st.loss_detail = detail;
   }
   st.lost = true;
   owner->retire(*this);
   st.owner->note_loss(st, reason);
   finish_waiters({});  // the awaited event happened: success, as a timer's
+  auto e = make_event(st, lock_event::type::lost, reason);
+  e.detail = std::move(detail);
+  e.masters = st.results_copy();
+  post_event(std::move(e));
+}
+
+std::string watch::describe_loss(error_code reason) const {
+  if (reason == error::extension_limit) {
+    if (fsm.cap() == core::keep_alive_cap::max_hold)
+      return fmt::format("keep-alive cap reached: max_hold {}; the validity then ran out",
+                         format_duration(fsm.options().max_hold));
+    return fmt::format("keep-alive cap reached: max_extensions {}; the validity then ran out",
+                       fsm.options().max_extensions);
+  }
+  if (reason == error::not_owner)
+    return "taken: too many masters no longer hold our token for a majority to (it expired there, or the key was "
+           "deleted or overwritten)";
+  if (reason == error::quorum_unavailable)
+    return "no extension reached a majority (masters down or slow) before too little validity was left to try again";
+  if (reason == error::validity_expired) {
+    return fsm.keeping() ? "the validity ran out before an extension reached a majority"
+                         : "the validity ran out (the lock was not kept alive)";
+  }
+  return reason.message();
+}
+
+lock_event watch::make_event(const lock_state& st, lock_event::type t, error_code ec) const {
+  lock_event e;
+  e.what = t;
+  e.at = clock_type::now();
+  e.validity_deadline = st.get_deadline();
+  e.extensions = st.extensions.load();
+  e.error = ec;
+  return e;
+}
+
+void watch::post_event(lock_event e) {
+  // Until somebody reads events, only the final one is kept: a lock nobody observes pays nothing.
+  if (!events_wanted && !e.is_final()) return;
+  events.push(std::move(e));
+  deliver_events();
+}
+
+void watch::deliver_events() {
+  while (!event_waiters.empty() && !events.empty()) {
+    auto e = events.next();
+    if (e->is_final()) {
+      // The end: every reader gets it.
+      auto ws = std::move(event_waiters);
+      event_waiters.clear();
+      for (auto& w : ws) complete_handler(std::move(w.handler), owner->executor(), error_code{}, *e);
+      return;
+    }
+    auto h = std::move(event_waiters.front().handler);
+    event_waiters.erase(event_waiters.begin());
+    complete_handler(std::move(h), owner->executor(), error_code{}, std::move(*e));
+  }
 }
 
 void watch::finish_waiters(error_code ec) {
@@ -438,6 +522,20 @@ watch::~watch() { owner->retire(*this); }
 void watch::cancel() {
   fsm.stop();
   finish_waiters(asio::error::operation_aborted);
+  auto ws = std::move(event_waiters);
+  event_waiters.clear();
+  for (auto& w : ws)
+    complete_handler(std::move(w.handler), owner->executor(), make_error_code(asio::error::operation_aborted),
+                     lock_event{});
+  owner->retire(*this);
+  owner->schedule(*this);
+}
+
+void watch::released() {
+  const bool was_lost = fsm.lost();
+  fsm.stop();
+  finish_waiters(asio::error::operation_aborted);  // async_wait_lost: released first
+  if (auto st = state.lock(); st && !was_lost) post_event(make_event(*st, lock_event::type::released));
   owner->retire(*this);
   owner->schedule(*this);
 }
@@ -514,6 +612,12 @@ boost::system::error_code lock::loss_reason() const {
   return state_->loss_reason;
 }
 
+std::string lock::loss_description() const {
+  if (!state_) return {};
+  std::lock_guard guard{state_->mutex};
+  return state_->loss_detail;
+}
+
 lock::executor_type lock::get_executor() const noexcept {
   return state_ ? state_->ex : executor_type{boost::asio::system_executor()};
 }
@@ -531,6 +635,25 @@ void lock::start_wait_lost(lost_handler h) {
     return;
   }
   state_->owner->post([st = state_, h = std::move(h)]() mutable { st->owner->add_waiter(st, std::move(h)); });
+}
+
+void lock::start_wait_event(event_handler h) {
+  if (!state_ || !state_->owner) {
+    detail::complete_without_client(std::move(h), make_error_code(error::not_locked), lock_event{});
+    return;
+  }
+  state_->owner->post([st = state_, h = std::move(h)]() mutable { st->owner->add_event_waiter(st, std::move(h)); });
+}
+
+void lock::start_unlock(unlock_all_handler h, unlock_options opts) {
+  if (!state_ || !state_->held.exchange(false)) {
+    detail::complete_without_client(std::move(h), make_error_code(error::not_locked), unlock_result{});
+    return;
+  }
+  auto& c = *state_->owner;
+  auto op = std::make_shared<detail::unlock_op>(state_, std::move(h), c.size(), c.config().release_timeout, opts);
+  detail::bind_cancellation(*op->all_handler, op, c.strand());
+  c.post([op] { op->start(); });
 }
 
 void lock::start_unlock(unlock_handler h) {

@@ -1002,14 +1002,62 @@ watch* client_impl::watcher_of(const std::shared_ptr<lock_state>& st) {
   return st->watcher.get();
 }
 
-void client_impl::stop_watching(lock_state& st) {
-  if (st.watcher) st.watcher->cancel();
+void client_impl::stop_watching(lock_state& st, bool released) {
+  if (!st.watcher) return;
+  if (released) {
+    st.watcher->released();
+  } else {
+    st.watcher->cancel();
+  }
 }
 
-void client_impl::deadline_moved(lock_state& st) {
+void client_impl::deadline_moved(lock_state& st, const std::vector<master_result>* round) {
   if (!st.watcher) return;
-  st.watcher->fsm.deadline_moved(st.get_deadline());
-  schedule(*st.watcher);
+  auto& w = *st.watcher;
+  const bool was_finished = w.fsm.finished();
+  w.fsm.deadline_moved(st.get_deadline());
+  if (!was_finished && w.events_wanted) {
+    auto e = w.make_event(st, lock_event::type::extended);
+    if (round) e.masters = *round;
+    w.post_event(std::move(e));
+  }
+  schedule(w);
+}
+
+void client_impl::add_event_waiter(const std::shared_ptr<lock_state>& st, event_handler h) {
+  // A watcher that has finished still holds the final event: it is handed out again.
+  watch* w = st->watcher ? st->watcher.get() : watcher_of(st);
+  if (!w) {
+    const auto ec = closed_ ? make_error_code(asio::error::operation_aborted) : make_error_code(error::not_locked);
+    return complete_handler(std::move(h), st->ex, ec, lock_event{});
+  }
+  w->events_wanted = true;
+  if (w->event_waiters.empty() && !w->events.empty()) {
+    auto e = w->events.next();
+    return complete_handler(std::move(h), st->ex, error_code{}, std::move(*e));
+  }
+  if (w->fsm.finished() && w->events.empty()) {
+    // Stopped without a final event (the handle was dropped, or the client closed).
+    return complete_handler(std::move(h), st->ex, make_error_code(asio::error::operation_aborted), lock_event{});
+  }
+  const auto id = ++w->last_waiter;
+  auto slot = asio::get_associated_cancellation_slot(h);
+  if (slot.is_connected()) {
+    slot.assign([weak = std::weak_ptr<watch>(st->watcher), id, strand = strand_](asio::cancellation_type) {
+      asio::post(strand, [weak, id] {
+        auto self = weak.lock();
+        if (!self) return;
+        auto& ws = self->event_waiters;
+        auto it = std::find_if(ws.begin(), ws.end(), [id](const auto& x) { return x.id == id; });
+        if (it == ws.end()) return;
+        auto handler = std::move(it->handler);
+        ws.erase(it);
+        complete_handler(std::move(handler), self->owner->executor(), make_error_code(asio::error::operation_aborted),
+                         lock_event{});
+      });
+    });
+  }
+  w->event_waiters.emplace_back(id, std::move(h));
 }
 
 void client_impl::add_waiter(const std::shared_ptr<lock_state>& st, lost_handler h) {

@@ -4,6 +4,7 @@
 
 #include <redlock/config.hpp>
 #include <redlock/error.hpp>
+#include <redlock/lock_event.hpp>
 #include <redlock/lock_options.hpp>
 #include <redlock/master_result.hpp>
 
@@ -27,6 +28,26 @@ struct lock_state;
 struct lock_op;
 class client_impl;
 }  // namespace detail
+
+/// How `lock::async_unlock(unlock_options, token)` releases.
+struct unlock_options {
+  /// Complete only once every master answered or its deadline (`release_timeout`) passed, rather
+  /// than at the first majority: the result then accounts for every master.
+  bool wait_for_all = false;
+};
+
+/// What a release found, master by master (`lock::masters()` has the detail).
+struct unlock_result {
+  /// Masters that held our token and deleted it.
+  std::size_t released = 0;
+  /// Masters that answered without our token: the key had expired there, or was someone else's.
+  std::size_t not_held = 0;
+  /// Masters that could not be reached, did not answer before the deadline, or answered with an
+  /// error. Their key, if any, expires with the ttl (and the release is sent again should the
+  /// master's connection come back first). Without `wait_for_all`, also the masters that had not
+  /// answered yet when the majority had.
+  std::size_t unreachable = 0;
+};
 
 /// A lock handle. It is returned by `client::async_lock` whether or not the lock was acquired:
 /// when not, `owns_lock()` is false and `masters()` says what each master answered.
@@ -92,9 +113,18 @@ class lock {
 
   /// True once the lock was lost while held (see `keep_alive`, `async_wait_lost`).
   bool lost() const noexcept;
-  /// Why the lock was lost: `not_owner`, `quorum_unavailable`, `validity_expired` or
-  /// `extension_limit`; empty while not lost.
+  /// Why the lock was lost; empty while not lost:
+  /// - `not_owner`: so many masters no longer had our token (it expired there, or someone deleted
+  ///   or took the key) that a majority cannot: the lock was taken from us;
+  /// - `quorum_unavailable`: extensions kept failing (masters down or slow) until too little
+  ///   validity was left for another try;
+  /// - `validity_expired`: the validity ran out (no keep-alive, or an extension decided too late);
+  /// - `extension_limit`: the keep-alive stopped at `max_extensions` or `max_hold`
+  ///   (`loss_description()` says which) and the validity then ran out.
   boost::system::error_code loss_reason() const;
+  /// The loss reason in words, with its detail ("keep-alive cap reached: max_hold 1h", ...);
+  /// empty while not lost.
+  std::string loss_description() const;
 
   /// The executor of the client that made this lock (its operations complete there when their
   /// handler has no executor of its own); for a default-constructed handle, the system executor.
@@ -117,7 +147,34 @@ class lock {
     return boost::asio::async_initiate<Token, void(boost::system::error_code)>(initiation{this}, token, wait_lost_op{});
   }
 
-  /// @brief Releases the lock on every master (check-the-token script, so never someone else's).
+  /// @brief Waits for the next event of the lock: extended, an extension failed (a warning), lost,
+  /// released (`lock_event`).
+  ///
+  /// Handler: `void(boost::system::error_code, lock_event)`. Each event completes one wait; call
+  /// again for the next. `extended` and `extend_failed` are recorded from the first
+  /// `async_wait_event` on (a lock nobody observes pays nothing for them); extensions by
+  /// `async_extend` count too. `lost` and `released` are recorded once the lock is watched (by
+  /// `keep_alive`, `async_wait_lost` or `async_wait_event`). Events queue in the lock's state while
+  /// nobody waits: at most 16, after which the oldest is dropped and the next event's `missed`
+  /// counts it. `lost` and `released` are never dropped and are final: once one is queued nothing
+  /// follows, and every wait after it completes with it again at once. So a consumer that is
+  /// slow, or starts late, still sees the end.
+  ///
+  /// Errors: `error::not_locked` (a handle that never held a lock, or released before the first
+  /// wait: nothing to report), `operation_aborted` (the handle was destroyed or reassigned while
+  /// holding, or the client closed).
+  ///
+  /// @par Per-operation cancellation
+  /// `terminal`, `partial`, `total`: completes with `operation_aborted`; no event is consumed.
+  template <
+      boost::asio::completion_token_for<void(boost::system::error_code, lock_event)> Token = boost::asio::deferred_t>
+  auto async_wait_event(Token&& token = {}) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code, lock_event)>(initiation{this}, token,
+                                                                                           wait_event_op{});
+  }
+
+  /// @brief Releases the lock on every master (check-the-token script, so never someone else's):
+  /// the quick form, done at the first majority.
   ///
   /// Handler: `void(boost::system::error_code, std::size_t held)`. `held` counts the masters that
   /// still had our token and deleted it (0 when the lock had expired everywhere: not an error).
@@ -134,6 +191,25 @@ class lock {
   auto async_unlock(Token&& token = {}) {
     return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(initiation{this}, token,
                                                                                             unlock_op{});
+  }
+
+  /// @brief Releases the lock on every master, with a result that accounts for each of them.
+  ///
+  /// Handler: `void(boost::system::error_code, unlock_result)`. With `opts.wait_for_all`, it
+  /// completes once every master answered or the `release_timeout` passed for those that did not
+  /// (a master that is down costs the whole timeout); otherwise at the first majority, as the
+  /// quick form. Errors as the quick form: `error::not_locked`, `error::quorum_unavailable` (fewer
+  /// than a majority answered cleanly; the counts still say what each did). `masters()` has each
+  /// master's answer. Like the quick form, the handle no longer owns the lock once called.
+  ///
+  /// @par Per-operation cancellation
+  /// `terminal`, `partial`: completes at once with `operation_aborted` and empty counts; the
+  /// release still runs to completion in the background.
+  template <
+      boost::asio::completion_token_for<void(boost::system::error_code, unlock_result)> Token = boost::asio::deferred_t>
+  auto async_unlock(unlock_options opts, Token&& token = {}) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code, unlock_result)>(initiation{this}, token,
+                                                                                              opts);
   }
 
   /// @brief Extends the lock to `ttl` from now on a majority of masters (check-the-token script).
@@ -161,7 +237,10 @@ class lock {
   using unlock_handler = boost::asio::any_completion_handler<void(boost::system::error_code, std::size_t)>;
   using extend_handler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
   using lost_handler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
+  using event_handler = boost::asio::any_completion_handler<void(boost::system::error_code, lock_event)>;
+  using unlock_all_handler = boost::asio::any_completion_handler<void(boost::system::error_code, unlock_result)>;
   struct wait_lost_op {};
+  struct wait_event_op {};
   struct unlock_op {};
 
   // Carries the lock's executor, so that adapters such as `asio::cancel_after` and completion
@@ -172,6 +251,8 @@ class lock {
     executor_type get_executor() const noexcept { return self->get_executor(); }
     void operator()(lost_handler h, wait_lost_op) const { self->start_wait_lost(std::move(h)); }
     void operator()(unlock_handler h, unlock_op) const { self->start_unlock(std::move(h)); }
+    void operator()(event_handler h, wait_event_op) const { self->start_wait_event(std::move(h)); }
+    void operator()(unlock_all_handler h, unlock_options o) const { self->start_unlock(std::move(h), o); }
     void operator()(extend_handler h, std::chrono::milliseconds ttl) const { self->start_extend(std::move(h), ttl); }
   };
 
@@ -179,6 +260,8 @@ class lock {
   static lock make(std::shared_ptr<detail::lock_state> state) noexcept;
   void start_wait_lost(lost_handler h);
   void start_unlock(unlock_handler h);
+  void start_unlock(unlock_all_handler h, unlock_options opts);
+  void start_wait_event(event_handler h);
   void start_extend(extend_handler h, std::chrono::milliseconds ttl);
   void release_in_background() noexcept;
 

@@ -97,9 +97,17 @@ boost::asio::awaitable<work_result_t<Work>> with_lock_on_strand(client& c, std::
     co_await st->wake.async_wait(tuple);
   }
   const bool lost = st->lost || held.lost();
-  // Release whatever remains (also stops the keep-alive and completes the loss wait).
+  if (lost) {
+    // The lock is gone: nothing to wait for. Dropping the handle releases it in the background
+    // (the client sends and counts it, and re-sends it where the answer is in doubt), so the
+    // caller hears of the loss at once rather than a release_timeout later when masters are down.
+    const auto reason = held.loss_reason();
+    auto detail = held.loss_description();
+    { [[maybe_unused]] lock gone = std::move(held); }
+    throw lock_lost_error(reason ? reason : make_error_code(error::lock_lost), detail);
+  }
+  // Release (also stops the keep-alive and completes the loss wait).
   co_await held.async_unlock(tuple);
-  if (lost) throw boost::system::system_error(make_error_code(error::lock_lost), "redlock: lock lost during work");
   if (st->failure) std::rethrow_exception(st->failure);
   if constexpr (!std::is_void_v<T>) co_return std::move(*st->outcome.value);
 }
@@ -112,9 +120,13 @@ boost::asio::awaitable<work_result_t<Work>> with_lock_on_strand(client& c, std::
 /// `work` is invocable as `work(lock&)` returning `asio::awaitable<T>`; it runs on a strand of the
 /// caller's executor. If the lock is lost while the work runs, the work receives terminal
 /// cancellation (`opts.notify_margin` before the validity ends at the latest) and, once it has
-/// finished, this throws `boost::system::system_error` with `error::lock_lost`. Failing to
+/// finished, this throws `lock_lost_error` at once: a `boost::system::system_error` whose `code()`
+/// is `error::lock_lost` and whose `reason()` (and `what()`) says why the lock was lost. The
+/// release of a lost lock is not awaited: it runs in the background, owned and counted by the
+/// client (`client_stats::background_releases`), bounded by `release_timeout`. Failing to
 /// acquire throws with the acquisition's error. An exception from the work is rethrown after the
-/// lock is released.
+/// lock is released (awaited, at the first majority), unless the lock was lost: then the loss
+/// is what is thrown.
 template <class Work>
 boost::asio::awaitable<detail::work_result_t<Work>> with_lock(client& c, std::string resource,
                                                               std::chrono::milliseconds ttl, Work work,

@@ -5,6 +5,7 @@
 
 #include "master_link.hpp"
 #include <redlock/client.hpp>
+#include <redlock/core/event_queue.hpp>
 #include <redlock/core/extend_fsm.hpp>
 #include <redlock/core/keep_alive_fsm.hpp>
 #include <redlock/core/lock_fsm.hpp>
@@ -42,6 +43,8 @@ using unlock_handler = asio::any_completion_handler<void(error_code, std::size_t
 using extend_handler = asio::any_completion_handler<void(error_code)>;
 using lost_handler = asio::any_completion_handler<void(error_code)>;
 using ready_handler = asio::any_completion_handler<void(error_code, quorum_report)>;
+using event_handler = asio::any_completion_handler<void(error_code, lock_event)>;
+using unlock_all_handler = asio::any_completion_handler<void(error_code, unlock_result)>;
 
 class client_impl;
 struct watch;
@@ -149,9 +152,10 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   std::atomic<bool> held{false};
   std::atomic<bool> lost{false};
   std::atomic<std::size_t> extensions{0};
-  mutable std::mutex mutex;  // guards results and loss_reason
+  mutable std::mutex mutex;  // guards results, loss_reason and loss_detail
   std::vector<master_result> results;
   error_code loss_reason;
+  std::string loss_detail;          // the reason in words (lock::loss_description)
   std::shared_ptr<watch> watcher;   // on the strand only; made on demand
   std::string background_release_;  // encoded on first use (strand)
   // The longest ttl any request for the current token set (strand): bounds how long a key of
@@ -175,6 +179,10 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
     std::lock_guard guard{mutex};
     results = std::move(r);
   }
+  std::vector<master_result> results_copy() const {
+    std::lock_guard guard{mutex};
+    return results;
+  }
   void set_deadline(clock_type::time_point tp) noexcept {
     deadline.store(tp.time_since_epoch().count(), std::memory_order_release);
   }
@@ -195,21 +203,24 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
 // Watches one held lock: its keep-alive machine, the extension it may be running, and whoever
 // waits for the loss. Woken by the client's single keep-alive timer.
 struct watch final : op_base {
-  struct waiter {
+  template <class Handler>
+  struct waiter_of {
     std::uint64_t id;
-    lost_handler handler;
-    waiter(std::uint64_t i, lost_handler h) noexcept : id(i), handler(std::move(h)) {}
-    waiter(waiter&& o) noexcept : id(o.id), handler(std::move(o.handler)) {}
+    Handler handler;
+    waiter_of(std::uint64_t i, Handler h) noexcept : id(i), handler(std::move(h)) {}
+    waiter_of(waiter_of&& o) noexcept : id(o.id), handler(std::move(o.handler)) {}
     // Boost 1.81's any_completion_handler move assignment recurses: destroy + construct instead.
-    waiter& operator=(waiter&& o) noexcept {
+    waiter_of& operator=(waiter_of&& o) noexcept {
       if (this != &o) {
         id = o.id;
-        handler.~lost_handler();
-        new (&handler) lost_handler(std::move(o.handler));
+        handler.~Handler();
+        new (&handler) Handler(std::move(o.handler));
       }
       return *this;
     }
   };
+  using waiter = waiter_of<lost_handler>;
+  using event_waiter = waiter_of<event_handler>;
 
   watch(const std::shared_ptr<lock_state>& st, std::chrono::milliseconds request_timeout, const client_config& cfg)
       : owner(st->owner),
@@ -229,6 +240,10 @@ struct watch final : op_base {
   bool cap_logged = false;
   std::uint64_t last_waiter = 0;
   std::vector<waiter> waiters;
+  // Events (lock::async_wait_event): recorded once somebody asked for one; the final event always.
+  core::event_queue<lock_event> events;
+  std::vector<event_waiter> event_waiters;
+  bool events_wanted = false;
 
   void keep(const keep_alive_options& opts);
   void wake(clock_type::time_point now);
@@ -237,6 +252,14 @@ struct watch final : op_base {
   void declare_lost(lock_state& st, error_code reason);
   void finish_waiters(error_code ec);
   void cancel() override;
+  // The lock was released by async_unlock: the final event `released`; no more actions.
+  void released();
+  // Queues an event (non-final ones only while wanted) and hands events to the waiting readers.
+  void post_event(lock_event e);
+  void deliver_events();
+  lock_event make_event(const lock_state& st, lock_event::type t, error_code ec = {}) const;
+  // The loss reason in words, with what the keep-alive machine knows (which cap, ...).
+  std::string describe_loss(error_code reason) const;
 };
 
 // The client's counters: written on its strand only (one writer), read by stats() from anywhere.
@@ -377,9 +400,12 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   std::string_view scratch_script(const script& s, const lock_state& st, std::optional<std::int64_t> ttl_ms);
 
   watch* watcher_of(const std::shared_ptr<lock_state>& st);
-  void stop_watching(lock_state& st);
-  void deadline_moved(lock_state& st);
+  // `released`: by async_unlock (the final event `released`); else the handle was dropped.
+  void stop_watching(lock_state& st, bool released = false);
+  // An extension by async_extend succeeded (`round`: its masters' answers, for the event).
+  void deadline_moved(lock_state& st, const std::vector<master_result>* round = nullptr);
   void add_waiter(const std::shared_ptr<lock_state>& st, lost_handler h);
+  void add_event_waiter(const std::shared_ptr<lock_state>& st, event_handler h);
   void schedule(watch& w);
 
   // ---- counting and logging (on the strand) -----------------------------------------------

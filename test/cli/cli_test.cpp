@@ -389,6 +389,33 @@ TEST_F(cli, max_hold_ends_the_lock_and_stops_the_command) {
   EXPECT_TRUE(contains(r.err, "lost the lock on 'cli:maxhold' (--max-hold 1s reached)")) << r.describe();
 }
 
+// Failed extensions are reported as they happen (a warning while the lock still holds), the loss
+// with its reason in words, and the release says what each master did.
+TEST_F(cli, json_reports_failed_extensions_the_loss_reason_and_the_release_counts) {
+  redis_cluster c{3};
+  const auto nodes = masters_of(c);
+  auto ok = run({"run", "--nodes", nodes, "--resource", "cli:ev-ok", "--json", "--", "true"});
+  EXPECT_EQ(ok.status, 0) << ok.describe();
+  EXPECT_TRUE(contains(ok.err, R"("held":3,"not_held":0,"unreachable":0)")) << ok.describe();
+
+  // A ttl long enough that a failed extension can be retried before the loss.
+  auto p = start({"run", "--nodes", nodes, "--resource", "cli:ev", "--ttl", "3s", "--wait", "20s", "--grace", "60s",
+                  "--json", "--", "sh", "-c", "trap 'exit 0' TERM; touch \"$D/started\"; while :; do sleep 0.1; done"});
+  ASSERT_TRUE(wait_for_file(dir() / "started", p.get())) << p->wait(5s).describe();
+  c[1].pause();  // no majority answers the extension any more
+  c[2].pause();
+  const auto r = p->wait(50s);
+  c[1].resume();
+  c[2].resume();
+  EXPECT_EQ(r.status, 76) << r.describe();
+  EXPECT_TRUE(contains(r.err, R"({"event":"extend_failed")")) << r.describe();
+  EXPECT_TRUE(contains(r.err, R"("error":"quorum_unavailable")")) << r.describe();
+  EXPECT_TRUE(contains(r.err, R"("reason":"quorum_unavailable","detail":"no extension reached a majority)"))
+      << r.describe();
+  // Master 1 still had the key (its extensions went through); the paused two did not answer.
+  EXPECT_TRUE(contains(r.err, R"("held":1,"not_held":0,"unreachable":2)")) << r.describe();
+}
+
 // ---- run: signals --------------------------------------------------------------------------------
 
 TEST_F(cli, signals_to_the_tool_reach_the_command_and_the_lock_is_released) {

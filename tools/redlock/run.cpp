@@ -176,9 +176,7 @@ class runner {
         inherited_(inherited_descriptors()),
         term_signals_(ioc_),
         child_signal_(ioc_, SIGCHLD),
-        grace_timer_(ioc_),
-        poll_timer_(ioc_),
-        linger_timer_(ioc_) {
+        grace_timer_(ioc_) {
     std::erase(inherited_, json_fd_);  // the JSON stream is the tool's, not the command's
     if (o.json_fd >= 0) ::fcntl(json_fd_, F_SETFD, FD_CLOEXEC);
   }
@@ -487,7 +485,7 @@ class runner {
     keep_alive_options ka;
     ka.max_hold = o_.max_hold;  // 0 unless --max-hold: the command decides how long it runs
     lock_.keep_alive(ka);
-    lock_.async_wait_lost([this](error_code e) { on_lost(e); });
+    wait_events();
     start_command(validity);
   }
 
@@ -647,7 +645,6 @@ class runner {
     j.field("pid", static_cast<std::int64_t>(pid)).field("command", o_.command.front());
     emit(j);
     wait_child();
-    if (o_.common.verbose || json()) poll_extensions();
   }
 
   void command_failed(int status, std::string message) {
@@ -676,7 +673,6 @@ class runner {
     if (r == 0) return false;
     child_done_ = true;
     grace_timer_.cancel();
-    poll_timer_.cancel();
     int status = exit_software;
     auto j = event("exited");
     if (r < 0) {
@@ -696,47 +692,82 @@ class runner {
     return true;
   }
 
-  void poll_extensions() {
-    const auto every = std::clamp<milliseconds>(o_.ttl / 10, milliseconds{50}, milliseconds{1000});
-    poll_timer_.expires_after(every);
-    poll_timer_.async_wait([this](error_code ec) {
-      if (ec || phase_ != phase::running) return;
-      if (const auto n = lock_.extensions(); n != extensions_seen_ && !lock_.lost()) {
-        extensions_seen_ = n;
-        const auto validity = std::chrono::duration_cast<milliseconds>(lock_.validity_deadline() - clock_type::now());
-        verbose(fmt::format("extended {} (extension {}), validity {}", subject_, n, format_duration(validity)));
-        const auto nodes = lock_.masters();
-        verbose_masters(nodes);
-        auto j = event("extended");
-        j.field("extensions", n).field("validity_ms", static_cast<std::int64_t>(validity.count()));
-        add_masters(j, nodes);
-        emit(j);
+  // ---- events: extensions, failed extensions, loss --------------------------------------------
+
+  /// Follows the lock's events (lock::async_wait_event) from the acquisition to the end: reported
+  /// as they happen for --verbose/--json, and the loss acted upon.
+  void wait_events() {
+    lock_.async_wait_event([this](error_code ec, lock_event e) {
+      if (ec || phase_ == phase::done) return;  // released or closed: nothing more to follow
+      switch (e.what) {
+        case lock_event::type::extended:
+          if (phase_ == phase::running) on_extended(e);
+          break;
+        case lock_event::type::extend_failed:
+          if (phase_ == phase::running) on_extend_failed(e);
+          break;
+        case lock_event::type::lost:
+          on_lost(e);
+          return;
+        case lock_event::type::released:
+          return;
       }
-      poll_extensions();
+      wait_events();
     });
+  }
+
+  milliseconds validity_of(const lock_event& e) const {
+    return std::chrono::duration_cast<milliseconds>(e.validity_deadline - e.at);
+  }
+
+  void on_extended(const lock_event& e) {
+    if (!o_.common.verbose && !json()) return;
+    const auto validity = validity_of(e);
+    verbose(fmt::format("extended {} (extension {}), validity {}", subject_, e.extensions, format_duration(validity)));
+    verbose_masters(e.masters);
+    auto j = event("extended");
+    j.field("extensions", e.extensions).field("validity_ms", static_cast<std::int64_t>(validity.count()));
+    if (e.missed) j.field("missed", e.missed);
+    add_masters(j, e.masters);
+    emit(j);
+  }
+
+  /// A keep-alive extension failed while the lock is still valid: a warning (said also without
+  /// --verbose: an operator wants to know that masters are failing before the lock is lost).
+  void on_extend_failed(const lock_event& e) {
+    const auto validity = validity_of(e);
+    say(fmt::format("extending {} failed ({}); retrying while the lock is valid ({} left)", subject_, e.error.message(),
+                    format_duration(validity)));
+    verbose_masters(e.masters);
+    auto j = event("extend_failed");
+    j.field("error", loss_reason_name(e.error))
+        .field("message", e.error.message())
+        .field("validity_ms", static_cast<std::int64_t>(validity.count()));
+    add_masters(j, e.masters);
+    emit(j);
   }
 
   // ---- loss ----
 
-  void on_lost(error_code ec) {
-    if (ec || phase_ != phase::running) return;  // success: the lock was lost
+  void on_lost(const lock_event& e) {
+    if (phase_ != phase::running) return;
     lost_ = true;
-    const auto reason = lock_.loss_reason();
+    const auto& reason = e.error;
     const auto why = reason == error::extension_limit
                          ? fmt::format("--max-hold {} reached", format_duration(o_.max_hold))
-                         : reason.message();
+                         : (e.detail.empty() ? reason.message() : e.detail);
     const auto message = fmt::format("lost the lock on {} ({}): stopping the command with SIGTERM", subject_, why);
     say(message);
-    verbose_masters(lock_.masters());
+    verbose_masters(e.masters);
     auto j = event("lost");
-    j.field("reason", loss_reason_name(reason)).field("message", message);
-    add_masters(j, lock_.masters());
+    j.field("reason", loss_reason_name(reason)).field("detail", e.detail).field("message", message);
+    add_masters(j, e.masters);
     emit(j);
     send(SIGTERM);
     send(SIGCONT);  // a stopped command could not act on SIGTERM
     grace_timer_.expires_after(o_.grace);
-    grace_timer_.async_wait([this](error_code e) {
-      if (e || child_done_) return;
+    grace_timer_.async_wait([this](error_code ec) {
+      if (ec || child_done_) return;
       say(fmt::format("the command did not exit within {} of SIGTERM: sending SIGKILL", format_duration(o_.grace)));
       auto k = event("killed");
       k.field("signal", "SIGKILL");
@@ -753,17 +784,21 @@ class runner {
       finish(status);
       return;
     }
-    lock_.async_unlock([this, status](error_code ec, std::size_t held) {
+    // Waits for every master (or its release_timeout): the report then says what each did, and
+    // closing the client afterwards cuts no release off on its way.
+    lock_.async_unlock(unlock_options{.wait_for_all = true}, [this, status](error_code ec, unlock_result r) {
       const auto nodes = lock_.masters();
+      const auto counts = fmt::format("{} of {} masters held it, {} did not, {} could not be reached", r.released,
+                                      nodes.size(), r.not_held, r.unreachable);
       if (ec) {
-        say(fmt::format("releasing {} failed ({}): its keys expire with the ttl ({})", subject_, ec.message(),
-                        format_duration(o_.ttl)));
+        say(fmt::format("releasing {} failed ({}; {}): its keys expire with the ttl ({})", subject_, ec.message(),
+                        counts, format_duration(o_.ttl)));
       } else {
-        verbose(fmt::format("released {} ({} of {} masters still held it)", subject_, held, nodes.size()));
+        verbose(fmt::format("released {} ({})", subject_, counts));
       }
       verbose_masters(nodes);
       auto j = event("released");
-      j.field("held", held);
+      j.field("held", r.released).field("not_held", r.not_held).field("unreachable", r.unreachable);
       if (ec) {
         j.field("error", ec.message());
       } else {
@@ -771,16 +806,7 @@ class runner {
       }
       add_masters(j, nodes);
       emit(j);
-      // The release completes at a majority; the others' requests are on their way. Closing the
-      // connections at once could cut one off before it is written, so linger a moment for them.
-      const bool stragglers = std::any_of(nodes.begin(), nodes.end(),
-                                          [](const master_result& r) { return r.status == master_status::pending; });
-      if (!stragglers) {
-        finish(status);
-        return;
-      }
-      linger_timer_.expires_after(std::min<milliseconds>(cfg_.client.release_timeout, milliseconds{100}));
-      linger_timer_.async_wait([this, status](error_code) { finish(status); });
+      finish(status);
     });
   }
 
@@ -794,7 +820,6 @@ class runner {
     term_signals_.cancel(ignored);
     child_signal_.cancel(ignored);
     grace_timer_.cancel();
-    poll_timer_.cancel();
     if (locks_) locks_->close();
   }
 
@@ -811,8 +836,6 @@ class runner {
   asio::signal_set term_signals_;
   asio::signal_set child_signal_;
   asio::steady_timer grace_timer_;
-  asio::steady_timer poll_timer_;
-  asio::steady_timer linger_timer_;
   asio::cancellation_signal cancel_acquire_;
   std::optional<redlock::client> locks_;
   redlock::lock lock_;
@@ -822,7 +845,6 @@ class runner {
   bool child_done_ = false;
   bool lost_ = false;
   int interrupted_by_ = 0;
-  std::size_t extensions_seen_ = 0;
   int exit_ = exit_software;
 };
 

@@ -63,10 +63,28 @@ struct keep_alive_action {
     extend,  ///< run one extension of `ttl` (an `extend_fsm`), then call `on_extended`
     lost,    ///< the lock is lost, for `reason`: tell the holder (the machine is finished)
   };
+  /// What to tell the holder about what just happened (`lock_event`), besides the action.
+  enum class notice : std::uint8_t {
+    none,
+    extended,       ///< the extension succeeded: the lock runs until the new deadline
+    extend_failed,  ///< the extension failed (`cause`) but the lock is still valid: a retry follows
+    lost,           ///< the lock is lost (`reason`; comes with `type::lost`)
+  };
+  // A constructor rather than an aggregate, so that `{what, ttl, reason}` stays complete.
+  constexpr keep_alive_action(type w = type::none, std::chrono::milliseconds t = std::chrono::milliseconds{0},
+                              boost::system::error_code r = {}, notice n = notice::none,
+                              boost::system::error_code c = {}) noexcept
+      : what(w), ttl(t), reason(r), tell(n), cause(c) {}
+
   type what = type::none;
   std::chrono::milliseconds ttl{0};
   boost::system::error_code reason;
+  notice tell = notice::none;
+  boost::system::error_code cause;  // of `extend_failed`
 };
+
+/// Which cap stopped a keep-alive (`keep_alive_fsm::cap()`).
+enum class keep_alive_cap : std::uint8_t { none, max_extensions, max_hold };
 
 /// Watches one held lock. Without `keep`, it only declares the loss (`validity_expired`) a margin
 /// before the deadline; with `keep`, it also extends the lock before it runs out.
@@ -103,12 +121,13 @@ class keep_alive_fsm {
     if (finished()) return {};
     if (now >= deadline_ - margin_) return lose(pending_ ? pending_ : make_error_code(error::validity_expired));
     if (!keeping_ || extending_ || now < next_try_) return {};
-    const bool capped = (opts_.max_extensions != 0 && extensions_ >= opts_.max_extensions) ||
-                        (opts_.max_hold.count() > 0 && now + opts_.ttl > hold_start_ + opts_.max_hold);
-    if (capped) {
+    const bool by_count = opts_.max_extensions != 0 && extensions_ >= opts_.max_extensions;
+    const bool by_time = opts_.max_hold.count() > 0 && now + opts_.ttl > hold_start_ + opts_.max_hold;
+    if (by_count || by_time) {
       // Not extended any more: the loss comes at the deadline, and says why.
       keeping_ = false;
       capped_ = true;
+      cap_ = by_count ? keep_alive_cap::max_extensions : keep_alive_cap::max_hold;
       pending_ = error::extension_limit;
       return {};
     }
@@ -125,7 +144,7 @@ class keep_alive_fsm {
     if (!ec) {
       deadline_moved(new_deadline);
       pending_.clear();
-      return {};
+      return told(keep_alive_action::notice::extended, {});
     }
     // The key is gone or taken, or the quorum came too late: nothing to wait for.
     if (ec == error::not_owner || ec == error::validity_expired) return lose(ec);
@@ -134,7 +153,7 @@ class keep_alive_fsm {
     const auto next = now + opts_.retry_interval;
     if (next + request_timeout_ >= deadline_ - margin_) return lose(ec);
     next_try_ = next;
-    return {};
+    return told(keep_alive_action::notice::extend_failed, ec);
   }
 
   /// The lock was extended (by this machine's extension or by the holder's `async_extend`).
@@ -154,6 +173,8 @@ class keep_alive_fsm {
   bool extending() const noexcept { return extending_; }
   /// True once a cap stopped the keep-alive (the loss will follow at the deadline).
   bool capped() const noexcept { return capped_; }
+  /// Which cap stopped it (`none` while not capped).
+  keep_alive_cap cap() const noexcept { return cap_; }
   /// Why the lock was lost (empty while not lost).
   boost::system::error_code reason() const noexcept { return lost_ ? pending_ : boost::system::error_code{}; }
   clock::time_point deadline() const noexcept { return deadline_; }
@@ -165,7 +186,10 @@ class keep_alive_fsm {
   keep_alive_action lose(boost::system::error_code reason) {
     lost_ = true;
     pending_ = reason;
-    return {keep_alive_action::type::lost, {}, reason};
+    return {keep_alive_action::type::lost, {}, reason, keep_alive_action::notice::lost, {}};
+  }
+  static keep_alive_action told(keep_alive_action::notice n, boost::system::error_code cause) {
+    return {keep_alive_action::type::none, {}, {}, n, cause};
   }
 
   std::chrono::milliseconds ttl_;
@@ -181,6 +205,7 @@ class keep_alive_fsm {
   bool keeping_ = false;
   bool extending_ = false;
   bool capped_ = false;
+  keep_alive_cap cap_ = keep_alive_cap::none;
   bool lost_ = false;
   bool stopped_ = false;
 };

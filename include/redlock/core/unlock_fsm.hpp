@@ -2,7 +2,9 @@
 /// @file
 /// The release of a Redlock lock as a sans-I/O state machine: the check-the-token release script
 /// on every master, decided once a majority answered (granted or not ours: the key is gone from
-/// that master either way). The masters that have not answered finish in the background.
+/// that master either way); the masters that have not answered finish in the background. Or, when
+/// asked to wait for all, decided once every master answered or its request's deadline passed
+/// (the shell reports a master past its deadline as `master_timeout`).
 
 #include <redlock/core/outcome.hpp>
 #include <redlock/error.hpp>
@@ -13,6 +15,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace redlock::core {
 
@@ -31,13 +34,16 @@ struct unlock_action {
 /// One `async_unlock`.
 class unlock_fsm {
  public:
-  unlock_fsm(std::size_t masters, std::chrono::milliseconds release_timeout) noexcept
-      : masters_(masters), timeout_(release_timeout) {}
+  /// @param wait_for_all complete only once every master answered (or timed out), not at the
+  /// first majority: the counts then cover every master.
+  unlock_fsm(std::size_t masters, std::chrono::milliseconds release_timeout, bool wait_for_all = false) noexcept
+      : masters_(masters), timeout_(release_timeout), wait_for_all_(wait_for_all) {}
 
   unlock_action start(clock::time_point now) {
     if (state_ != state::idle) return {};
     state_ = state::waiting;
     table_.begin(command::release, masters_, now);
+    answered_.assign(wait_for_all_ ? masters_ : 0, false);
     return {unlock_action::type::release, now + timeout_, {}};
   }
 
@@ -51,7 +57,14 @@ class unlock_fsm {
       const resp::node* v = resp::reply_value(reply);
       waiters_ = v && v->value.size() == 1 && v->value[0] == '2';
     }
-    if (!table_.record(master, std::move(result), now)) return {};
+    const bool decided = table_.record(master, std::move(result), now);
+    if (wait_for_all_) {
+      if (master >= masters_ || answered_[master]) return {};
+      answered_[master] = true;
+      if (++answers_ < masters_) return {};
+    } else if (!decided) {
+      return {};
+    }
     state_ = state::done;
     held_ = table_.count(master_status::granted);
     const bool reached = table_.state() == quorum_state::reached;
@@ -74,6 +87,13 @@ class unlock_fsm {
   /// Whether a master said other clients' waiters are queued for the lock (fair hand-over): the
   /// releasing client then queues behind them should it ask for the same lock again soon.
   bool waiters() const noexcept { return waiters_; }
+  /// Masters that had our token and deleted it (as `held()`).
+  std::size_t released() const noexcept { return table_.count(master_status::granted); }
+  /// Masters that answered cleanly without our token (expired there, or someone else's key).
+  std::size_t not_held() const noexcept { return table_.count(master_status::taken); }
+  /// Masters with no usable answer by the decision: down, timed out, a broken connection, an
+  /// error reply, or (at a majority) no answer yet.
+  std::size_t no_answer() const noexcept { return masters_ - released() - not_held(); }
   const round_table& table() const noexcept { return table_; }
   round_table& table() noexcept { return table_; }
 
@@ -84,7 +104,10 @@ class unlock_fsm {
   state state_ = state::idle;
   bool cancelled_ = false;
   bool waiters_ = false;
+  bool wait_for_all_ = false;
   std::size_t held_ = 0;
+  std::size_t answers_ = 0;     // wait_for_all: masters that answered
+  std::vector<bool> answered_;  // wait_for_all: by master
   round_table table_;
 };
 

@@ -672,4 +672,61 @@ TEST(keep_alive_fsm, keep_after_the_loss_does_nothing) {
       .run();
 }
 
+// ---------------------------------------------------------------------------------------------
+// What to tell the holder (lock events)
+
+using notice = keep_alive_action::notice;
+
+TEST(keep_alive_fsm, notices_say_extended_extend_failed_and_lost) {
+  keep_alive_fsm f{ttl, at(deadline), 100ms};
+  f.keep(opts(), at(0ms));
+  EXPECT_EQ(f.on_timer(at(488ms)).what, keep_alive_action::type::extend);
+  auto a = f.on_extended({}, at(1476ms), at(500ms));
+  EXPECT_EQ(a.what, keep_alive_action::type::none);
+  EXPECT_EQ(a.tell, notice::extended);
+  EXPECT_FALSE(a.cause);
+
+  EXPECT_EQ(f.on_timer(at(976ms)).what, keep_alive_action::type::extend);
+  a = f.on_extended(redlock::error::quorum_unavailable, {}, at(1076ms));
+  EXPECT_EQ(a.what, keep_alive_action::type::none);  // a retry follows: a warning, not the loss
+  EXPECT_EQ(a.tell, notice::extend_failed);
+  EXPECT_EQ(a.cause, redlock::error::quorum_unavailable);
+  EXPECT_FALSE(f.lost());
+
+  EXPECT_EQ(f.on_timer(at(1176ms)).what, keep_alive_action::type::extend);
+  a = f.on_extended(redlock::error::not_owner, {}, at(1200ms));
+  EXPECT_EQ(a.what, keep_alive_action::type::lost);
+  EXPECT_EQ(a.tell, notice::lost);
+  EXPECT_EQ(a.reason, redlock::error::not_owner);
+}
+
+// A cancelled extension tells nothing; the loss by the clock is told as lost.
+TEST(keep_alive_fsm, an_aborted_extension_tells_nothing_and_the_clock_tells_lost) {
+  keep_alive_fsm f{ttl, at(deadline), 100ms};
+  f.keep(opts(), at(0ms));
+  (void)f.on_timer(at(488ms));
+  const auto a = f.on_extended(boost::asio::error::operation_aborted, {}, at(490ms));
+  EXPECT_EQ(a.tell, notice::none);
+  const auto b = f.on_timer(at(loss_at));
+  EXPECT_EQ(b.what, keep_alive_action::type::lost);
+  EXPECT_EQ(b.tell, notice::lost);
+}
+
+// The loss by a cap says which cap, for the loss description.
+TEST(keep_alive_fsm, cap_says_which_cap) {
+  keep_alive_fsm by_count{ttl, at(deadline), 100ms};
+  by_count.keep(opts(1), at(0ms));
+  (void)by_count.on_timer(at(488ms));
+  (void)by_count.on_extended({}, at(1488ms), at(500ms));
+  (void)by_count.on_timer(at(988ms));
+  EXPECT_EQ(by_count.cap(), redlock::core::keep_alive_cap::max_extensions);
+
+  keep_alive_fsm by_time{ttl, at(deadline), 100ms};
+  EXPECT_EQ(by_time.cap(), redlock::core::keep_alive_cap::none);
+  by_time.keep(opts(0, 1200ms), at(0ms));
+  (void)by_time.on_timer(at(488ms));  // 488 + 1000 > 1200
+  EXPECT_EQ(by_time.cap(), redlock::core::keep_alive_cap::max_hold);
+  EXPECT_EQ(by_time.on_timer(at(loss_at)).reason, redlock::error::extension_limit);
+}
+
 }  // namespace

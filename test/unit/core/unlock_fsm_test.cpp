@@ -42,8 +42,8 @@ std::string describe(const unlock_action& a) {
 // A transcript of one unlock_fsm (see lock_fsm_test.cpp for the pattern).
 class unlock_script {
  public:
-  explicit unlock_script(std::size_t masters, std::chrono::milliseconds timeout = 200ms)
-      : masters_(masters), timeout_(timeout) {}
+  explicit unlock_script(std::size_t masters, std::chrono::milliseconds timeout = 200ms, bool wait_for_all = false)
+      : masters_(masters), timeout_(timeout), all_(wait_for_all) {}
 
   unlock_script& start(clock::duration t, std::source_location loc = std::source_location::current()) {
     return push(
@@ -78,7 +78,7 @@ class unlock_script {
   }
 
   unlock_fsm run() const {
-    unlock_fsm f{masters_, timeout_};
+    unlock_fsm f{masters_, timeout_, all_};
     for (std::size_t i = 0; i < steps_.size(); ++i) {
       const auto& s = steps_[i];
       ::testing::ScopedTrace trace{s.loc.file_name(), static_cast<int>(s.loc.line()), s.label};
@@ -93,7 +93,7 @@ class unlock_script {
   /// once decided (the decision stands).
   void run_cancelling_at_each_step() const {
     for (std::size_t k = 0; k <= steps_.size(); ++k) {
-      unlock_fsm f{masters_, timeout_};
+      unlock_fsm f{masters_, timeout_, all_};
       bool done = false;
       for (std::size_t i = 0; i < k; ++i) {
         steps_[i].event(f);
@@ -127,7 +127,7 @@ class unlock_script {
     for (std::size_t k = 0; k < steps_.size(); ++k) {
       const auto& s = steps_[k];
       if (!s.as_failure) continue;
-      unlock_fsm f{masters_, timeout_};
+      unlock_fsm f{masters_, timeout_, all_};
       for (std::size_t i = 0; i < k; ++i) steps_[i].event(f);
       const auto where = "step " + std::to_string(k) + ": " + s.label + " lost";
       const bool was_done = f.done();
@@ -166,6 +166,7 @@ class unlock_script {
 
   std::size_t masters_;
   std::chrono::milliseconds timeout_;
+  bool all_ = false;
   std::vector<step> steps_;
 };
 
@@ -334,5 +335,91 @@ TEST_P(unlock_sizes, quorum_unavailable_once_a_majority_cannot_answer) {
 }
 
 INSTANTIATE_TEST_SUITE_P(unlock_fsm, unlock_sizes, ::testing::Values(1u, 3u, 5u));
+
+// ---- wait for all (unlock_options::wait_for_all) ------------------------------------------------
+
+// A majority answered cleanly, but the machine waits for the third master: here its deadline
+// passed (master_timeout), and the counts account for every master.
+unlock_script released_waiting_for_all() {
+  unlock_script s{3, 200ms, true};
+  s.start(10ms)
+      .release(210ms)
+      .reply(2, int_reply("1"), 15ms)
+      .wait()
+      .reply(0, int_reply("0"), 20ms)
+      .wait()  // a majority, but not everybody: the quick form would complete here
+      .then([](const unlock_fsm& f) { EXPECT_FALSE(f.done()); })
+      .fail(1, redlock::error::master_timeout, 210ms)
+      .complete({})
+      .then([](const unlock_fsm& f) {
+        EXPECT_TRUE(f.decided());
+        EXPECT_EQ(f.released(), 1u);
+        EXPECT_EQ(f.not_held(), 1u);
+        EXPECT_EQ(f.no_answer(), 1u);
+        EXPECT_EQ(f.held(), 1u);
+        EXPECT_EQ(f.table().results()[1].status, master_status::timeout);
+      })
+      .reply(1, int_reply("1"), 230ms)  // too late: the outcome stands
+      .wait()
+      .then([](const unlock_fsm& f) { EXPECT_EQ(f.no_answer(), 1u); });
+  return s;
+}
+
+TEST(unlock_fsm, wait_for_all_completes_when_every_master_answered) { released_waiting_for_all().run(); }
+TEST(unlock_fsm, wait_for_all_cancel_at_each_step) { released_waiting_for_all().run_cancelling_at_each_step(); }
+TEST(unlock_fsm, wait_for_all_failing_each_reply) { released_waiting_for_all().run_failing_each_reply(); }
+
+TEST(unlock_fsm, wait_for_all_all_held_is_three_released) {
+  unlock_script s{3, 200ms, true};
+  s.start(0ms)
+      .release(200ms)
+      .reply(0, int_reply("1"), 1ms)
+      .wait()
+      .reply(1, int_reply("1"), 2ms)
+      .wait()
+      .reply(1, int_reply("1"), 3ms)  // a second answer of one master counts once
+      .wait()
+      .reply(2, int_reply("2"), 4ms)  // deleted, waiters queued: still ours
+      .complete({})
+      .then([](const unlock_fsm& f) {
+        EXPECT_EQ(f.released(), 3u);
+        EXPECT_EQ(f.not_held(), 0u);
+        EXPECT_EQ(f.no_answer(), 0u);
+        EXPECT_TRUE(f.waiters());
+      });
+  s.run();
+}
+
+// Without a majority of clean answers it is quorum_unavailable, decided only once all answered:
+// the counts still say what each master did.
+TEST(unlock_fsm, wait_for_all_without_a_majority_is_quorum_unavailable_with_counts) {
+  unlock_script s{3, 200ms, true};
+  s.start(0ms)
+      .release(200ms)
+      .fail(1, redlock::error::not_connected, 0ms)
+      .wait()
+      .fail(2, redlock::error::server_error, 1ms)
+      .wait()  // the quick form would give up here
+      .reply(0, int_reply("1"), 5ms)
+      .complete(redlock::error::quorum_unavailable)
+      .then([](const unlock_fsm& f) {
+        EXPECT_EQ(f.released(), 1u);
+        EXPECT_EQ(f.not_held(), 0u);
+        EXPECT_EQ(f.no_answer(), 2u);
+      });
+  s.run();
+}
+
+// The quick form's counts: a master that had not answered at the majority counts as no answer.
+TEST(unlock_fsm, quick_form_counts_the_unanswered_as_no_answer) {
+  unlock_fsm m{3, 200ms};
+  (void)m.start(at(0ms));
+  (void)m.on_reply(0, {}, int_reply("1"), at(1ms));
+  const auto a = m.on_reply(1, {}, int_reply("0"), at(2ms));
+  EXPECT_EQ(a.what, unlock_action::type::complete);
+  EXPECT_EQ(m.released(), 1u);
+  EXPECT_EQ(m.not_held(), 1u);
+  EXPECT_EQ(m.no_answer(), 1u);
+}
 
 }  // namespace
