@@ -77,6 +77,8 @@ error_code make_tls_context(const tls_options& t, std::shared_ptr<asio::ssl::con
   ERR_clear_error();
   SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
   ctx->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_compression);
+  // A renegotiation would make a TLS write wait for a read (see start_tls_write); Redis never asks.
+  SSL_CTX_set_options(ctx->native_handle(), SSL_OP_NO_RENEGOTIATION);
   // OpenSSL would otherwise ask for the pass phrase of an encrypted key on the terminal.
   ctx->set_password_callback([](std::size_t, asio::ssl::context::password_purpose) { return std::string{}; });
   error_code ec;
@@ -937,14 +939,15 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     tls_nudge_timer_.async_wait([self = shared_from_this(), generation, stream](error_code ec) {
       if (ec || generation != self->connect_generation_ || self->tls_ != stream) return;
       if (SSL_get_state(stream->native_handle()) != TLS_ST_CW_CLNT_HELLO) return;  // the server answered
-      asio::co_spawn(self->strand_, self->probe_plain(generation), asio::detached);
+      asio::co_spawn(self->strand_, self->probe_plain(self, generation), asio::detached);
     });
     auto [ec] = co_await stream->async_handshake(asio::ssl::stream_base::client, use_tuple);
     co_return ec;
   }
 
   // See tls_handshake(): whether the master's port answers plain RESP.
-  asio::awaitable<void> probe_plain(std::uint64_t generation) {
+  // `self` keeps the connection alive while the probe runs.
+  asio::awaitable<void> probe_plain([[maybe_unused]] std::shared_ptr<impl> self, std::uint64_t generation) {
     error_code ec;
     const auto target = socket_.remote_endpoint(ec);
     if (ec) co_return;
@@ -1038,9 +1041,10 @@ class connection::impl : public std::enable_shared_from_this<impl> {
           const auto space = reader.read_space();
           auto [rec, n] = co_await read_some(asio::buffer(space.data(), space.size()));
           if (!tls_ && handshake_bytes_read_ == 0) {
-            // The first answer of a plain connection. A TLS port resets the connection (or closes
-            // it, or sends an alert record) when the first bytes are not a TLS ClientHello.
-            const bool closed = rec == asio::error::connection_reset || rec == asio::error::eof;
+            // The first answer of a plain connection. A TLS port resets it (the HELLO is left
+            // unread when the first bytes are not a TLS record) or sends an alert record. A plain
+            // close (eof) stays what it is: a node that hangs up is not necessarily a TLS port.
+            const bool closed = rec == asio::error::connection_reset;
             const bool tls_record =
                 !rec && n > 0 &&
                 (static_cast<unsigned char>(space[0]) == 0x15 || static_cast<unsigned char>(space[0]) == 0x16);
@@ -1114,7 +1118,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     const auto batch = mux_.in_flight() - in_flight_before;
     inc(stats_.written, batch);
     REDLOCK_LOG(log_, log_level::trace, "writing {} request(s), {} bytes", batch, bytes.size());
-    if (tls_) return start_tls_write(bytes);
+    if (tls_) return start_tls_write(bytes, in_flight_before == 0);
     if (in_flight_before == 0) {
       // An idle connection (the latency-bound case): write at once, in this scheduler pass. The
       // socket's buffer is empty, so the bytes almost always go out whole and the write costs no
@@ -1140,11 +1144,25 @@ class connection::impl : public std::enable_shared_from_this<impl> {
         });
   }
 
-  // TLS has no synchronous first try: a partial non-blocking write would leave the TLS record half
-  // sent. Its handlers run on the strand (bound), because the TLS stream's read and write share
-  // OpenSSL state that two threads must not touch at once; binding costs an allocation per
-  // completion that the plain path avoids (see enter_strand()).
-  void start_tls_write(std::string_view bytes) {
+  // TLS's writes. On an idle connection the first try is synchronous, as on the plain path: the
+  // records go out in one non-blocking send into an empty socket buffer. A send that would block
+  // part-way would leave a record half sent, which TLS cannot resume: the connection is then
+  // failed and replaced (never seen on an idle connection, whose earlier bytes were all answered).
+  // Renegotiation is off (see make_tls_context), so a TLS write never needs to read. The
+  // asynchronous writes' handlers run on the strand (bound), because the TLS stream's reads and
+  // writes share OpenSSL state that two threads must not touch at once; binding costs an
+  // allocation per completion that the plain path avoids (see enter_strand()).
+  void start_tls_write(std::string_view bytes, bool idle) {
+    if (idle && tls_writes_ == 0) {
+      error_code wec;
+      const std::size_t n = asio::write(*tls_, asio::buffer(bytes), wec);
+      inc(stats_.bytes_written, n);
+      if (!wec && n == bytes.size()) return;
+      write_error_ = wec ? wec : make_error_code(error::connection_lost);
+      error_code ignored;
+      socket_.close(ignored);  // the reader notices and the connection resets
+      return;
+    }
     writing_ = true;
     ++tls_writes_;
     asio::async_write(*tls_, asio::buffer(bytes),
