@@ -323,6 +323,44 @@ TEST(tls, fenced_lock_tokens_increase) {
       1, limit);
 }
 
+// Readers share, a writer is excluded while they hold, and a multi-resource lock takes every key,
+// all over TLS. Catches: kind-specific scripts or replies (sorted sets, arrays) mangled by the
+// TLS layer, e.g. a reply split across records and read short.
+TEST(tls, read_write_and_multi_resource_locks) {
+  auto masters = start_masters(3);
+  run_test(
+      [&](asio::io_context& io) -> asio::awaitable<void> {
+        auto cfg = client_config_for(masters);
+        cfg.retry.max_attempts = 1;
+        redlock::client a{io.get_executor(), cfg};
+        redlock::lock_options reader;
+        reader.kind = redlock::lock_kind::read;
+        redlock::lock_options writer;
+        writer.kind = redlock::lock_kind::write;
+        auto [e1, r1] = co_await a.async_lock("rw", 10s, reader, use_tuple);
+        EXPECT_FALSE(e1) << e1.message();
+        auto [e2, r2] = co_await a.async_lock("rw", 10s, reader, use_tuple);
+        EXPECT_FALSE(e2) << e2.message();
+        auto [e3, w] = co_await a.async_try_lock("rw", 10s, writer, use_tuple);
+        EXPECT_EQ(e3, error::not_acquired) << e3.message();
+        co_await r1.async_unlock(use_tuple);
+        co_await r2.async_unlock(use_tuple);
+        auto [e4, w2] = co_await a.async_lock("rw", 10s, writer, use_tuple);
+        EXPECT_FALSE(e4) << e4.message();
+        co_await w2.async_unlock(use_tuple);
+
+        const std::vector<std::string> names{"m1", "m2", "m3"};
+        auto [e5, all] = co_await a.async_lock_all(names, 10s, use_tuple);
+        EXPECT_FALSE(e5) << e5.message();
+        for (const auto& n : names) {
+          const bool everywhere = co_await held_everywhere(masters, n, all.token());
+          EXPECT_TRUE(everywhere) << n;
+        }
+        co_await all.async_unlock(use_tuple);
+      },
+      1, limit);
+}
+
 // ---- mutual TLS -----------------------------------------------------------------------------
 
 // A master that requires client certificates serves a client that has one, and refuses (with
