@@ -30,7 +30,10 @@ namespace redlock {
 /// (or, when both are empty, the system's default store) and be valid for `server_name` (or the
 /// host). A wrong or missing CA fails closed: the connection is refused with
 /// `error::tls_certificate_untrusted`, never used unverified. Not available over a Unix socket
-/// (Redis serves those in plain text): `validate` refuses the combination.
+/// (Redis serves those in plain text): `validate` refuses the combination. Each cause of a failed
+/// TLS connect has its own code in `connection_status::last_error` (`error::tls_not_offered`,
+/// `tls_expected`, `tls_certificate_untrusted`, `tls_certificate_expired`, `tls_name_mismatch`,
+/// `tls_refused`, `tls_handshake_failed`), with OpenSSL's words in `last_error_text`.
 struct tls_options {
   /// Use TLS (`rediss://host:port` in a master list sets it).
   bool enabled = false;
@@ -46,7 +49,8 @@ struct tls_options {
   /// Private key (PEM, not encrypted) of `cert_file`. Needs `cert_file`.
   std::string key_file;
   /// Turns certificate and name verification off: anyone on the path can then read and change
-  /// the traffic (lock tokens, passwords). For tests against throw-away servers only.
+  /// the traffic (lock tokens, passwords). For tests against throw-away servers only; `validate`
+  /// refuses it together with `ca_file`, `ca_dir` or `server_name`, which it would ignore.
   bool insecure_skip_verify = false;
 };
 
