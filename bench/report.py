@@ -6,6 +6,9 @@
                                             per lock+unlock
   report.py cycle-cost-kinds BINARY RESULTS_DIR   the same per lock kind (issue 14), next to the plain
                                             lock; writes kinds_cost.json
+  report.py tls-cost BINARY RESULTS_DIR     instructions and allocations per lock+unlock over TLS
+                                            next to plain TCP (tls_bench cost, issue 15); writes
+                                            tls_cost.json
 """
 
 import json
@@ -43,6 +46,30 @@ def load(path: Path):
 
 
 KINDS = ("plain", "fence", "reentrant", "read", "write", "semaphore", "multi1", "multi4", "multi16")
+
+
+def tls_cost(binary: str, out: Path) -> int:
+    """Instructions and allocations per lock+unlock, plain TCP and TLS, by the two-length method."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows = {}
+    for mode in ("plain", "tls"):
+        runs = {}
+        for n in (100, 600):
+            cg = out / f"callgrind.tls.{mode}.{n}.out"
+            res = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}", binary, "cost", str(n),
+                                  mode], capture_output=True, text=True, check=True)
+            instr = int(re.search(r"Collected : (\d+)", res.stderr).group(1))
+            allocs = int(re.search(r"allocations=(\d+)", res.stdout).group(1))
+            runs[n] = (instr, allocs)
+            cg.unlink(missing_ok=True)
+        rows[mode] = {"instructions_per_cycle": (runs[600][0] - runs[100][0]) / 500,
+                      "allocations_per_cycle": (runs[600][1] - runs[100][1]) / 500}
+    rows["tls"]["instructions_vs_plain"] = rows["tls"]["instructions_per_cycle"] / rows["plain"]["instructions_per_cycle"]
+    for mode, r in rows.items():
+        print(f"{mode:6} {r['instructions_per_cycle']:9.0f} instructions, {r['allocations_per_cycle']:.1f} allocations "
+              "per lock+unlock")
+    (out / "tls_cost.json").write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
 
 
 def cycle_cost_kinds(binary: str, out: Path) -> int:
@@ -311,6 +338,8 @@ plot '{lat}' u 1:2 w lp lw 2 t 'redlock-asio', '' u 1:3 w lp t 'node-redlock', '
 def main() -> int:
     if len(sys.argv) >= 4 and sys.argv[1] == "cycle-cost-kinds":
         return cycle_cost_kinds(sys.argv[2], Path(sys.argv[3]))
+    if len(sys.argv) >= 4 and sys.argv[1] == "tls-cost":
+        return tls_cost(sys.argv[2], Path(sys.argv[3]))
     if len(sys.argv) >= 4 and sys.argv[1] == "cycle-cost":
         return cycle_cost(sys.argv[2], Path(sys.argv[3]))
     return report(Path(sys.argv[1]))

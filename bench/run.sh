@@ -15,7 +15,7 @@ if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=cc
 cmake --preset release "${launcher[@]}" >/dev/null
 # redlock_worker: the safety suite's worker, which scenario (g) runs as four processes.
 cmake --build --preset release --target redlock_bench redlock_worker keep_alive_bench connection_bench \
-  cycle_cost_bench floor_bench kinds_bench
+  cycle_cost_bench floor_bench kinds_bench tls_bench
 mkdir -p bench/results
 out=bench/results
 
@@ -43,4 +43,8 @@ build/release/bench/connection_bench --json "${out}/connection_bench.json"
 build/release/bench/kinds_bench "${kinds[@]}" --json "${out}/kinds_bench.json"
 python3 bench/report.py cycle-cost build/release/bench/cycle_cost_bench "${out}"
 python3 bench/report.py cycle-cost-kinds build/release/bench/cycle_cost_bench "${out}"
+# TLS next to plain TCP on the same five servers (issue 15).
+if [ "$quick" = 1 ]; then tls=(--rounds 2 --cycles 1000); else tls=(--rounds 8 --cycles 3000); fi
+build/release/bench/tls_bench latency "${tls[@]}" --json "${out}/tls_latency.json"
+python3 bench/report.py tls-cost build/release/bench/tls_bench "${out}"
 python3 bench/report.py "${out}"

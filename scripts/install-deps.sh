@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config
-  libboost1.81-dev libfmt-dev
+  libboost1.81-dev libfmt-dev libssl-dev openssl
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   redis-server redis-tools
   clang libclang-rt-14-dev clang-format

@@ -30,7 +30,22 @@ bool parse_port(std::string_view s, std::uint16_t& port) {
 // One entry; returns a description of the problem, or an empty string.
 std::string parse_entry(std::string_view e, connection_config& m) {
   constexpr std::string_view unix_prefix = "unix:";
+  constexpr std::string_view tls_scheme = "rediss://";
+  constexpr std::string_view plain_scheme = "redis://";
+  bool scheme = true;
+  if (e.starts_with(tls_scheme)) {
+    e.remove_prefix(tls_scheme.size());
+    m.tls.enabled = true;
+  } else if (e.starts_with(plain_scheme)) {
+    e.remove_prefix(plain_scheme.size());
+  } else if (e.find("://") != std::string_view::npos) {
+    return "unknown scheme (expected redis:// or rediss://)";
+  } else {
+    scheme = false;
+  }
   if (e.starts_with(unix_prefix)) {
+    // Redis serves its Unix socket in plain text only, and "unix:" is a scheme of its own.
+    if (scheme) return "a unix socket takes no redis:// or rediss:// scheme (and no TLS)";
     e.remove_prefix(unix_prefix.size());
     if (e.empty()) return "empty unix socket path";
     m.unix_socket = std::string{e};

@@ -20,11 +20,15 @@
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -36,10 +40,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
 #include <optional>
 #include <random>
 #include <string_view>
@@ -50,6 +58,102 @@ namespace redlock {
 
 namespace asio = boost::asio;
 using boost::system::error_code;
+
+namespace {
+
+// The TLS layer works over a reference to the connection's socket, so that every path that closes
+// the socket (stall, close(), connect timeout) aborts TLS operations too, and the plain path keeps
+// its socket as it was.
+using tls_stream = asio::ssl::stream<asio::generic::stream_protocol::socket&>;
+
+// Loads the files of `t` into a new client context (TLS 1.2+, peer verified unless told not to).
+// Returns invalid_config, with `what` naming the field, its path and OpenSSL's reason, on failure.
+error_code make_tls_context(const tls_options& t, std::shared_ptr<asio::ssl::context>& out, std::string* what) {
+  auto bad = [&](std::string_view field, const std::string& path, const error_code& ec) {
+    if (what) *what = fmt::format("{} '{}': {}", field, path, ec ? ec.message() : std::string{"not a directory"});
+    return make_error_code(error::invalid_config);
+  };
+  auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
+  ERR_clear_error();
+  SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
+  ctx->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_compression);
+  // A renegotiation would make a TLS write wait for a read (see start_tls_write); Redis never asks.
+  SSL_CTX_set_options(ctx->native_handle(), SSL_OP_NO_RENEGOTIATION);
+  // OpenSSL would otherwise ask for the pass phrase of an encrypted key on the terminal.
+  ctx->set_password_callback([](std::size_t, asio::ssl::context::password_purpose) { return std::string{}; });
+  error_code ec;
+  if (t.insecure_skip_verify) {
+    ctx->set_verify_mode(asio::ssl::verify_none, ec);
+  } else {
+    ctx->set_verify_mode(asio::ssl::verify_peer, ec);
+    if (!t.ca_file.empty()) {
+      ctx->load_verify_file(t.ca_file, ec);
+      if (ec) return bad("tls.ca_file", t.ca_file, ec);
+    }
+    if (!t.ca_dir.empty()) {
+      std::error_code fec;
+      if (!std::filesystem::is_directory(t.ca_dir, fec)) return bad("tls.ca_dir", t.ca_dir, {});
+      ctx->add_verify_path(t.ca_dir, ec);
+      if (ec) return bad("tls.ca_dir", t.ca_dir, ec);
+    }
+    if (t.ca_file.empty() && t.ca_dir.empty()) {
+      ctx->set_default_verify_paths(ec);
+      if (ec) return bad("the system's default CA store", "", ec);
+    }
+  }
+  if (!t.cert_file.empty()) {
+    ctx->use_certificate_chain_file(t.cert_file, ec);
+    if (ec) return bad("tls.cert_file", t.cert_file, ec);
+    ctx->use_private_key_file(t.key_file, asio::ssl::context::pem, ec);
+    if (ec) return bad("tls.key_file", t.key_file, ec);
+    if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
+      if (what) *what = fmt::format("tls.key_file '{}' is not the key of tls.cert_file '{}'", t.key_file, t.cert_file);
+      return make_error_code(error::invalid_config);
+    }
+  }
+  out = std::move(ctx);
+  return {};
+}
+
+bool is_tls_error(const error_code& ec) noexcept {
+  return ec.category() == error_category() && ec.value() >= static_cast<int>(error::tls_not_offered) &&
+         ec.value() <= static_cast<int>(error::tls_handshake_failed);
+}
+
+// What a failed TLS connect means, from OpenSSL's reason (and the verify result); `text` gets
+// OpenSSL's own words. Errors that are not TLS's (a refused connect, an AUTH error) pass through.
+error_code classify_tls_failure(const error_code& ec, SSL* ssl, std::string& text) {
+  if (ec == asio::ssl::error::stream_truncated) {
+    text = "the master closed the connection during the TLS handshake";
+    return make_error_code(error::tls_handshake_failed);
+  }
+  if (ec.category() != asio::error::get_ssl_category()) return ec;
+  text = ec.message();
+  const int reason = ERR_GET_REASON(static_cast<unsigned long>(ec.value()));
+  if (reason == SSL_R_CERTIFICATE_VERIFY_FAILED) {
+    const long v = SSL_get_verify_result(ssl);
+    text = X509_verify_cert_error_string(v);
+    switch (v) {
+      case X509_V_ERR_CERT_HAS_EXPIRED:
+      case X509_V_ERR_CERT_NOT_YET_VALID:
+        return make_error_code(error::tls_certificate_expired);
+      case X509_V_ERR_HOSTNAME_MISMATCH:
+      case X509_V_ERR_IP_ADDRESS_MISMATCH:
+        return make_error_code(error::tls_name_mismatch);
+      default:
+        return make_error_code(error::tls_certificate_untrusted);
+    }
+  }
+  // Plain RESP where a TLS record was expected ("-ERR ..." read as a record header).
+  if (reason == SSL_R_WRONG_VERSION_NUMBER || reason == SSL_R_UNKNOWN_PROTOCOL ||
+      reason == SSL_R_PACKET_LENGTH_TOO_LONG || reason == SSL_R_HTTP_REQUEST)
+    return make_error_code(error::tls_not_offered);
+  // An alert from the master (OpenSSL numbers them from SSL_AD_REASON_OFFSET).
+  if (reason >= SSL_AD_REASON_OFFSET && reason < SSL_AD_REASON_OFFSET + 256) return make_error_code(error::tls_refused);
+  return make_error_code(error::tls_handshake_failed);
+}
+
+}  // namespace
 
 error_code validate(const connection_config& cfg, std::string* what) {
   auto bad = [&](const char* field) {
@@ -74,14 +178,25 @@ error_code validate(const connection_config& cfg, std::string* what) {
   if (cfg.limits.max_line_length < 16 || cfg.limits.max_bulk_length == 0 || cfg.limits.max_nodes == 0 ||
       cfg.limits.max_aggregate_size == 0)
     return bad("limits too small to read any reply");
+  if (cfg.tls.enabled) {
+    const auto& t = cfg.tls;
+    if (!cfg.unix_socket.empty()) return bad("tls with unix_socket: Redis serves Unix sockets without TLS");
+    if (!t.key_file.empty() && t.cert_file.empty()) return bad("tls.key_file without tls.cert_file");
+    if (!t.cert_file.empty() && t.key_file.empty()) return bad("tls.cert_file without tls.key_file");
+    if (t.insecure_skip_verify && (!t.ca_file.empty() || !t.ca_dir.empty() || !t.server_name.empty()))
+      return bad("tls.insecure_skip_verify with tls.ca_file, tls.ca_dir or tls.server_name (nothing would be checked)");
+    std::shared_ptr<asio::ssl::context> ctx;
+    if (auto ec = make_tls_context(t, ctx, what)) return ec;
+  }
   if (what) what->clear();
   return {};
 }
 
 std::string address_of(const connection_config& cfg) {
   if (!cfg.unix_socket.empty()) return "unix:" + cfg.unix_socket;
-  if (cfg.host.find(':') != std::string::npos) return fmt::format("[{}]:{}", cfg.host, cfg.port);
-  return fmt::format("{}:{}", cfg.host, cfg.port);
+  const std::string_view scheme = cfg.tls.enabled ? "rediss://" : "";
+  if (cfg.host.find(':') != std::string::npos) return fmt::format("{}[{}]:{}", scheme, cfg.host, cfg.port);
+  return fmt::format("{}{}:{}", scheme, cfg.host, cfg.port);
 }
 
 namespace {
@@ -157,6 +272,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
         deadline_timer_(strand_),
         aux_timer_(strand_),
         flush_timer_(strand_),
+        tls_nudge_timer_(strand_),
         mux_(cfg_.limits),
         rng_(std::random_device{}()),
         log_(with_default_prefix(cfg_.logging, cfg_)) {}
@@ -207,6 +323,17 @@ class connection::impl : public std::enable_shared_from_this<impl> {
         self->fail_all_requests(make_error_code(error::not_connected), make_error_code(error::not_connected));
         self->complete_run(std::move(h), ec);
         return;
+      }
+      if (self->cfg_.tls.enabled) {
+        // validate() loaded the files already; a file changed since is reported the same way.
+        if (auto ec = make_tls_context(self->cfg_.tls, self->tls_ctx_, &what)) {
+          REDLOCK_LOG(self->log_, log_level::error, "invalid configuration: {}", what);
+          self->record_error(ec, what);
+          self->set_state(connection_state::closed);
+          self->fail_all_requests(make_error_code(error::not_connected), make_error_code(error::not_connected));
+          self->complete_run(std::move(h), ec);
+          return;
+        }
       }
       self->run_handler_.emplace(std::move(h));  // not assignment: see `pending`
       self->set_state(connection_state::connecting);
@@ -578,13 +705,17 @@ class connection::impl : public std::enable_shared_from_this<impl> {
         went_down = true;
       } else {
         ++failed_attempts;
-        const bool refused = ec == error::auth_failed || ec == error::handshake_failed;
+        const bool tls_failure = is_tls_error(ec);
+        const bool refused = ec == error::auth_failed || ec == error::handshake_failed || tls_failure;
         // Say it once: a node that stays down would otherwise fill the log at every attempt.
         const auto level = ec == last_failure ? log_level::debug
                            : refused          ? log_level::error
                            : went_down        ? log_level::debug
                                               : log_level::warning;
-        if (refused) {
+        if (tls_failure) {
+          REDLOCK_LOG(log_, level, "TLS connect failed: {} ({}); {} request(s) not sent; retrying in {} (attempt {})",
+                      detail::describe(ec), server_text, unsent, detail::format_duration(delay), failed_attempts);
+        } else if (refused) {
           REDLOCK_LOG(log_, level, "{}: {}; {} request(s) not sent; retrying in {} (attempt {})",
                       ec == error::auth_failed ? "authentication refused" : "handshake refused",
                       server_text.empty() ? detail::describe(ec) : detail::printable(server_text, 256, {cfg_.password}),
@@ -635,6 +766,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   void reset_stream() {
     error_code ignored;
     socket_.close(ignored);
+    tls_.reset();  // a TLS operation still pending keeps its own reference until it completes
     mux_.reset_read();
     // A write still pending on the old socket completes with an error that is no longer news.
     ++stream_generation_;
@@ -657,11 +789,38 @@ class connection::impl : public std::enable_shared_from_this<impl> {
       error_code ignored;
       self->socket_.close(ignored);
     });
+    tls_.reset();
+    tls_plain_port_ = false;
+    handshake_bytes_read_ = 0;
     error_code ec = co_await connect_socket();
+    if (!ec && tls_ctx_) ec = co_await tls_handshake();
+    const bool tls_up = !ec && tls_;
     if (!ec) ec = co_await handshake(server_text);
     ++connect_generation_;
     aux_timer_.cancel();
-    if (connect_timed_out_ && !closing_) ec = make_error_code(error::connect_timeout);
+    tls_nudge_timer_.cancel();
+    if (auto probe = std::exchange(tls_probe_, nullptr)) {
+      error_code ignored;
+      probe->close(ignored);
+    }
+    if (tls_plain_port_ && !closing_) {
+      ec = make_error_code(error::tls_not_offered);
+      server_text = "the port answered PING in plain RESP";
+    } else if (connect_timed_out_ && !closing_) {
+      ec = make_error_code(error::connect_timeout);
+    } else if (ec && tls_up && !closing_ && handshake_bytes_read_ == 0 &&
+               (ec == asio::error::connection_reset || ec == asio::error::eof || ec == asio::error::broken_pipe ||
+                ec == asio::ssl::error::stream_truncated)) {
+      // TLS 1.3 ends the client's handshake before the server has checked the client certificate;
+      // a server that refuses it sends an alert and closes, and the alert is often lost to the
+      // reset that our first request provokes. Nothing else closes a fresh TLS session unanswered.
+      ec = make_error_code(error::tls_refused);
+      server_text =
+          "the master closed the connection right after the TLS handshake: it requires a client certificate "
+          "(tls.cert_file) or does not trust the one sent";
+    } else if (ec && tls_ && !closing_) {
+      ec = classify_tls_failure(ec, tls_->native_handle(), server_text);
+    }
     if (ec) {
       error_code ignored;
       socket_.close(ignored);
@@ -753,6 +912,81 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     co_return error_code{};
   }
 
+  // The TLS handshake on the connected socket: SNI and name check for the server name, then the
+  // handshake itself; every byte afterwards goes through tls_.
+  asio::awaitable<error_code> tls_handshake() {
+    auto stream = std::make_shared<tls_stream>(socket_, *tls_ctx_);
+    tls_ = stream;
+    SSL* ssl = stream->native_handle();
+    const std::string& name = cfg_.tls.server_name.empty() ? cfg_.host : cfg_.tls.server_name;
+    error_code not_ip;
+    (void)asio::ip::make_address(name, not_ip);
+    // SNI carries host names only (RFC 6066); an address is checked against the certificate's
+    // IP entries instead of its DNS names.
+    if (not_ip) SSL_set_tlsext_host_name(ssl, name.c_str());
+    if (!cfg_.tls.insecure_skip_verify) {
+      const int ok =
+          not_ip ? SSL_set1_host(ssl, name.c_str()) : X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str());
+      if (ok != 1) co_return make_error_code(error::tls_handshake_failed);
+    }
+    // A plain Redis port takes the ClientHello for the start of an inline command and waits for
+    // more (its line search stops at the hello's first NUL byte): TLS to a plain port would only
+    // time out. So, half-way through the connect timeout with no answer to the hello, a second
+    // connection to the same address asks "PING" in plain RESP; a RESP answer means the port is
+    // plain, and the attempt ends at once with tls_not_offered. A stopped or slow TLS server
+    // leaves the probe unanswered and the attempt ends as it would have (connect_timeout).
+    const auto generation = connect_generation_;
+    tls_nudge_timer_.expires_after(cfg_.connect_timeout / 2);
+    tls_nudge_timer_.async_wait([self = shared_from_this(), generation, stream](error_code ec) {
+      if (ec || generation != self->connect_generation_ || self->tls_ != stream) return;
+      if (SSL_get_state(stream->native_handle()) != TLS_ST_CW_CLNT_HELLO) return;  // the server answered
+      asio::co_spawn(self->strand_, self->probe_plain(self, generation), asio::detached);
+    });
+    auto [ec] = co_await stream->async_handshake(asio::ssl::stream_base::client, use_tuple);
+    co_return ec;
+  }
+
+  // See tls_handshake(): whether the master's port answers plain RESP.
+  // `self` keeps the connection alive while the probe runs.
+  asio::awaitable<void> probe_plain([[maybe_unused]] std::shared_ptr<impl> self, std::uint64_t generation) {
+    error_code ec;
+    const auto target = socket_.remote_endpoint(ec);
+    if (ec) co_return;
+    const auto probe = std::make_shared<socket_type>(strand_.get_inner_executor());
+    tls_probe_ = probe;
+    std::tie(ec) = co_await probe->async_connect(target, use_tuple);
+    if (!ec) {
+      constexpr std::string_view ping = "PING\r\n";
+      std::tie(ec, std::ignore) = co_await asio::async_write(*probe, asio::buffer(ping), use_tuple);
+    }
+    char first = 0;
+    std::size_t n = 0;
+    if (!ec) std::tie(ec, n) = co_await probe->async_read_some(asio::buffer(&first, 1), use_tuple);
+    error_code ignored;
+    probe->close(ignored);
+    if (ec || n == 0 || generation != connect_generation_ || (first != '+' && first != '-')) co_return;
+    tls_plain_port_ = true;
+    socket_.close(ignored);  // the TLS handshake ends with operation_aborted
+  }
+
+  // The handshake's writes and reads, through TLS when it is on.
+  asio::awaitable<std::tuple<error_code, std::size_t>> write_all(asio::const_buffer b) {
+    if (const auto stream = tls_) {
+      auto r = co_await asio::async_write(*stream, b, use_tuple);
+      co_return r;
+    }
+    auto r = co_await asio::async_write(socket_, b, use_tuple);
+    co_return r;
+  }
+  asio::awaitable<std::tuple<error_code, std::size_t>> read_some(asio::mutable_buffer b) {
+    if (const auto stream = tls_) {
+      auto r = co_await stream->async_read_some(b, use_tuple);
+      co_return r;
+    }
+    auto r = co_await socket_.async_read_some(b, use_tuple);
+    co_return r;
+  }
+
   // Carries out the actions of core::handshake_fsm, which decides everything.
   asio::awaitable<error_code> handshake(std::string& server_text) {
     core::handshake_fsm fsm{{cfg_.username, cfg_.password, cfg_.client_name, cfg_.database}};
@@ -769,7 +1003,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
             REDLOCK_LOG(log_, log_level::debug, "the server refused HELLO 3 ({}): falling back to RESP2",
                         detail::printable(fsm.fallback_reason(), 256, {cfg_.password}));
           }
-          auto [wec, n] = co_await asio::async_write(socket_, asio::buffer(a.bytes), use_tuple);
+          auto [wec, n] = co_await write_all(asio::buffer(a.bytes));
           inc(stats_.bytes_written, n);
           ec = wec;
           break;
@@ -806,8 +1040,19 @@ class connection::impl : public std::enable_shared_from_this<impl> {
           co_return ec;
         case detail::reply_reader::status::need_more: {
           const auto space = reader.read_space();
-          auto [rec, n] = co_await socket_.async_read_some(asio::buffer(space.data(), space.size()), use_tuple);
+          auto [rec, n] = co_await read_some(asio::buffer(space.data(), space.size()));
+          if (!tls_ && handshake_bytes_read_ == 0) {
+            // The first answer of a plain connection. A TLS port resets it (the HELLO is left
+            // unread when the first bytes are not a TLS record) or sends an alert record. A plain
+            // close (eof) stays what it is: a node that hangs up is not necessarily a TLS port.
+            const bool closed = rec == asio::error::connection_reset;
+            const bool tls_record =
+                !rec && n > 0 &&
+                (static_cast<unsigned char>(space[0]) == 0x15 || static_cast<unsigned char>(space[0]) == 0x16);
+            if (closed || tls_record) co_return make_error_code(error::tls_expected);
+          }
           if (rec) co_return rec;
+          handshake_bytes_read_ += n;
           inc(stats_.bytes_read, n);
           reader.commit_read(n);
           break;
@@ -841,6 +1086,12 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     error_code ec = read_error_;
     error_code ignored;
     socket_.close(ignored);  // a write in progress ends too
+    // A TLS write must finish before the socket is reused: its next step would write to the new
+    // connection (socket_ is shared by reference). The close above makes it end at once.
+    while (tls_writes_ > 0) {
+      serve_done_.expires_at(clock::time_point::max());
+      co_await serve_done_.async_wait(use_tuple);
+    }
     if (write_error_ && (!ec || ec == asio::error::operation_aborted)) ec = write_error_;
     if (stalled_ && !closing_) ec = error::connection_stalled;
     write_error_ = {};
@@ -868,6 +1119,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     const auto batch = mux_.in_flight() - in_flight_before;
     inc(stats_.written, batch);
     REDLOCK_LOG(log_, log_level::trace, "writing {} request(s), {} bytes", batch, bytes.size());
+    if (tls_) return start_tls_write(bytes, in_flight_before == 0);
     if (in_flight_before == 0) {
       // An idle connection (the latency-bound case): write at once, in this scheduler pass. The
       // socket's buffer is empty, so the bytes almost always go out whole and the write costs no
@@ -893,6 +1145,35 @@ class connection::impl : public std::enable_shared_from_this<impl> {
         });
   }
 
+  // TLS's writes. On an idle connection the first try is synchronous, as on the plain path: the
+  // records go out in one non-blocking send into an empty socket buffer. A send that would block
+  // part-way would leave a record half sent, which TLS cannot resume: the connection is then
+  // failed and replaced (never seen on an idle connection, whose earlier bytes were all answered).
+  // Renegotiation is off (see make_tls_context), so a TLS write never needs to read. The
+  // asynchronous writes' handlers run on the strand (bound), because the TLS stream's reads and
+  // writes share OpenSSL state that two threads must not touch at once; binding costs an
+  // allocation per completion that the plain path avoids (see enter_strand()).
+  void start_tls_write(std::string_view bytes, bool idle) {
+    if (idle && tls_writes_ == 0) {
+      error_code wec;
+      const std::size_t n = asio::write(*tls_, asio::buffer(bytes), wec);
+      inc(stats_.bytes_written, n);
+      if (!wec && n == bytes.size()) return;
+      write_error_ = wec ? wec : make_error_code(error::connection_lost);
+      error_code ignored;
+      socket_.close(ignored);  // the reader notices and the connection resets
+      return;
+    }
+    writing_ = true;
+    ++tls_writes_;
+    asio::async_write(*tls_, asio::buffer(bytes),
+                      asio::bind_executor(strand_, [self = shared_from_this(), stream = tls_,
+                                                    generation = stream_generation_](error_code ec, std::size_t n) {
+                        if (--self->tls_writes_ == 0) self->serve_done_.cancel();
+                        self->on_written(generation, ec, n);
+                      }));
+  }
+
   void on_written(std::uint64_t generation, error_code ec, std::size_t n) {
     if (generation != stream_generation_) return;  // the stream it wrote to was reset
     writing_ = false;
@@ -912,6 +1193,13 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   // costs one scheduler pass: the read's completion, which runs the replies' sinks in place.
   void start_read() {
     const auto space = mux_.read_space();
+    if (tls_) {
+      tls_->async_read_some(
+          asio::buffer(space.data(), space.size()),
+          asio::bind_executor(strand_, [self = shared_from_this(), stream = tls_, generation = stream_generation_](
+                                           error_code ec, std::size_t n) { self->on_read(generation, ec, n); }));
+      return;
+    }
     socket_.async_read_some(
         asio::buffer(space.data(), space.size()),
         [self = shared_from_this(), generation = stream_generation_](error_code ec, std::size_t n) {
@@ -1013,11 +1301,18 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   }
 
   socket_type socket_;
-  asio::steady_timer serve_done_;  // wakes serve() when the reader stops
+  std::shared_ptr<asio::ssl::context> tls_ctx_;  // set when TLS is on
+  std::shared_ptr<tls_stream> tls_;              // the current connection's TLS layer, if any
+  std::size_t tls_writes_ = 0;                   // TLS writes not completed yet (see serve())
+  std::size_t handshake_bytes_read_ = 0;         // bytes of the current attempt's Redis handshake
+  std::shared_ptr<socket_type> tls_probe_;       // see probe_plain()
+  bool tls_plain_port_ = false;                  // probe_plain() found plain RESP on the TLS port
+  asio::steady_timer serve_done_;                // wakes serve() when the reader stops
   asio::steady_timer deadline_timer_;
-  asio::steady_timer aux_timer_;    // connect timeout, then reconnect backoff
-  asio::steady_timer flush_timer_;  // bounds close_after_writes
-  bool flush_then_close_ = false;   // close_after_writes: close once the queue is written
+  asio::steady_timer aux_timer_;        // connect timeout, then reconnect backoff
+  asio::steady_timer flush_timer_;      // bounds close_after_writes
+  asio::steady_timer tls_nudge_timer_;  // see tls_handshake()
+  bool flush_then_close_ = false;       // close_after_writes: close once the queue is written
   detail::multiplexer<pending> mux_;
   std::minstd_rand rng_;
   std::optional<run_handler> run_handler_;

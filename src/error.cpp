@@ -62,6 +62,21 @@ class error_category_impl final : public boost::system::error_category {
         return "the connection cannot carry this request (a subscription needs RESP3); it was not sent";
       case error::not_ready:
         return "a quorum of masters was not connected before the timeout";
+      // TLS
+      case error::tls_not_offered:
+        return "the master does not speak TLS on this port (it answered in plain RESP)";
+      case error::tls_expected:
+        return "the master expects TLS on this port (it refused a plain connection)";
+      case error::tls_certificate_untrusted:
+        return "the master's TLS certificate is not trusted (unknown CA or self-signed)";
+      case error::tls_certificate_expired:
+        return "the master's TLS certificate has expired or is not valid yet";
+      case error::tls_name_mismatch:
+        return "the master's TLS certificate does not match the expected server name";
+      case error::tls_refused:
+        return "the master refused the TLS session (e.g. a client certificate it requires or rejects)";
+      case error::tls_handshake_failed:
+        return "the TLS handshake with the master failed";
     }
     return "unknown redlock error " + std::to_string(ev);
   }
@@ -82,6 +97,14 @@ class error_category_impl final : public boost::system::error_category {
       case error::unexpected_reply:
       case error::quorum_unavailable:
       case error::connection_stalled:
+      // TLS
+      case error::tls_not_offered:
+      case error::tls_expected:
+      case error::tls_certificate_untrusted:
+      case error::tls_certificate_expired:
+      case error::tls_name_mismatch:
+      case error::tls_refused:
+      case error::tls_handshake_failed:
         return make_error_condition(condition::master_failure);
       case error::invalid_config:
       case error::invalid_argument:

@@ -92,6 +92,21 @@ std::string_view to_string(error e) noexcept {
       return "not_supported";
     case error::not_ready:
       return "not_ready";
+    // TLS
+    case error::tls_not_offered:
+      return "tls_not_offered";
+    case error::tls_expected:
+      return "tls_expected";
+    case error::tls_certificate_untrusted:
+      return "tls_certificate_untrusted";
+    case error::tls_certificate_expired:
+      return "tls_certificate_expired";
+    case error::tls_name_mismatch:
+      return "tls_name_mismatch";
+    case error::tls_refused:
+      return "tls_refused";
+    case error::tls_handshake_failed:
+      return "tls_handshake_failed";
   }
   return "unknown";
 }

@@ -89,9 +89,11 @@ std::chrono::milliseconds queue_entry_timeout(const client_config& cfg) noexcept
 /// @brief Parses a list of masters such as `"10.0.0.1:7001,10.0.0.2:7001,[::1]:7003,unix:/run/r.sock"`.
 ///
 /// Entries are separated by commas (blanks around them are ignored); each is `host:port`, `host`
-/// (port 6379), `[ipv6]:port`, `[ipv6]` or `unix:/path/of/socket`. Appends one `connection_config`
-/// per entry to `out`, each otherwise default (credentials are not part of the list: set
-/// `username`/`password` afterwards, e.g. from the environment). Returns `error::invalid_config`
+/// (port 6379), `[ipv6]:port`, `[ipv6]` or `unix:/path/of/socket`. A TCP entry may start with
+/// `rediss://` (TLS: `tls.enabled` set) or `redis://` (plain, the same as no scheme). Appends one
+/// `connection_config` per entry to `out`, each otherwise default (credentials and the TLS files
+/// are not part of the list: set `username`/`password` and `tls` afterwards, e.g. from the
+/// environment). Returns `error::invalid_config`
 /// with `what` naming the bad entry, leaving `out` unchanged, or success.
 boost::system::error_code parse_masters(std::string_view list, std::vector<connection_config>& out,
                                         std::string* what = nullptr);

@@ -22,6 +22,38 @@
 
 namespace redlock {
 
+/// @brief TLS to one node (Redis `--tls-port`), over OpenSSL.
+///
+/// Off by default. When on, the connection makes a TLS handshake (TLS 1.2 or later, with SNI)
+/// after the TCP connect and before the Redis handshake, and every byte goes through it. The
+/// node's certificate is verified by default: it must chain to a CA from `ca_file` / `ca_dir`
+/// (or, when both are empty, the system's default store) and be valid for `server_name` (or the
+/// host). A wrong or missing CA fails closed: the connection is refused with
+/// `error::tls_certificate_untrusted`, never used unverified. Not available over a Unix socket
+/// (Redis serves those in plain text): `validate` refuses the combination. Each cause of a failed
+/// TLS connect has its own code in `connection_status::last_error` (`error::tls_not_offered`,
+/// `tls_expected`, `tls_certificate_untrusted`, `tls_certificate_expired`, `tls_name_mismatch`,
+/// `tls_refused`, `tls_handshake_failed`), with OpenSSL's words in `last_error_text`.
+struct tls_options {
+  /// Use TLS (`rediss://host:port` in a master list sets it).
+  bool enabled = false;
+  /// PEM file of CA certificates to trust. Empty (and `ca_dir` empty): the system's default store.
+  std::string ca_file;
+  /// Directory of hashed CA certificates (`openssl rehash`) to trust, with or instead of `ca_file`.
+  std::string ca_dir;
+  /// The name the certificate must be valid for, also sent as SNI. Empty: `connection_config::host`.
+  /// An IP address is checked against the certificate's IP addresses (and sent without SNI).
+  std::string server_name;
+  /// Client certificate chain (PEM) for mutual TLS; the leaf first. Needs `key_file`.
+  std::string cert_file;
+  /// Private key (PEM, not encrypted) of `cert_file`. Needs `cert_file`.
+  std::string key_file;
+  /// Turns certificate and name verification off: anyone on the path can then read and change
+  /// the traffic (lock tokens, passwords). For tests against throw-away servers only; `validate`
+  /// refuses it together with `ca_file`, `ca_dir` or `server_name`, which it would ignore.
+  bool insecure_skip_verify = false;
+};
+
 /// Where and how to reach one Redis node.
 struct connection_config {
   /// Host name or IP address. Ignored when `unix_socket` is set.
@@ -37,6 +69,8 @@ struct connection_config {
   int database = 0;
   /// `CLIENT SETNAME` value; empty sends nothing.
   std::string client_name;
+  /// TLS to the node (off by default).
+  tls_options tls{};
   /// Bound on TCP connect plus handshake. A node that accepts but never answers (stopped process,
   /// half-open path) costs at most this much per attempt.
   std::chrono::milliseconds connect_timeout{1000};
@@ -74,9 +108,13 @@ struct connection_config {
 };
 
 /// Checks `cfg`; returns `error::invalid_config` (with `what` naming the field) when it is unusable.
+/// With TLS on, this also loads the CA, certificate and key files once, so that a file that is
+/// missing, unreadable or not valid PEM (or a key that does not match its certificate) is reported
+/// here with its path, not at every connect attempt.
 boost::system::error_code validate(const connection_config& cfg, std::string* what = nullptr);
 
-/// The node's address as `parse_masters` reads it: "host:port", "[ipv6]:port" or "unix:/path".
+/// The node's address as `parse_masters` reads it: "host:port", "[ipv6]:port" or "unix:/path",
+/// prefixed "rediss://" when TLS is on.
 std::string address_of(const connection_config& cfg);
 
 /// Where a connection is in its life.

@@ -76,6 +76,26 @@ enum class error {
   /// `client::async_wait_ready` gave up: its timeout passed before a quorum of masters was
   /// connected (the report says what each of the others last did).
   not_ready,
+  // TLS (issue 15; appended). Each is a connection's `last_error` after a failed TLS connect, and
+  // the connection's `last_error_text` holds OpenSSL's words (the verify result or the alert).
+  /// TLS was used, but the master answered in plain RESP: the port does not speak TLS.
+  tls_not_offered,
+  /// A plain connection was refused at the handshake the way a TLS port refuses one (it reset the
+  /// connection or sent a TLS record): the master expects TLS (`rediss://`, `tls.enabled`).
+  tls_expected,
+  /// The master's certificate does not chain to a trusted CA (`tls.ca_file`, `tls.ca_dir`, or the
+  /// system store), or is self-signed.
+  tls_certificate_untrusted,
+  /// The master's certificate (or one in its chain) has expired or is not valid yet.
+  tls_certificate_expired,
+  /// The master's certificate is not for the expected name (`tls.server_name`, else the host).
+  tls_name_mismatch,
+  /// The master refused the TLS session with an alert, e.g. it requires a client certificate
+  /// (`tls.cert_file`) or does not trust the one sent.
+  tls_refused,
+  /// The TLS handshake failed for another reason (no common protocol version or cipher, a
+  /// truncated handshake).
+  tls_handshake_failed,
 };
 
 /// Coarse groups of errors, for tests such as `ec == redlock::condition::timeout`.

@@ -413,6 +413,54 @@ TEST(cli_resolve, credentials_from_env_or_password_file_and_never_in_notes) {
   EXPECT_EQ(f.resolve_with(o).client.masters.at(0).password, "env-Secret-789");
 }
 
+void expect_tls_error(const world& w, const common_options& o, std::string_view needle) {
+  try {
+    w.resolve_with(o);
+    ADD_FAILURE() << "no config_error, expected " << needle;
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string_view{e.what()}.find(needle), std::string_view::npos) << e.what();
+  }
+}
+
+// TLS: rediss:// entries, or every TCP master with --tls / REDLOCK_TLS / 'tls = yes'; the settings
+// from the flag, else the environment, else the file, on every TLS master only.
+TEST(cli_resolve, tls_from_list_flag_env_and_file) {
+  world w;
+  common_options o;
+  o.nodes = "rediss://127.0.0.1:1,127.0.0.1:2";
+  auto r = w.resolve_with(o);
+  EXPECT_TRUE(r.client.masters.at(0).tls.enabled);
+  EXPECT_FALSE(r.client.masters.at(1).tls.enabled);
+  o.tls = true;
+  r = w.resolve_with(o);
+  EXPECT_TRUE(r.client.masters.at(1).tls.enabled);
+  bool said = false;
+  for (const auto& n : r.notes) said = said || n.find("TLS to 2 masters, trusting the system's CA store") == 0;
+  EXPECT_TRUE(said);
+
+  // The file's settings, beaten by the environment, beaten by the flag (checked through the
+  // error validate() gives for a file that does not exist: it names the path that won).
+  w.files["/t.conf"] = "nodes = 127.0.0.1:1\ntls = yes\ntls_ca_file = /file/ca.crt\n";
+  common_options f;
+  f.config_file = "/t.conf";
+  expect_tls_error(w, f, "/file/ca.crt");
+  w.env["REDLOCK_TLS_CA_FILE"] = "/env/ca.crt";
+  expect_tls_error(w, f, "/env/ca.crt");
+  f.tls_ca_file = "/flag/ca.crt";
+  expect_tls_error(w, f, "/flag/ca.crt");
+
+  // A key without a certificate; TLS settings with no TLS master; a bad REDLOCK_TLS.
+  world k;
+  common_options kk;
+  kk.nodes = "rediss://127.0.0.1:1";
+  kk.tls_key_file = "/k.pem";
+  expect_tls_error(k, kk, "tls.key_file without tls.cert_file");
+  kk.nodes = "127.0.0.1:1";
+  expect_tls_error(k, kk, "no master uses TLS");
+  k.env["REDLOCK_TLS"] = "maybe";
+  expect_tls_error(k, kk, "REDLOCK_TLS: 'maybe'");
+}
+
 void expect_resolve_error(const world& w, const common_options& o, std::string_view needle) {
   try {
     w.resolve_with(o);

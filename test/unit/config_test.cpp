@@ -24,6 +24,63 @@ TEST(ParseMasters, AcceptsEveryForm) {
   EXPECT_TRUE(what.empty());
 }
 
+// rediss:// turns TLS on for that entry only, redis:// is the plain default, and address_of
+// writes each back so that it reads the same. Catches: TLS applied to every master, the scheme
+// taken for a host name, an address that loses its scheme in logs and JSON.
+TEST(ParseMasters, SchemesSelectTlsAndRoundTrip) {
+  std::vector<connection_config> out;
+  std::string what;
+  ASSERT_FALSE(parse_masters("rediss://db1:6380,redis://db2:6379,db3,rediss://[::1]:7000", out, &what)) << what;
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_TRUE(out[0].tls.enabled);
+  EXPECT_EQ(out[0].host, "db1");
+  EXPECT_EQ(out[0].port, 6380);
+  EXPECT_FALSE(out[1].tls.enabled);
+  EXPECT_EQ(out[1].host, "db2");
+  EXPECT_FALSE(out[2].tls.enabled);
+  EXPECT_TRUE(out[3].tls.enabled);
+  EXPECT_EQ(out[3].host, "::1");
+  EXPECT_EQ(redlock::address_of(out[0]), "rediss://db1:6380");
+  EXPECT_EQ(redlock::address_of(out[1]), "db2:6379");
+  EXPECT_EQ(redlock::address_of(out[3]), "rediss://[::1]:7000");
+  for (const auto& m : out) {
+    std::vector<connection_config> again;
+    ASSERT_FALSE(parse_masters(redlock::address_of(m), again, &what)) << what;
+    ASSERT_EQ(again.size(), 1u);
+    EXPECT_EQ(again[0].host, m.host);
+    EXPECT_EQ(again[0].port, m.port);
+    EXPECT_EQ(again[0].tls.enabled, m.tls.enabled);
+  }
+  for (const char* bad : {"rediss://unix:/run/r.sock", "redis://unix:/x", "http://a:1", "rediss://", "rediss://:1"}) {
+    std::vector<connection_config> none;
+    EXPECT_EQ(parse_masters(bad, none, &what), redlock::error::invalid_config) << bad;
+    EXPECT_TRUE(none.empty()) << bad;
+  }
+}
+
+// TLS combinations that cannot work are refused naming the field; a plain master ignores tls.*.
+TEST(ValidateConnection, RejectsUnusableTlsCombinations) {
+  std::string what;
+  connection_config c;
+  c.tls.cert_file = "/nonexistent/cert.pem";  // ignored: TLS is off
+  EXPECT_FALSE(redlock::validate(c, &what)) << what;
+  c.tls.enabled = true;
+  EXPECT_EQ(redlock::validate(c, &what), redlock::error::invalid_config);
+  EXPECT_NE(what.find("tls.cert_file without tls.key_file"), std::string::npos) << what;
+  c.tls.cert_file.clear();
+  c.tls.key_file = "/k.pem";
+  EXPECT_EQ(redlock::validate(c, &what), redlock::error::invalid_config);
+  EXPECT_NE(what.find("tls.key_file without tls.cert_file"), std::string::npos) << what;
+  c.tls.key_file.clear();
+  c.tls.ca_file = "/nonexistent/ca.pem";
+  EXPECT_EQ(redlock::validate(c, &what), redlock::error::invalid_config);
+  EXPECT_NE(what.find("/nonexistent/ca.pem"), std::string::npos) << what;
+  c.tls.ca_file.clear();
+  c.unix_socket = "/run/redis.sock";
+  EXPECT_EQ(redlock::validate(c, &what), redlock::error::invalid_config);
+  EXPECT_NE(what.find("unix_socket"), std::string::npos) << what;
+}
+
 TEST(ParseMasters, AppendsToWhatIsThere) {
   std::vector<connection_config> out(1);
   ASSERT_FALSE(parse_masters("a:1", out));

@@ -37,3 +37,19 @@ TEST(error, conditions_group_codes) {
 }
 
 }  // namespace
+
+namespace {
+
+// TLS (issue 15): every TLS code has a message and a name of its own, and counts as a master
+// failure (the master could not be used), not as invalid input or a timeout.
+TEST(error, tls_codes_have_messages_names_and_a_condition) {
+  for (int v = static_cast<int>(error::tls_not_offered); v <= static_cast<int>(error::tls_handshake_failed); ++v) {
+    const boost::system::error_code c{v, redlock::error_category()};
+    EXPECT_EQ(c.message().find("unknown redlock error"), std::string::npos) << v;
+    EXPECT_NE(c.message().find("TLS"), std::string::npos) << c.message();
+    EXPECT_NE(redlock::to_string(static_cast<error>(v)), "unknown") << v;
+    EXPECT_EQ(c, condition::master_failure) << v;
+  }
+}
+
+}  // namespace

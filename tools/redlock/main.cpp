@@ -56,18 +56,27 @@ The reference: docs/cli.md.
 )";
 
 constexpr std::string_view common_usage = R"(Masters and settings (run, status):
-  -n, --nodes LIST         masters: host:port,[v6addr]:port,unix:/path,... (else REDLOCK_NODES,
-                           else the configuration file, else the local nodes of 'redlock nodes up')
+  -n, --nodes LIST         masters: host:port,rediss://host:port (TLS),[v6addr]:port,unix:/path,...
+                           (else REDLOCK_NODES, else the configuration file, else the local nodes
+                           of 'redlock nodes up')
   -c, --config FILE        configuration file (else REDLOCK_CONFIG): key = value lines
       --prefix PREFIX      prepended to the resource name to make the key (else REDLOCK_PREFIX)
       --request-timeout DURATION
                            deadline of one master's answer (default 250ms)
+      --tls                every TCP master over TLS (as if listed rediss://)
+      --tls-ca-file FILE   CA certificates (PEM) to trust (default: the system's store)
+      --tls-ca-dir DIR     directory of hashed CA certificates to trust
+      --tls-cert FILE      client certificate chain (PEM) for mutual TLS (with --tls-key)
+      --tls-key FILE       its private key (PEM, unencrypted)
+      --tls-server-name NAME
+                           name the masters' certificates must carry (default: each host)
   -v, --verbose            say where the masters come from, and each master's answer and time
       --json               machine-readable output
   -h, --help               this help
 Durations: 500ms, 30s, 1.5s, 2m, 1h; a bare number means seconds.
 Environment: REDLOCK_NODES, REDLOCK_CONFIG, REDLOCK_PREFIX, REDLOCK_USERNAME, REDLOCK_PASSWORD,
-REDLOCK_STATE_DIR.
+REDLOCK_TLS, REDLOCK_TLS_CA_FILE, REDLOCK_TLS_CA_DIR, REDLOCK_TLS_CERT_FILE,
+REDLOCK_TLS_KEY_FILE, REDLOCK_TLS_SERVER_NAME, REDLOCK_STATE_DIR.
 )";
 
 constexpr std::string_view run_usage = R"(usage: redlock run --resource NAME [OPTIONS] [--] COMMAND [ARGS...]

@@ -28,6 +28,13 @@ std::string_view trim(std::string_view s) {
   return s.substr(b, s.find_last_not_of(blanks) - b + 1);
 }
 
+// yes/no, true/false, on/off, 1/0.
+std::optional<bool> parse_bool(std::string_view v) {
+  if (v == "yes" || v == "true" || v == "on" || v == "1") return true;
+  if (v == "no" || v == "false" || v == "off" || v == "0") return false;
+  return std::nullopt;
+}
+
 std::optional<milliseconds> bad(std::string* why, std::string text) {
   if (why) *why = std::move(text);
   return std::nullopt;
@@ -110,6 +117,19 @@ bool common_option(arg_walker& w, common_options& o) {
   } else if (n == "--request-timeout") {
     o.request_timeout = w.duration();
     if (o.request_timeout->count() <= 0) throw usage_error("option --request-timeout must be positive");
+  } else if (n == "--tls") {
+    w.flag();
+    o.tls = true;
+  } else if (n == "--tls-ca-file" || n == "--tls-ca-dir" || n == "--tls-cert" || n == "--tls-key" ||
+             n == "--tls-server-name") {
+    auto v = w.value();
+    if (v.empty()) throw usage_error(fmt::format("option {}: empty value", n));
+    auto& field = n == "--tls-ca-file"  ? o.tls_ca_file
+                  : n == "--tls-ca-dir" ? o.tls_ca_dir
+                  : n == "--tls-cert"   ? o.tls_cert_file
+                  : n == "--tls-key"    ? o.tls_key_file
+                                        : o.tls_server_name;
+    field = std::move(v);
   } else if (n == "--json") {
     w.flag();
     o.json = true;
@@ -503,10 +523,25 @@ file_settings parse_config_text(std::string_view text, std::string_view origin) 
         throw config_error(fmt::format("{}: database: '{}' is not a database number", where, value));
       }
       s.database = db;
+    } else if (key == "tls") {
+      const auto b = parse_bool(value);
+      if (!b) throw config_error(fmt::format("{}: tls: '{}' is not yes or no", where, value));
+      s.tls = *b;
+    } else if (key == "tls_ca_file") {
+      s.tls_ca_file = text_value();
+    } else if (key == "tls_ca_dir") {
+      s.tls_ca_dir = text_value();
+    } else if (key == "tls_cert_file") {
+      s.tls_cert_file = text_value();
+    } else if (key == "tls_key_file") {
+      s.tls_key_file = text_value();
+    } else if (key == "tls_server_name") {
+      s.tls_server_name = text_value();
     } else {
       throw config_error(
           fmt::format("{}: unknown key '{}' (known: nodes, username, password_file, key_prefix, request_timeout, "
-                      "release_timeout, connect_timeout, database)",
+                      "release_timeout, connect_timeout, database, tls, tls_ca_file, tls_ca_dir, tls_cert_file, "
+                      "tls_key_file, tls_server_name)",
                       where, key));
     }
   }
@@ -652,6 +687,55 @@ resolved_config resolve(const common_options& opts, const env_lookup& env, const
     if (file.database) m.database = *file.database;
   }
   r.notes.push_back(fmt::format("request timeout {}", format_duration(r.client.request_timeout)));
+
+  // TLS: flag > environment > file, for the switch and for each setting.
+  const auto pick = [&](const std::optional<std::string>& flag, std::string_view env_name,
+                        const std::optional<std::string>& from_file) -> std::optional<std::string> {
+    if (flag) return flag;
+    if (auto e = env(env_name)) return e;
+    return from_file;
+  };
+  bool tls_all = opts.tls;
+  if (!tls_all) {
+    if (auto e = env("REDLOCK_TLS")) {
+      const auto b = parse_bool(*e);
+      if (!b) throw config_error(fmt::format("REDLOCK_TLS: '{}' is not yes or no", *e));
+      tls_all = *b;
+    } else if (file.tls) {
+      tls_all = *file.tls;
+    }
+  }
+  const auto ca_file = pick(opts.tls_ca_file, "REDLOCK_TLS_CA_FILE", file.tls_ca_file);
+  const auto ca_dir = pick(opts.tls_ca_dir, "REDLOCK_TLS_CA_DIR", file.tls_ca_dir);
+  const auto cert_file = pick(opts.tls_cert_file, "REDLOCK_TLS_CERT_FILE", file.tls_cert_file);
+  const auto key_file = pick(opts.tls_key_file, "REDLOCK_TLS_KEY_FILE", file.tls_key_file);
+  const auto server_name = pick(opts.tls_server_name, "REDLOCK_TLS_SERVER_NAME", file.tls_server_name);
+  std::size_t tls_masters = 0;
+  for (auto& m : r.client.masters) {
+    if (tls_all && m.unix_socket.empty()) m.tls.enabled = true;
+    if (!m.tls.enabled) continue;
+    ++tls_masters;
+    if (ca_file) m.tls.ca_file = *ca_file;
+    if (ca_dir) m.tls.ca_dir = *ca_dir;
+    if (cert_file) m.tls.cert_file = *cert_file;
+    if (key_file) m.tls.key_file = *key_file;
+    if (server_name) m.tls.server_name = *server_name;
+  }
+  if (tls_masters == 0 && (ca_file || ca_dir || cert_file || key_file || server_name)) {
+    // Settings that would be silently ignored are a mistake: the user expects TLS.
+    throw config_error(
+        "TLS settings are given but no master uses TLS: list the masters as rediss://host:port or add --tls "
+        "(REDLOCK_TLS=yes, 'tls = yes')");
+  }
+  if (tls_masters > 0) {
+    r.notes.push_back(fmt::format(
+        "TLS to {} master{}, trusting {}{}{}", tls_masters, tls_masters == 1 ? "" : "s",
+        ca_file || ca_dir
+            ? fmt::format("{}{}{}", ca_file ? *ca_file : "", ca_file && ca_dir ? " and " : "", ca_dir ? *ca_dir : "")
+            : std::string{"the system's CA store"},
+        server_name ? fmt::format(", server name {}", *server_name) : std::string{},
+        cert_file ? fmt::format(", client certificate {}", *cert_file) : std::string{}));
+  }
 
   if (validate(r.client, &what)) throw config_error(fmt::format("invalid configuration: {}", what));
   return r;

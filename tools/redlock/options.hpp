@@ -64,6 +64,12 @@ struct common_options {
   std::optional<std::string> config_file;                    ///< --config FILE
   std::optional<std::string> prefix;                         ///< --prefix PREFIX
   std::optional<std::chrono::milliseconds> request_timeout;  ///< --request-timeout DUR
+  bool tls = false;                                          ///< --tls (every TCP master over TLS)
+  std::optional<std::string> tls_ca_file;                    ///< --tls-ca-file FILE
+  std::optional<std::string> tls_ca_dir;                     ///< --tls-ca-dir DIR
+  std::optional<std::string> tls_cert_file;                  ///< --tls-cert FILE
+  std::optional<std::string> tls_key_file;                   ///< --tls-key FILE
+  std::optional<std::string> tls_server_name;                ///< --tls-server-name NAME
   bool json = false;                                         ///< --json
   bool verbose = false;                                      ///< --verbose, -v
   bool help = false;                                         ///< --help, -h
@@ -132,6 +138,12 @@ struct file_settings {
   std::optional<std::chrono::milliseconds> release_timeout;
   std::optional<std::chrono::milliseconds> connect_timeout;
   std::optional<int> database;
+  std::optional<bool> tls;  ///< tls = yes|no (every TCP master over TLS)
+  std::optional<std::string> tls_ca_file;
+  std::optional<std::string> tls_ca_dir;
+  std::optional<std::string> tls_cert_file;
+  std::optional<std::string> tls_key_file;
+  std::optional<std::string> tls_server_name;
 };
 
 /// Parses a configuration file's text; throws `config_error` naming `origin` and the line.
@@ -171,7 +183,11 @@ struct resolved_config {
 /// the configuration file (`--config`, else `REDLOCK_CONFIG`), else the local nodes; other
 /// settings from the flag, else the environment, else the file, else the library's defaults.
 /// Credentials: `REDLOCK_USERNAME` / `REDLOCK_PASSWORD`, else the file's `username` /
-/// `password_file`. Throws `config_error` for bad lists, unreadable files or no masters at all.
+/// `password_file`. TLS: masters listed as `rediss://`, or every TCP master with `--tls`
+/// (`REDLOCK_TLS`, the file's `tls`); the CA, client certificate, key and server name from the
+/// `--tls-*` flags, else `REDLOCK_TLS_*`, else the file's `tls_*` keys, applied to every TLS master.
+/// Throws `config_error` for bad lists, unreadable files, TLS settings without a TLS master or no
+/// masters at all.
 resolved_config resolve(const common_options& opts, const env_lookup& env, const file_reader& read,
                         const local_lookup& local);
 

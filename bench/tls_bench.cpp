@@ -1,0 +1,247 @@
+// TLS next to plain TCP (issue 15): the same client and the same five redis-server processes, each
+// serving a plain port and a TLS port (certificates made at start with the `openssl` tool), so the
+// only difference between the two configurations is the TLS layer.
+//
+// Usage:
+//   tls_bench latency [--rounds R] [--cycles N] [--json FILE]
+//       Sequential lock+unlock, as redlock_bench's (a): R rounds, each running N cycles over plain
+//       TCP and N over TLS (in alternating order, so that drift of the machine hits both alike),
+//       after 200 warm-up cycles each. Prints each round's p50/p99 and the medians over rounds.
+//   tls_bench cost CYCLES plain|tls
+//       As cycle_cost_bench: CYCLES lock+unlock cycles after a warm-up, printing
+//       "cycles=N allocations=A failures=F" (heap allocations counted by this binary's operator
+//       new). Run twice under `valgrind --tool=callgrind` with different CYCLES and divide the
+//       difference for instructions per cycle (bench/report.py tls-cost does).
+
+#include <redlock/client.hpp>
+#include <redlock_test/redis_cluster.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <new>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+std::atomic<unsigned long> allocations{0};
+std::atomic<bool> counting{false};
+}  // namespace
+
+void* operator new(std::size_t size) {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t size, std::align_val_t align) {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::aligned_alloc(static_cast<std::size_t>(align), (size + static_cast<std::size_t>(align) - 1) &
+                                                                        ~(static_cast<std::size_t>(align) - 1)))
+    return p;
+  throw std::bad_alloc();
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+namespace {
+
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+constexpr auto tuple = asio::as_tuple(asio::use_awaitable);
+constexpr std::size_t masters = 5;
+
+// A private CA and a server certificate for 127.0.0.1, made with the openssl tool.
+struct certificates {
+  fs::path dir;
+  certificates() {
+    dir = fs::temp_directory_path() / fmt::format("redlock-tls-bench-{}", ::getpid());
+    fs::create_directories(dir);
+    const auto cmd = fmt::format(
+        "cd '{}' && ( set -e;"
+        " openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj '/CN=bench CA';"
+        " openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj '/CN=127.0.0.1';"
+        " printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext;"
+        " openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2"
+        " -extfile san.ext ) > openssl.log 2>&1",
+        dir.string());
+    if (std::system(cmd.c_str()) != 0)
+      throw std::runtime_error("openssl failed; see " + (dir / "openssl.log").string());
+  }
+  ~certificates() {
+    std::error_code ignored;
+    fs::remove_all(dir, ignored);
+  }
+  std::string file(const char* name) const { return (dir / name).string(); }
+};
+
+std::uint16_t free_port() {
+  asio::io_context io;
+  asio::ip::tcp::acceptor a{io, {asio::ip::make_address("127.0.0.1"), 0}};
+  return a.local_endpoint().port();
+}
+
+// One server per cluster: each needs its own --tls-port.
+struct server {
+  std::uint16_t tls_port;
+  std::unique_ptr<redlock::test::redis_cluster> cluster;
+  explicit server(const certificates& c) : tls_port(free_port()) {
+    redlock::test::redis_options o;
+    o.extra_args = {
+        "--tls-port",         std::to_string(tls_port), "--tls-cert-file", c.file("server.crt"), "--tls-key-file",
+        c.file("server.key"), "--tls-ca-cert-file",     c.file("ca.crt"),  "--tls-auth-clients", "no"};
+    cluster = std::make_unique<redlock::test::redis_cluster>(1, o);
+  }
+};
+
+redlock::client_config config_for(std::vector<server>& servers, const certificates& c, bool tls) {
+  redlock::client_config cfg;
+  for (auto& s : servers) {
+    redlock::connection_config m;
+    m.host = "127.0.0.1";
+    m.port = tls ? s.tls_port : (*s.cluster)[0].port();
+    m.tls.enabled = tls;
+    if (tls) m.tls.ca_file = c.file("ca.crt");
+    cfg.masters.push_back(m);
+  }
+  return cfg;
+}
+
+// Runs `cycles` sequential lock+unlock cycles (after `warmup`) and returns each cycle's time in µs.
+std::vector<double> run_cycles(const redlock::client_config& cfg, int warmup, int cycles, long& failures,
+                               bool count_allocations) {
+  asio::io_context ioc{1};
+  redlock::client c{ioc.get_executor(), cfg};
+  std::vector<double> us;
+  us.reserve(static_cast<std::size_t>(cycles));
+  bool done = false;
+  asio::co_spawn(
+      ioc,
+      [&]() -> asio::awaitable<void> {
+        for (int i = 0; i < warmup; ++i) {
+          auto [ec, l] = co_await c.async_lock("tls-bench", 10s, tuple);
+          if (!ec) co_await l.async_unlock(tuple);
+        }
+        if (count_allocations) counting = true;
+        for (int i = 0; i < cycles; ++i) {
+          const auto t0 = clock_type::now();
+          auto [ec, l] = co_await c.async_lock("tls-bench", 10s, tuple);
+          if (ec) {
+            ++failures;
+            continue;
+          }
+          co_await l.async_unlock(tuple);
+          us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
+        }
+        counting = false;
+        done = true;
+      },
+      [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+      });
+  while (!done) ioc.run_one();
+  c.close();
+  ioc.run_for(50ms);
+  return us;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
+}
+
+double median(std::vector<double> v) { return percentile(std::move(v), 0.5); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    std::fprintf(stderr, "usage: tls_bench latency [--rounds R] [--cycles N] [--json FILE] | cost CYCLES plain|tls\n");
+    return 2;
+  }
+  certificates certs;
+  std::vector<server> servers;
+  servers.reserve(masters);
+  for (std::size_t i = 0; i < masters; ++i) servers.emplace_back(certs);
+
+  if (args[0] == "cost") {
+    const int cycles = args.size() > 1 ? std::atoi(args[1].c_str()) : 1000;
+    const bool tls = args.size() > 2 && args[2] == "tls";
+    long failures = 0;
+    run_cycles(config_for(servers, certs, tls), 50, cycles, failures, true);
+    std::printf("cycles=%d allocations=%lu failures=%ld\n", cycles, allocations.load(), failures);
+    return failures == 0 ? 0 : 1;
+  }
+
+  int rounds = 6, cycles = 3000;
+  std::string json;
+  for (std::size_t i = 1; i + 1 < args.size(); i += 2) {
+    if (args[i] == "--rounds") rounds = std::atoi(args[i + 1].c_str());
+    if (args[i] == "--cycles") cycles = std::atoi(args[i + 1].c_str());
+    if (args[i] == "--json") json = args[i + 1];
+  }
+  std::vector<double> p50_plain, p50_tls, p99_plain, p99_tls, ratio;
+  long failures = 0;
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<double> plain, tls;
+    for (int k = 0; k < 2; ++k) {
+      const bool use_tls = (k == 0) == (r % 2 == 1);  // plain first in even rounds
+      auto us = run_cycles(config_for(servers, certs, use_tls), 200, cycles, failures, false);
+      (use_tls ? tls : plain) = std::move(us);
+    }
+    p50_plain.push_back(percentile(plain, 0.5));
+    p50_tls.push_back(percentile(tls, 0.5));
+    p99_plain.push_back(percentile(plain, 0.99));
+    p99_tls.push_back(percentile(tls, 0.99));
+    ratio.push_back(p50_tls.back() / p50_plain.back());
+    fmt::print("round {}: plain p50 {:.1f} p99 {:.1f} us; TLS p50 {:.1f} p99 {:.1f} us; TLS / plain p50 {:.3f}\n",
+               r + 1, p50_plain.back(), p99_plain.back(), p50_tls.back(), p99_tls.back(), ratio.back());
+  }
+  fmt::print(
+      "median of {} rounds x {} cycles: plain p50 {:.1f} us (p99 {:.1f}); TLS p50 {:.1f} us (p99 {:.1f}); TLS / plain "
+      "p50 {:.3f} (paired per round); failures {}\n",
+      rounds, cycles, median(p50_plain), median(p99_plain), median(p50_tls), median(p99_tls), median(ratio), failures);
+  if (!json.empty()) {
+    auto list = [](const std::vector<double>& v) {
+      std::string s = "[";
+      for (std::size_t i = 0; i < v.size(); ++i) s += fmt::format("{}{:.2f}", i ? ", " : "", v[i]);
+      return s + "]";
+    };
+    std::ofstream out{json};
+    out << fmt::format(
+        "{{\n  \"masters\": {},\n  \"rounds\": {},\n  \"cycles\": {},\n  \"p50_plain_us\": {},\n  \"p50_tls_us\": {},\n"
+        "  \"p99_plain_us\": {},\n  \"p99_tls_us\": {},\n  \"tls_over_plain_p50\": {},\n  \"median_p50_plain_us\": "
+        "{:.2f},\n  \"median_p50_tls_us\": {:.2f},\n  \"median_tls_over_plain_p50\": {:.3f},\n  \"failures\": {}\n}}\n",
+        masters, rounds, cycles, list(p50_plain), list(p50_tls), list(p99_plain), list(p99_tls), list(ratio),
+        median(p50_plain), median(p50_tls), median(ratio), failures);
+  }
+  return failures == 0 ? 0 : 1;
+}
