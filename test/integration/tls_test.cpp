@@ -458,6 +458,38 @@ TEST(tls, untrusted_certificate_fails_closed) {
       1, limit);
 }
 
+// A client that trusts the wrong CA on a majority of masters: async_lock gives up after its
+// first round (no retry can mend a certificate), and each master's result names the cause.
+// Catches: TLS verification failures treated as transient (retrying for the whole max_wait), or
+// the cause hidden behind not_connected.
+TEST(tls, untrusted_certificates_on_a_majority_end_the_lock_at_once_naming_the_cause) {
+  auto masters = start_masters(3);
+  run_test(
+      [&](asio::io_context& io) -> asio::awaitable<void> {
+        auto cfg = client_config_for(masters);
+        cfg.masters[1].tls.ca_file = certs->other_ca;
+        cfg.masters[2].tls.ca_file = certs->other_ca;
+        cfg.retry.max_attempts = 50;
+        cfg.retry.max_wait = 60s;
+        redlock::client a{io.get_executor(), cfg};
+        auto [ready_ec, report] = co_await a.async_wait_ready(30s, use_tuple);
+        EXPECT_EQ(ready_ec, error::quorum_unavailable) << ready_ec.message();
+        auto [ec, l] = co_await a.async_lock("tls-untrusted", 10s, use_tuple);
+        EXPECT_EQ(ec, error::quorum_unavailable) << ec.message();
+        EXPECT_EQ(a.stats().lock_attempts, 1u);
+        const auto results = l.masters();
+        EXPECT_EQ(results.size(), 3u);
+        if (results.size() == 3) {
+          EXPECT_EQ(results[1].error, error::tls_certificate_untrusted) << results[1].error.message();
+          EXPECT_EQ(results[2].error, error::tls_certificate_untrusted) << results[2].error.message();
+        }
+        const auto text = redlock::to_string(a.report(l));
+        EXPECT_NE(text.find(make_error_code(error::tls_certificate_untrusted).message()), std::string::npos) << text;
+        EXPECT_FALSE(get(masters[0], "tls-untrusted"));  // the failed attempt released what it got
+      },
+      1, limit);
+}
+
 // An expired server certificate: tls_certificate_expired. Catches: the validity period not checked
 // or reported as a generic untrusted certificate.
 TEST(tls, expired_certificate) {

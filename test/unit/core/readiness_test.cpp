@@ -46,6 +46,15 @@ TEST(is_hopeless, only_credentials_configuration_and_unknown_names) {
   EXPECT_FALSE(is_hopeless(error::connection_lost));
   EXPECT_FALSE(is_hopeless(error::not_connected));
   EXPECT_FALSE(is_hopeless(error_code{}));
+  // TLS: a certificate or a port that speaks the other protocol needs a change; a refusal that may
+  // be a reset, or a handshake that failed otherwise, may pass.
+  EXPECT_TRUE(is_hopeless(error::tls_certificate_untrusted));
+  EXPECT_TRUE(is_hopeless(error::tls_certificate_expired));
+  EXPECT_TRUE(is_hopeless(error::tls_name_mismatch));
+  EXPECT_TRUE(is_hopeless(error::tls_not_offered));
+  EXPECT_TRUE(is_hopeless(error::tls_expected));
+  EXPECT_FALSE(is_hopeless(error::tls_refused));
+  EXPECT_FALSE(is_hopeless(error::tls_handshake_failed));
 }
 
 master_result unreachable(error_code cause) {
