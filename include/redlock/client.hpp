@@ -43,7 +43,9 @@ class client_impl;
 /// client uses one thread at a time; for lock traffic on several threads, use several clients.
 class client {
  public:
+  /// The type of the executor given to the constructor (`get_executor()`).
   using executor_type = boost::asio::any_io_executor;
+  /// The clock of validity deadlines (monotonic).
   using clock = std::chrono::steady_clock;
 
   /// Starts connecting to every master. An invalid `cfg` does not throw: every operation then
@@ -54,7 +56,9 @@ class client {
   client(const client&) = delete;
   client& operator=(const client&) = delete;
 
+  /// The executor given to the constructor.
   executor_type get_executor() const noexcept;
+  /// The configuration given to the constructor (even when invalid).
   const client_config& config() const noexcept;
   /// Each master's connection state, in the order of `client_config::masters`.
   std::vector<connection_status> masters() const;
@@ -144,6 +148,7 @@ class client {
 
   // A braced list of names (a range parameter cannot be deduced from one). GCC 12 cannot keep a
   // braced list alive across a `co_await`: inside a coroutine, name the list first.
+  /// @brief `async_lock_all` for a braced list of names, `async_lock_all({"a", "b"}, ttl)`.
   template <boost::asio::completion_token_for<void(boost::system::error_code, lock)> Token = boost::asio::deferred_t>
   auto async_lock_all(std::initializer_list<std::string_view> resources, std::chrono::milliseconds ttl,
                       Token&& token = {}) {
@@ -151,6 +156,7 @@ class client {
         initiation{this}, token, names_of(resources), ttl, multi_resource{}, true);
   }
 
+  /// @brief `async_try_lock_all` for a braced list of names.
   template <boost::asio::completion_token_for<void(boost::system::error_code, lock)> Token = boost::asio::deferred_t>
   auto async_try_lock_all(std::initializer_list<std::string_view> resources, std::chrono::milliseconds ttl,
                           Token&& token = {}) {

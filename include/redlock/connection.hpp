@@ -58,6 +58,7 @@ struct tls_options {
 struct connection_config {
   /// Host name or IP address. Ignored when `unix_socket` is set.
   std::string host = "127.0.0.1";
+  /// TCP port. Ignored when `unix_socket` is set.
   std::uint16_t port = 6379;
   /// Path of a Unix domain socket; when non-empty it is used instead of `host`:`port`.
   std::string unix_socket;
@@ -128,6 +129,7 @@ enum class connection_state {
 
 /// A snapshot of a connection's health, for logs and diagnostics.
 struct connection_status {
+  /// Where the connection is in its life when the snapshot was taken.
   connection_state state = connection_state::idle;
   /// Why the connection last failed or was refused (empty when it never failed).
   boost::system::error_code last_error;
@@ -159,18 +161,23 @@ struct connection_status {
 /// thread; the connection's state lives on an internal strand of the executor.
 class connection {
  public:
+  /// The type of the executor given to the constructor (`get_executor()`).
   using executor_type = boost::asio::any_io_executor;
+  /// The clock of request deadlines (monotonic).
   using clock = std::chrono::steady_clock;
 
   /// @param ex executor the connection's I/O runs on (through its own strand); also the default
   /// executor of completion handlers that have no associated executor.
+  /// @param cfg the node and how to reach it; copied.
   connection(executor_type ex, connection_config cfg);
   /// Closes the connection (see `close`). Outstanding operations complete with `operation_aborted`.
   ~connection();
   connection(const connection&) = delete;
   connection& operator=(const connection&) = delete;
 
+  /// The executor given to the constructor.
   executor_type get_executor() const noexcept;
+  /// The configuration given to the constructor.
   const connection_config& config() const noexcept;
 
   /// @brief Runs the connection until `close()` or cancellation: connect, handshake, serve,

@@ -61,11 +61,17 @@ struct unlock_result {
 /// lock runs on another thread; do not start two operations on one lock at once.
 class lock {
  public:
+  /// The clock of `validity_deadline()` (monotonic).
   using clock = std::chrono::steady_clock;
+  /// The type of `get_executor()`.
   using executor_type = boost::asio::any_io_executor;
 
+  /// An empty handle: holds nothing, `masters()` is empty.
   lock() noexcept = default;
+  /// Takes over the other handle's lock; that handle is left empty.
   lock(lock&&) noexcept = default;
+  /// Releases the lock this handle holds, if any, in the background (as the destructor does), then
+  /// takes over `other`'s.
   lock& operator=(lock&& other) noexcept;
   lock(const lock&) = delete;
   lock& operator=(const lock&) = delete;
@@ -74,6 +80,7 @@ class lock {
   /// True while the handle holds the lock (acquired, not released). Says nothing about time:
   /// compare `validity_deadline()` with the clock for that.
   bool owns_lock() const noexcept;
+  /// `owns_lock()`.
   explicit operator bool() const noexcept { return owns_lock(); }
 
   /// The resource name as given (without the key prefix); for `async_lock_all`, the first one.

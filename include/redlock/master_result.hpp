@@ -32,6 +32,7 @@ enum class master_status : std::uint8_t {
 
 /// One master's answer with its detail.
 struct master_result {
+  /// What the master answered (`pending` until it has).
   master_status status = master_status::pending;
   /// The error behind a status other than granted/taken (empty for those). For `unreachable`,
   /// the connection's own cause of failure (see `master_status::unreachable`).

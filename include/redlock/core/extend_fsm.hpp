@@ -21,19 +21,27 @@ namespace redlock::core {
 
 /// What the shell does next for an `extend_fsm`.
 struct extend_action {
+  /// What the shell is asked to do.
   enum class type : std::uint8_t {
     wait,      ///< nothing: wait for replies
     extend,    ///< send the extend script to every master, per-request deadline `at`
     complete,  ///< complete with `ec`; on success the new deadline is `validity_deadline()`
   };
+  /// What to do; the members below say with what.
   type what = type::wait;
+  /// For `extend`: each request's deadline (never past the old validity deadline).
   clock::time_point at{};
+  /// For `complete`: the extension's result (empty: extended).
   boost::system::error_code ec;
 };
 
 /// One extension (by `async_extend` or the keep-alive).
 class extend_fsm {
  public:
+  /// @param masters number of masters (N).
+  /// @param ttl the ttl the extension sets on each master.
+  /// @param request_timeout each master's deadline, cut to the remaining validity.
+  /// @param drift clock-drift allowance subtracted from the new validity.
   /// @param old_deadline the lock's current validity deadline.
   /// @param needed masters that must extend it (0: a majority; a semaphore needs its quorum).
   extend_fsm(std::size_t masters, std::chrono::milliseconds ttl, std::chrono::milliseconds request_timeout,
@@ -54,6 +62,8 @@ class extend_fsm {
     decided_ = false;
   }
 
+  /// Sends the extension at `now`; completes at once with `error::validity_expired` when the old
+  /// deadline has passed.
   extend_action start(clock::time_point now) {
     if (state_ != state::idle) return {};
     if (now >= old_deadline_) return finish(error::validity_expired);  // someone else may hold it now
@@ -64,6 +74,9 @@ class extend_fsm {
     return {extend_action::type::extend, now + timeout, {}};
   }
 
+  /// Master `master`'s answer (or failure `ec`) at `now`. Completes once the quorum is decided:
+  /// success, `error::validity_expired` (too late), `error::not_owner` (too many masters no longer
+  /// hold our token) or `error::quorum_unavailable` (too many failed; the lock may still be ours).
   extend_action on_reply(std::size_t master, boost::system::error_code ec, const resp::response& reply,
                          clock::time_point now) {
     if (state_ != state::waiting) return {};
@@ -91,12 +104,15 @@ class extend_fsm {
     return finish(boost::asio::error::operation_aborted);
   }
 
+  /// Whether the extension has completed (a `complete` action was returned).
   bool done() const noexcept { return state_ == state::done; }
   /// Whether a round was sent and decided by the masters (not refused up front, not cancelled).
   bool decided() const noexcept { return decided_; }
   /// The new validity deadline after success; the old one otherwise.
   clock::time_point validity_deadline() const noexcept { return ok_ ? new_deadline_ : old_deadline_; }
+  /// Each master's answer to the extension.
   const round_table& table() const noexcept { return table_; }
+  /// The same, mutable (the shell may move the results out).
   round_table& table() noexcept { return table_; }
 
  private:

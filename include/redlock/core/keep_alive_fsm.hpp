@@ -58,6 +58,7 @@ constexpr keep_alive_options resolve(keep_alive_options opts, std::chrono::milli
 
 /// What the shell does next for a `keep_alive_fsm`.
 struct keep_alive_action {
+  /// What the shell is asked to do.
   enum class type : std::uint8_t {
     none,    ///< nothing now: wake the machine again at `next_wake()`
     extend,  ///< run one extension of `ttl` (an `extend_fsm`), then call `on_extended`
@@ -76,8 +77,12 @@ struct keep_alive_action {
                               boost::system::error_code c = {}) noexcept
       : what(w), ttl(t), reason(r), tell(n), cause(c) {}
 
+  /// What to do; the members below say with what.
   type what = type::none;
+  /// For `extend`: the ttl the extension sets.
   std::chrono::milliseconds ttl{0};
+  /// For `lost`: why (`error::validity_expired`, `not_owner`, `extension_limit`, or the error of
+  /// the last failed extension).
   boost::system::error_code reason;
   notice tell = notice::none;
   boost::system::error_code cause;  // of `extend_failed`
@@ -117,6 +122,8 @@ class keep_alive_fsm {
     return (keeping_ && !extending_) ? std::min(loss_at, next_try_) : loss_at;
   }
 
+  /// The time `next_wake()` named has come (`now`): declares the loss at the loss point, asks for
+  /// an extension when one is due, or stops extending when a cap is reached.
   keep_alive_action on_timer(clock::time_point now) {
     if (finished()) return {};
     if (now >= deadline_ - margin_) return lose(pending_ ? pending_ : make_error_code(error::validity_expired));
@@ -167,9 +174,13 @@ class keep_alive_fsm {
   /// The lock was released (or its handle dropped, or the client closed): no more actions.
   void stop() noexcept { stopped_ = true; }
 
+  /// Whether the machine has ended (lost or stopped): it asks for nothing more.
   bool finished() const noexcept { return stopped_ || lost_; }
+  /// Whether the loss was declared.
   bool lost() const noexcept { return lost_; }
+  /// Whether it extends the lock (from `keep` until a cap stops it).
   bool keeping() const noexcept { return keeping_; }
+  /// Whether an extension it asked for is in progress.
   bool extending() const noexcept { return extending_; }
   /// True once a cap stopped the keep-alive (the loss will follow at the deadline).
   bool capped() const noexcept { return capped_; }
@@ -177,9 +188,13 @@ class keep_alive_fsm {
   keep_alive_cap cap() const noexcept { return cap_; }
   /// Why the lock was lost (empty while not lost).
   boost::system::error_code reason() const noexcept { return lost_ ? pending_ : boost::system::error_code{}; }
+  /// The lock's current validity deadline.
   clock::time_point deadline() const noexcept { return deadline_; }
+  /// How long before `deadline()` the loss is declared (`keep_alive_options::notify_margin`).
   std::chrono::milliseconds margin() const noexcept { return margin_; }
+  /// Extensions so far (this machine's and the holder's own).
   std::size_t extensions() const noexcept { return extensions_; }
+  /// The options in force, zero durations resolved (before `keep`: the defaults, unresolved).
   const keep_alive_options& options() const noexcept { return opts_; }
 
  private:

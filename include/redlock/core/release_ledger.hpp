@@ -21,8 +21,10 @@ namespace redlock::core {
 /// signs its `SET` with a token of its own (see docs/design.md, "Releases in doubt").
 class release_ledger {
  public:
+  /// The clock of every time given and kept (monotonic).
   using clock = std::chrono::steady_clock;
 
+  /// One release in doubt.
   struct entry {
     std::string payload;       ///< the release request, ready to send
     clock::duration lifetime;  ///< the longest a key of its token lives after a request ran (ttl + margin)
@@ -73,7 +75,9 @@ class release_ledger {
     return out;
   }
 
+  /// Whether no release is kept.
   bool empty() const noexcept { return entries_.empty(); }
+  /// Releases kept (expired ones included until `take` or `defer` drops them).
   std::size_t size() const noexcept { return entries_.size(); }
 
  private:

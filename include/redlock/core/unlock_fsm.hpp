@@ -21,24 +21,31 @@ namespace redlock::core {
 
 /// What the shell does next for an `unlock_fsm`.
 struct unlock_action {
+  /// What the shell is asked to do.
   enum class type : std::uint8_t {
     wait,      ///< nothing: wait for replies
     release,   ///< send the release script to every master, per-request deadline `at`
     complete,  ///< complete with `ec` and `held()`
   };
+  /// What to do; the members below say with what.
   type what = type::wait;
+  /// For `release`: each request's deadline.
   clock::time_point at{};
+  /// For `complete`: the release's result (empty: a majority no longer holds the key;
+  /// `error::quorum_unavailable`: too few answered cleanly; `operation_aborted`: cancelled).
   boost::system::error_code ec;
 };
 
 /// One `async_unlock`.
 class unlock_fsm {
  public:
+  /// A release on `masters` masters, each with `release_timeout` to answer.
   /// @param wait_for_all complete only once every master answered (or timed out), not at the
   /// first majority: the counts then cover every master.
   unlock_fsm(std::size_t masters, std::chrono::milliseconds release_timeout, bool wait_for_all = false) noexcept
       : masters_(masters), timeout_(release_timeout), wait_for_all_(wait_for_all) {}
 
+  /// Sends the release script to every master at `now`.
   unlock_action start(clock::time_point now) {
     if (state_ != state::idle) return {};
     state_ = state::waiting;
@@ -79,6 +86,7 @@ class unlock_fsm {
     return {unlock_action::type::complete, {}, boost::asio::error::operation_aborted};
   }
 
+  /// Whether the release has completed (a `complete` action was returned).
   bool done() const noexcept { return state_ == state::done; }
   /// True when the outcome was decided by the masters (not by cancellation).
   bool decided() const noexcept { return state_ == state::done && !cancelled_; }
@@ -94,7 +102,9 @@ class unlock_fsm {
   /// Masters with no usable answer by the decision: down, timed out, a broken connection, an
   /// error reply, or (at a majority) no answer yet.
   std::size_t no_answer() const noexcept { return masters_ - released() - not_held(); }
+  /// Each master's answer to the release.
   const round_table& table() const noexcept { return table_; }
+  /// The same, mutable (the shell may move the results out).
   round_table& table() noexcept { return table_; }
 
  private:
