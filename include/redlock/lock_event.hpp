@@ -20,8 +20,10 @@ namespace redlock {
 
 /// One thing that happened to a held lock (`lock::async_wait_event`).
 struct lock_event {
+  /// The clock of `at` and `validity_deadline` (the client's).
   using clock = std::chrono::steady_clock;
 
+  /// The kinds of event.
   enum class type : std::uint8_t {
     /// An extension (keep-alive or `async_extend`) reached a quorum: `validity_deadline` moved.
     extended,
@@ -36,6 +38,7 @@ struct lock_event {
     released,
   };
 
+  /// What happened.
   type what = type::extended;
   /// When it happened.
   clock::time_point at{};
@@ -81,6 +84,8 @@ constexpr std::string_view to_string(lock_event::type t) noexcept {
 /// `validity_expired`, `extension_limit`) and `what()` includes it in words.
 class lock_lost_error : public boost::system::system_error {
  public:
+  /// A loss for `reason` (the lock's `loss_reason()`), told in words by `detail` (its
+  /// `loss_description()`; empty: the reason's message).
   lock_lost_error(boost::system::error_code reason, const std::string& detail)
       : boost::system::system_error(make_error_code(error::lock_lost),
                                     "redlock: lock lost during work: " + (detail.empty() ? reason.message() : detail)),

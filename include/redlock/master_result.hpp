@@ -61,6 +61,7 @@ struct quorum_report {
     /// What it answered (`unreachable`: its connection is down, `error` says why); `pending` in
     /// a readiness report: still connecting, no attempt failed yet.
     master_status status = master_status::pending;
+    /// Why it could not be used: for `unreachable`, why its connection last failed.
     boost::system::error_code error;
     /// The master's own words: its error reply, or its refusal of the credentials (untrusted).
     std::string server_text;
@@ -70,6 +71,7 @@ struct quorum_report {
   boost::system::error_code error;
   std::size_t masters = 0;  ///< masters in all
   std::size_t needed = 0;   ///< masters a quorum needs
+  /// The masters that could not be used (or are not up yet), in configuration order.
   std::vector<master> failing;
 };
 

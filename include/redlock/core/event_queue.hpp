@@ -57,7 +57,9 @@ class event_queue {
     return e;
   }
 
+  /// No event waiting.
   bool empty() const noexcept { return events_.empty(); }
+  /// Events waiting (at most the queue's capacity, plus a final one).
   std::size_t size() const noexcept { return events_.size(); }
   /// True once a final event was queued: nothing more can be added.
   bool closed() const noexcept { return closed_; }

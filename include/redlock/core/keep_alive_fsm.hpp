@@ -66,12 +66,13 @@ struct keep_alive_action {
   };
   /// What to tell the holder about what just happened (`lock_event`), besides the action.
   enum class notice : std::uint8_t {
-    none,
+    none,           ///< nothing to tell
     extended,       ///< the extension succeeded: the lock runs until the new deadline
     extend_failed,  ///< the extension failed (`cause`) but the lock is still valid: a retry follows
     lost,           ///< the lock is lost (`reason`; comes with `type::lost`)
   };
-  // A constructor rather than an aggregate, so that `{what, ttl, reason}` stays complete.
+  /// An action `w` with its `ttl` `t`, loss `reason` `r`, `notice` `n` and `extend_failed` cause `c`.
+  /// A constructor rather than an aggregate, so that `{what, ttl, reason}` stays complete.
   constexpr keep_alive_action(type w = type::none, std::chrono::milliseconds t = std::chrono::milliseconds{0},
                               boost::system::error_code r = {}, notice n = notice::none,
                               boost::system::error_code c = {}) noexcept
@@ -84,8 +85,10 @@ struct keep_alive_action {
   /// For `lost`: why (`error::validity_expired`, `not_owner`, `extension_limit`, or the error of
   /// the last failed extension).
   boost::system::error_code reason;
+  /// What to tell the holder (an event), besides the action.
   notice tell = notice::none;
-  boost::system::error_code cause;  // of `extend_failed`
+  /// For `notice::extend_failed`: why the extension failed.
+  boost::system::error_code cause;
 };
 
 /// Which cap stopped a keep-alive (`keep_alive_fsm::cap()`).

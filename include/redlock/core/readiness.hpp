@@ -63,18 +63,23 @@ class readiness {
     causes_[i] = cause;
   }
 
+  /// Masters in all.
   std::size_t size() const noexcept { return up_.size(); }
+  /// Masters that must be up for a quorum.
   std::size_t needed() const noexcept { return needed_; }
+  /// Master `i` is connected and handshaken.
   bool is_up(std::size_t i) const noexcept { return i < up_.size() && up_[i]; }
   /// Why master `i` last failed (empty while up, or before its first attempt ended).
   boost::system::error_code cause(std::size_t i) const noexcept {
     return i < causes_.size() ? causes_[i] : boost::system::error_code{};
   }
+  /// Masters up now.
   std::size_t up_count() const noexcept {
     std::size_t n = 0;
     for (const bool u : up_) n += u ? 1 : 0;
     return n;
   }
+  /// Masters down whose last failure is hopeless (`is_hopeless`).
   std::size_t hopeless_count() const noexcept {
     std::size_t n = 0;
     for (std::size_t i = 0; i < up_.size(); ++i) n += !up_[i] && is_hopeless(causes_[i]) ? 1 : 0;

@@ -39,7 +39,9 @@ struct unlock_action {
 /// One `async_unlock`.
 class unlock_fsm {
  public:
-  /// A release on `masters` masters, each with `release_timeout` to answer.
+  /// A release on `masters` masters.
+  /// @param masters masters the release is sent to
+  /// @param release_timeout how long each master has to answer
   /// @param wait_for_all complete only once every master answered (or timed out), not at the
   /// first majority: the counts then cover every master.
   unlock_fsm(std::size_t masters, std::chrono::milliseconds release_timeout, bool wait_for_all = false) noexcept
