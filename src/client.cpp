@@ -303,7 +303,7 @@ struct unlock_op final : op_base {
     if (client_impl::in_doubt(ec) && st->may_hold(master_of(tag))) {
       c.defer_release(master_of(tag), st->background_release_payload(), std::max(st->ttl, st->longest_ttl));
     }
-    act(fsm.on_reply(master_of(tag), ec, r, clock_type::now()));
+    act(fsm.on_reply(master_of(tag), ec, r, clock_type::now(), c.down_cause(master_of(tag))));
   }
 
   void cancel() override { act(fsm.cancel()); }
@@ -354,7 +354,7 @@ struct extend_op final : op_base {
 
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override {
     if (st->owner->eval_instead(tag, ec, r, *st, extend_script, ttl.count(), shared_from_this())) return;
-    act(fsm.on_reply(master_of(tag), ec, r, clock_type::now()));
+    act(fsm.on_reply(master_of(tag), ec, r, clock_type::now(), st->owner->down_cause(master_of(tag))));
   }
 
   void cancel() override { act(fsm.cancel()); }
@@ -403,7 +403,7 @@ void watch::on_reply(std::uint64_t tag, error_code ec, const resp::response& r) 
   auto& c = *st->owner;
   if (c.eval_instead(tag, ec, r, *st, extend_script, ext_ttl.count(), shared_from_this())) return;
   const auto now = clock_type::now();
-  const auto e = ext.on_reply(master_of(tag), ec, r, now);
+  const auto e = ext.on_reply(master_of(tag), ec, r, now, c.down_cause(master_of(tag)));
   if (e.what == core::extend_action::type::complete) {
     on_extension_done(*st, e.ec, now);
     c.schedule(*this);

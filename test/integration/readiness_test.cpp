@@ -257,8 +257,9 @@ TEST(readiness, unresolvable_host_is_named) {
 }
 
 // One master of three refuses the password: the other two still make a quorum, the lock is
-// granted, and that master's cause is in the lock's result and in client::masters(). Catches a
-// fast failure that fires on any hopeless master, and a cause lost on success.
+// granted, and that master's cause is in the lock's result and in client::masters(), and stays in
+// the results of the extension and the release that follow. Catches a fast failure that fires on
+// any hopeless master, a cause lost on success, and extensions or releases saying not_connected.
 TEST(readiness, one_wrong_password_of_three_still_locks) {
   redlock::test::redis_cluster cluster{3, with_password()};
   run_test(
@@ -285,8 +286,18 @@ TEST(readiness, one_wrong_password_of_three_still_locks) {
         if (!lrep.failing.empty()) {
           EXPECT_EQ(lrep.failing[0].index, 0u);
         }
-        auto [uec, held] = co_await l.async_unlock(use_tuple);
+        // The extension's and the release's results name the cause too.
+        auto [xec] = co_await l.async_extend(10s, use_tuple);
+        EXPECT_FALSE(xec) << xec.message();
+        EXPECT_EQ(l.masters()[0].error, error::auth_failed) << l.masters()[0].error.message();
+        redlock::unlock_options every;
+        every.wait_for_all = true;
+        auto [uec, counts] = co_await l.async_unlock(every, use_tuple);
         EXPECT_FALSE(uec) << uec.message();
+        EXPECT_EQ(counts.released, 2u);
+        EXPECT_EQ(counts.unreachable, 1u);
+        EXPECT_EQ(l.masters()[0].status, master_status::unreachable);
+        EXPECT_EQ(l.masters()[0].error, error::auth_failed) << l.masters()[0].error.message();
         c.close();
       },
       1, limit);

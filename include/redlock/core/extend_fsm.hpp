@@ -77,10 +77,14 @@ class extend_fsm {
   /// Master `master`'s answer (or failure `ec`) at `now`. Completes once the quorum is decided:
   /// success, `error::validity_expired` (too late), `error::not_owner` (too many masters no longer
   /// hold our token) or `error::quorum_unavailable` (too many failed; the lock may still be ours).
+  /// `down_cause`: for an answer `error::not_connected`, why the master's connection last failed
+  /// (kept as its result's error; empty when unknown).
   extend_action on_reply(std::size_t master, boost::system::error_code ec, const resp::response& reply,
-                         clock::time_point now) {
+                         clock::time_point now, boost::system::error_code down_cause = {}) {
     if (state_ != state::waiting) return {};
-    if (!table_.record(master, classify(command::extend, ec, reply), now)) return {};
+    auto result = classify(command::extend, ec, reply);
+    if (result.status == master_status::unreachable && down_cause) result.error = down_cause;
+    if (!table_.record(master, std::move(result), now)) return {};
     decided_ = true;
     if (table_.state() == quorum_state::reached) {
       if (now < old_deadline_ && validity<clock>(ttl_, table_.start(), now, drift_) > clock::duration::zero()) {

@@ -56,11 +56,13 @@ class unlock_fsm {
     return {unlock_action::type::release, now + timeout_, {}};
   }
 
-  /// Master `master`'s answer at `now`.
+  /// Master `master`'s answer at `now`. `down_cause`: for an answer `error::not_connected`, why
+  /// the master's connection last failed (kept as its result's error; empty when unknown).
   unlock_action on_reply(std::size_t master, boost::system::error_code ec, const resp::response& reply,
-                         clock::time_point now) {
+                         clock::time_point now, boost::system::error_code down_cause = {}) {
     if (state_ != state::waiting) return {};
     auto result = classify(command::release, ec, reply);
+    if (result.status == master_status::unreachable && down_cause) result.error = down_cause;
     if (result.status == master_status::granted && !waiters_) {
       // 2 rather than 1: deleted, and other clients' waiters are queued.
       const resp::node* v = resp::reply_value(reply);

@@ -3,8 +3,10 @@
 // (lock_fsm with the connections' causes).
 
 #include "transcript.hpp"
+#include <redlock/core/extend_fsm.hpp>
 #include <redlock/core/lock_fsm.hpp>
 #include <redlock/core/readiness.hpp>
+#include <redlock/core/unlock_fsm.hpp>
 #include <redlock/error.hpp>
 
 #include <boost/asio/error.hpp>
@@ -171,6 +173,29 @@ TEST(lock_fsm_hopeless, cause_only_for_unreachable_masters) {
   EXPECT_EQ(f.table().results()[0].error, error::not_connected);
   EXPECT_EQ(f.table().results()[1].status, master_status::timeout);
   EXPECT_EQ(f.table().results()[1].error, error::master_timeout);
+}
+
+// A release or an extension names the cause of an unreachable master too (and only of one that
+// was unreachable). Catches the cause given to acquisitions only, as `not_connected` elsewhere.
+TEST(unlock_and_extend, keep_the_cause_of_unreachable_masters) {
+  redlock::core::unlock_fsm u{3, std::chrono::milliseconds{250}, true};
+  (void)u.start(at(0ms));
+  (void)u.on_reply(0, not_connected, no_reply(), at(1ms), auth);
+  (void)u.on_reply(1, error::master_timeout, no_reply(), at(1ms), auth);
+  (void)u.on_reply(2, not_connected, no_reply(), at(1ms));
+  EXPECT_EQ(u.table().results()[0].status, master_status::unreachable);
+  EXPECT_EQ(u.table().results()[0].error, error::auth_failed);
+  EXPECT_EQ(u.table().results()[1].error, error::master_timeout);
+  EXPECT_EQ(u.table().results()[2].error, error::not_connected);
+
+  redlock::core::extend_fsm e{3, std::chrono::milliseconds{10000}, std::chrono::milliseconds{250},
+                              redlock::core::drift_policy{}, at(10000ms)};
+  (void)e.start(at(0ms));
+  (void)e.on_reply(0, not_connected, no_reply(), at(1ms), no_host);
+  (void)e.on_reply(1, error::master_timeout, no_reply(), at(1ms), no_host);
+  EXPECT_EQ(e.table().results()[0].status, master_status::unreachable);
+  EXPECT_EQ(e.table().results()[0].error, asio_error::host_not_found);
+  EXPECT_EQ(e.table().results()[1].error, error::master_timeout);
 }
 
 // Others hold the lock and the rest refuse the password: no round can ever win, so it stops with
