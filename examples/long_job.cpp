@@ -3,7 +3,8 @@
 // with_lock acquires the lock, keeps it alive in the background (extending it before it expires)
 // while the job runs, and releases it afterwards. If the lock cannot be kept (a partition, a
 // master that says the key is no longer ours), the job is cancelled before the lock's validity
-// ends, so it never runs unprotected, and with_lock throws `redlock::error::lock_lost`.
+// ends, so it never runs unprotected, and with_lock throws `redlock::lock_lost_error` (its code()
+// is `error::lock_lost`, its reason() why).
 //
 // --steal-after D shows that: after D, a "thief" overwrites the lock's key on every master through
 // plain connections (standing in for a partition, or for a process that ignores the lock); the
@@ -89,7 +90,7 @@ long long ms_left(const redlock::lock& l) {
 
 // The job: steps of work, for much longer than the ttl. It runs under with_lock, which cancels it
 // (terminal cancellation) if the lock is lost; it then stops at once and reports why.
-asio::awaitable<int> job(redlock::lock& l, milliseconds length, boost::system::error_code& loss_reason) {
+asio::awaitable<int> job(redlock::lock& l, milliseconds length) {
   const int steps = static_cast<int>((length + step_length - 1ms) / step_length);
   asio::steady_timer timer{co_await asio::this_coro::executor};
   say("acquired {}: valid for {} ms; the job takes {} steps of {} ms", l.resource(), ms_left(l), steps,
@@ -100,8 +101,8 @@ asio::awaitable<int> job(redlock::lock& l, milliseconds length, boost::system::e
     // A cancelled wait, or a cancellation that arrived between two waits: the lock is gone.
     auto cancelled = (co_await asio::this_coro::cancellation_state).cancelled();
     if (ec || cancelled != asio::cancellation_type::none) {
-      loss_reason = l.loss_reason();
-      say("step {} cancelled, {} ms before the lock's validity deadline: {}", step, ms_left(l), loss_reason.message());
+      say("step {} cancelled, {} ms before the lock's validity deadline: {}", step, ms_left(l),
+          l.loss_reason().message());
       co_return step - 1;
     }
     say("step {}/{} done; extended {} times so far, valid for {} ms more", step, steps, l.extensions(), ms_left(l));
@@ -135,20 +136,19 @@ asio::awaitable<int> run(redlock::client& locks, const options& o) {
     asio::co_spawn(co_await asio::this_coro::executor, steal(locks.config(), *o.steal_after), asio::detached);
   }
 
-  boost::system::error_code loss_reason;
   try {
     // The work is called as work(lock&) and returns an awaitable. Calling a plain function from
     // the lambda keeps the coroutine's state in its own frame (a coroutine lambda with captures
     // would depend on the lambda object's lifetime).
     const int steps = co_await redlock::with_lock(locks, std::string{resource}, o.ttl,
-                                                  [&](redlock::lock& l) { return job(l, o.job, loss_reason); });
+                                                  [&](redlock::lock& l) { return job(l, o.job); });
     say("completed: {} steps under the lock, released", steps);
     co_return 0;
+  } catch (const redlock::lock_lost_error& e) {
+    // code() is lock_lost; reason() says why (not_owner: the key was taken), as the job was told.
+    say("with_lock: {}; reason: {}", e.code().message(), e.reason().message());
+    co_return 3;
   } catch (const boost::system::system_error& e) {
-    if (e.code() == redlock::error::lock_lost) {
-      say("with_lock: {}; reason: {}", e.code().message(), loss_reason.message());
-      co_return 3;
-    }
     say("failed: {}{}", e.code().message(), masters_down(locks));  // e.g. not_acquired: held elsewhere
     co_return 1;
   }
