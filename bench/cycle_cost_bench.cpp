@@ -14,6 +14,7 @@
 //        multi4, multi16 (async_lock_all of 1, 4, 16 resources): the lock kinds of issue 14.
 //        bench/run.sh runs it twice under callgrind and divides.
 
+#include "counting_new.hpp"
 #include <redlock/client.hpp>
 #include <redlock_test/redis_cluster.hpp>
 
@@ -31,35 +32,12 @@
 #include <string_view>
 #include <vector>
 
+using bench::allocations;
+using bench::counting;
+
 namespace {
-std::atomic<unsigned long> allocations{0};
-std::atomic<bool> counting{false};
 unsigned long handlers_run = 0;  // handlers the io_context finished so far (main loop)
 }  // namespace
-
-void* operator new(std::size_t size) {
-  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t size, std::align_val_t align) {
-  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::aligned_alloc(static_cast<std::size_t>(align), (size + static_cast<std::size_t>(align) - 1) &
-                                                                        ~(static_cast<std::size_t>(align) - 1)))
-    return p;
-  throw std::bad_alloc();
-}
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 int main(int argc, char** argv) {
   namespace asio = boost::asio;

@@ -13,6 +13,7 @@
 //       new). Run twice under `valgrind --tool=callgrind` with different CYCLES and divide the
 //       difference for instructions per cycle (bench/report.py tls-cost does).
 
+#include "counting_new.hpp"
 #include <redlock/client.hpp>
 #include <redlock_test/redis_cluster.hpp>
 
@@ -39,34 +40,8 @@
 #include <string_view>
 #include <vector>
 
-namespace {
-std::atomic<unsigned long> allocations{0};
-std::atomic<bool> counting{false};
-}  // namespace
-
-void* operator new(std::size_t size) {
-  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t size, std::align_val_t align) {
-  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::aligned_alloc(static_cast<std::size_t>(align), (size + static_cast<std::size_t>(align) - 1) &
-                                                                        ~(static_cast<std::size_t>(align) - 1)))
-    return p;
-  throw std::bad_alloc();
-}
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+using bench::allocations;
+using bench::counting;
 
 namespace {
 
