@@ -168,6 +168,7 @@ struct lock_op final : op_base {
         if (!a.ec) {
           st->note_key_holders(fsm.table().results());
           st->fence = fsm.fence();
+          if (st->fenced && !fsm.fence_verified()) c.note_unverified_fence(*st, fsm.table().results());
         }
         if (st->claimed) c.leave_claims(*st);
         if (!member.empty()) {

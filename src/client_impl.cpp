@@ -85,6 +85,20 @@ error_code check_resource(const client_config& cfg, std::string_view resource, s
                           cfg.max_resource_length);
     return error::invalid_argument;
   }
+  // The lock key is the prefix and the resource: checked whole, so that no prefix can help a name
+  // end like a helper key either.
+  const std::string_view prefix = cfg.key_prefix;
+  for (const auto suffix : helper_suffixes) {
+    const bool in_resource = resource.ends_with(suffix);
+    const bool with_prefix = !in_resource && resource.size() < suffix.size() && suffix.ends_with(resource) &&
+                             prefix.ends_with(suffix.substr(0, suffix.size() - resource.size()));
+    if (!in_resource && !with_prefix) continue;
+    if (what)
+      *what =
+          fmt::format("the lock key ends with \"{}\"{}: reserved for the keys the lock kinds keep beside a lock key",
+                      suffix, in_resource ? "" : " (key prefix and resource together)");
+    return error::invalid_argument;
+  }
   return {};
 }
 
@@ -105,9 +119,10 @@ error_code check_ttl_of(const client_config& cfg, std::chrono::milliseconds ttl,
 
 namespace {
 
-// An owner id is sent as a script argument and stored as the key's value: printable, no blanks.
+// An owner id is sent as a script argument and stored as the key's value: printable, no blanks,
+// and not one of the library's own marker values (see reserved_value_prefix).
 bool valid_owner(std::string_view o) noexcept {
-  if (o.empty() || o.size() > 256) return false;
+  if (o.empty() || o.size() > 256 || o.starts_with(reserved_value_prefix)) return false;
   return std::all_of(o.begin(), o.end(), [](char c) {
     const auto u = static_cast<unsigned char>(c);
     return u > 0x20 && u != 0x7f;
@@ -129,7 +144,8 @@ error_code check_options(lock_kind kind, std::size_t permits, bool fence, std::s
   if (fence && (kind != lock_kind::exclusive || multi || !owner.empty()))
     return bad("fence is only for a plain exclusive lock of one resource, without owner");
   if (!owner.empty() && (kind != lock_kind::exclusive || multi)) return bad("owner is only for exclusive locks");
-  if (!owner.empty() && !valid_owner(owner)) return bad("owner: 1 to 256 bytes, no blanks or control characters");
+  if (!owner.empty() && !valid_owner(owner))
+    return bad("owner: 1 to 256 bytes, no blanks or control characters, not beginning with \"redlock:\"");
   return {};
 }
 
@@ -396,6 +412,7 @@ client_impl::client_impl(asio::any_io_executor ex, client_config cfg)
   }
   links_.reserve(cfg_.masters.size());
   deferred_.resize(cfg_.masters.size());
+  refused_.resize(cfg_.masters.size(), false);
   names_.reserve(cfg_.masters.size());
   for (std::size_t i = 0; i < cfg_.masters.size(); ++i) {
     auto m = cfg_.masters[i];
@@ -473,6 +490,7 @@ client_stats client_impl::stats() const {
   s.lock_wakeups = read(c.wakeups);
   s.locks_queued = read(c.queued);
   s.fence_confirmations = read(c.confirmations);
+  s.fences_unverified = read(c.unverified_fences);
   s.acquire_latency = c.acquire_latency.snapshot();
   s.log_messages = log_.messages();
   s.log_sink_errors = log_.sink_errors();
@@ -665,7 +683,7 @@ void client_impl::on_link_up(std::size_t i) {
 // ---- readiness and failure causes -----------------------------------------------------------------
 
 void client_impl::on_link_failed(std::size_t i, error_code cause) {
-  if (i >= health_.size()) return;
+  if (i >= health_.size() || refused_[i]) return;  // a refused master keeps its cause
   const auto before = health_.cause(i);
   health_.failed(i, cause);
   // The connection logs every failure; this says once what it means for the locks.
@@ -882,14 +900,28 @@ namespace {
 
 // Answers to SCRIPT LOAD: a master that refuses (an ACL without SCRIPT, say) still works through
 // the EVAL fallback; logged once per connection.
+// Each answer is the master's digest of one script (in all_scripts order): one that is not the
+// script's own refuses the master (error::script_mismatch).
 struct script_load_sink final : reply_sink {
   explicit script_load_sink(std::weak_ptr<client_impl> c) : owner(std::move(c)) {}
   std::weak_ptr<client_impl> owner;
   std::uint64_t last_logged = ~std::uint64_t{0};
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override {
-    if (!ec || ec == asio::error::operation_aborted || tag == last_logged) return;
+    if (ec == asio::error::operation_aborted) return;
     auto c = owner.lock();
     if (!c) return;
+    std::size_t k = 0;
+    for (const auto& n : r) {
+      if (n.depth != 0 || n.data_type == resp::type::attribute) continue;
+      const bool digest = n.data_type == resp::type::blob_string || n.data_type == resp::type::simple_string;
+      if (digest && k < std::size(all_scripts) && n.value != all_scripts[k]->sha1) {
+        return c->refuse_master(master_of(tag), error::script_mismatch,
+                                fmt::format("SCRIPT LOAD answered \"{}\" for the script whose SHA-1 is {}",
+                                            printable(n.value, 64), all_scripts[k]->sha1));
+      }
+      ++k;
+    }
+    if (!ec || tag == last_logged) return;
     last_logged = tag;
     const auto* v = resp::reply_value(r);
     REDLOCK_LOG(c->log(), log_level::info, "master {}: scripts not preloaded ({}{}{}); EVALSHA falls back to EVAL",
@@ -899,6 +931,17 @@ struct script_load_sink final : reply_sink {
 };
 
 }  // namespace
+
+void client_impl::refuse_master(std::size_t i, error_code cause, std::string_view why) {
+  if (i >= links_.size() || closed_ || refused_[i]) return;
+  refused_[i] = true;
+  REDLOCK_LOG(log_, log_level::error, "{}: not used any more: {}: {}", names_[i], describe(cause), why);
+  // Closed for good: its requests fail, and the next ones are refused as `not_connected` (the
+  // lock operations keep `cause` as its result's error, see down_cause).
+  links_[i]->close();
+  health_.failed(i, cause);
+  readiness_changed();
+}
 
 void client_impl::load_scripts(std::size_t i) {
   // Once per connection: a link that comes back without reconnecting (a stall that healed) still
@@ -1189,6 +1232,14 @@ void client_impl::note_release(const lock_state& st, error_code ec, std::size_t 
                 "{}: release answered by too few masters (the rest expire with the ttl); masters: {}",
                 lock_name(st.resource, st.token), describe_masters(t.results(), st.token));
   }
+}
+
+void client_impl::note_unverified_fence(const lock_state& st, const std::vector<master_result>& round) {
+  bump<true>(counters_.unverified_fences);
+  REDLOCK_LOG(log_, log_level::warning,
+              "{}: fence {} rests on the masters' clocks alone: a granting master had no counter, and too few "
+              "others could be heard to check it against earlier fences; masters: {}",
+              lock_name(st.resource, st.token), st.fence, describe_masters(round, st.token));
 }
 
 void client_impl::note_background_release(const lock_state& st) {

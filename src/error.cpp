@@ -77,6 +77,8 @@ class error_category_impl final : public boost::system::error_category {
         return "the master refused the TLS session (e.g. a client certificate it requires or rejects)";
       case error::tls_handshake_failed:
         return "the TLS handshake with the master failed";
+      case error::script_mismatch:
+        return "the master's digest of a lock script is not the script's SHA-1: the master is not used";
     }
     return "unknown redlock error " + std::to_string(ev);
   }
@@ -105,6 +107,7 @@ class error_category_impl final : public boost::system::error_category {
       case error::tls_name_mismatch:
       case error::tls_refused:
       case error::tls_handshake_failed:
+      case error::script_mismatch:
         return make_error_condition(condition::master_failure);
       case error::invalid_config:
       case error::invalid_argument:

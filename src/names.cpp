@@ -107,6 +107,8 @@ std::string_view to_string(error e) noexcept {
       return "tls_refused";
     case error::tls_handshake_failed:
       return "tls_handshake_failed";
+    case error::script_mismatch:
+      return "script_mismatch";
   }
   return "unknown";
 }

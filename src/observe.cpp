@@ -144,6 +144,7 @@ void each_counter(client_stats& a, const client_stats& b, Op op) {
   op(a.lock_wakeups, b.lock_wakeups);
   op(a.locks_queued, b.locks_queued);
   op(a.fence_confirmations, b.fence_confirmations);
+  op(a.fences_unverified, b.fences_unverified);
   op(a.log_messages, b.log_messages);
   op(a.log_sink_errors, b.log_sink_errors);
 }

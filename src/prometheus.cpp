@@ -260,6 +260,8 @@ void append_prometheus(std::string& out, const client_stats& s, const prometheus
   w.counter("locks_queued_total", "Fair hand-over: lock operations that queued behind other waiters.", s.locks_queued);
   w.counter("fence_confirmations_total", "Fenced locks whose fence was confirmed in a second round trip.",
             s.fence_confirmations);
+  w.counter("fences_unverified_total", "Fenced locks whose fence rests on the masters' clocks alone.",
+            s.fences_unverified);
   w.counter("log_messages_total", "Log messages formatted by the client itself.", s.log_messages);
   w.counter("log_sink_errors_total", "Exceptions thrown by the log sink (client and masters).",
             s.log_sink_errors + s.total().log_sink_errors);

@@ -78,7 +78,8 @@ class client {
   /// not exist) leave too few others for a quorum, it completes at once with `quorum_unavailable`.
   /// Errors: `error::not_acquired` (held by someone else), `error::quorum_unavailable` (too many
   /// masters down or failing; `report(lock)` says why, master by master), `error::validity_expired`,
-  /// `error::invalid_argument` (empty or overlong resource, ttl not above drift + request timeout),
+  /// `error::invalid_argument` (empty or overlong resource, one whose key would end like a key the
+  /// lock kinds keep beside a lock, such as `x:redlock-fence`; ttl not above drift + request timeout),
   /// `error::invalid_config`.
   ///
   /// @par Per-operation cancellation
@@ -102,7 +103,8 @@ class client {
   ///
   /// Errors as for `async_lock`, and `error::invalid_argument` for options that do not go together
   /// (permits other than 1 without `semaphore`, `fence` or `owner` with another kind, an owner
-  /// that is empty, longer than 256 bytes or holds spaces or control characters). A master that
+  /// that is empty, longer than 256 bytes, holds spaces or control characters or begins with
+  /// `redlock:`). A master that
   /// holds the resource as another kind (say, a semaphore locked as a plain lock) answers an error
   /// (`master_status::server_error`) and does not count. See docs/api.md, "Lock kinds".
   template <boost::asio::completion_token_for<void(boost::system::error_code, lock)> Token = boost::asio::deferred_t>

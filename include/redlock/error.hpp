@@ -76,7 +76,7 @@ enum class error {
   /// `client::async_wait_ready` gave up: its timeout passed before a quorum of masters was
   /// connected (the report says what each of the others last did).
   not_ready,
-  // TLS (issue 15; appended). Each is a connection's `last_error` after a failed TLS connect, and
+  // TLS (appended). Each is a connection's `last_error` after a failed TLS connect, and
   // the connection's `last_error_text` holds OpenSSL's words (the verify result or the alert).
   /// TLS was used, but the master answered in plain RESP: the port does not speak TLS.
   tls_not_offered,
@@ -96,6 +96,12 @@ enum class error {
   /// The TLS handshake failed for another reason (no common protocol version or cipher, a
   /// truncated handshake).
   tls_handshake_failed,
+
+  // Scripts (appended)
+  /// The master answered `SCRIPT LOAD` with a digest other than the SHA-1 of the script sent: its
+  /// scripts cannot be trusted to be ours (a proxy that rewrites them, say), so the lock client
+  /// stops using that master.
+  script_mismatch,
 };
 
 /// Coarse groups of errors, for tests such as `ec == redlock::condition::timeout`.

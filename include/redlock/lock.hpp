@@ -222,12 +222,13 @@ class lock {
   /// @brief Extends the lock to `ttl` from now on a majority of masters (check-the-token script).
   ///
   /// Handler: `void(boost::system::error_code)`. On success `validity_deadline()` moves to the
-  /// start of this extension + ttl - drift. The extension counts only if a majority extended it
-  /// before the current validity ran out. Errors: `error::not_locked`; `error::validity_expired`
-  /// (the lock had already run out, or the quorum came too late); `error::not_owner` (so many
-  /// masters no longer have our token that a majority cannot); `error::quorum_unavailable`; `error::invalid_argument`
-  /// (ttl too short for the drift and request timeout). After a failure the lock stays valid until its old deadline at
-  /// most.
+  /// start of this extension + ttl - drift, unless it was later already: an extension never
+  /// shortens a lock, on the masters or here (a ttl shorter than the time left changes nothing).
+  /// The extension counts only if a majority extended it before the current validity ran out. Errors:
+  /// `error::not_locked`; `error::validity_expired` (the lock had already run out, or the quorum came too late);
+  /// `error::not_owner` (so many masters no longer have our token that a majority cannot); `error::quorum_unavailable`;
+  /// `error::invalid_argument` (ttl too short for the drift and request timeout). After a failure the lock stays valid
+  /// until its old deadline at most.
   ///
   /// @par Per-operation cancellation
   /// `terminal`, `partial`: completes at once with `operation_aborted`; the extension requests

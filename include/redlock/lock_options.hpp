@@ -46,7 +46,8 @@ struct lock_options {
   /// held; each acquisition is its own handle with its own release, and the resource stays locked
   /// until the last of them is released (or expires). The owner is the lock's identity on the
   /// masters, so it must be unique to the logical owner (say, "<host>/<pid>/<task>") and as secret
-  /// as a token: whoever knows it can enter. 1 to 256 bytes, no spaces or control characters.
+  /// as a token: whoever knows it can enter. 1 to 256 bytes, no spaces or control characters, not
+  /// beginning with `redlock:` (the library's own values, such as the readers' marker).
   std::string owner;
 };
 

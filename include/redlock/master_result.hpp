@@ -42,7 +42,9 @@ struct master_result {
   /// From sending the request to this answer (zero while `pending`).
   std::chrono::microseconds latency{0};
   /// The number a script-based acquisition answered with its status (docs/api.md, "Lock kinds"):
-  /// the fencing counter, the waiter's ticket, the holders or holds counted there; 0 otherwise.
+  /// the fencing counter, the waiter's ticket, the holders or holds counted there; 0 otherwise. A
+  /// fenced grant by a master without a counter answers that master's clock in microseconds,
+  /// negated (docs/safety.md, "Fencing tokens").
   std::int64_t value = 0;
 };
 

@@ -273,6 +273,11 @@ struct client_stats {
   /// Fenced locks whose granting masters disagreed on the fence, so that it was confirmed on them
   /// in a second round trip (after a master was down, or after failed attempts).
   std::uint64_t fence_confirmations = 0;
+  /// Fenced locks whose fence rests on the masters' clocks alone: a granting master had no
+  /// counter (first use, or restarted without its data) while some masters did not answer and
+  /// fewer than a majority of the others held a counter (docs/safety.md, "Fencing tokens").
+  /// Each is logged as a warning.
+  std::uint64_t fences_unverified = 0;
 
   /// Successful `async_lock`/`async_try_lock`: from the call to the lock, retries included.
   latency_histogram acquire_latency;

@@ -268,7 +268,7 @@ struct client_counters {
   counter lock_operations{0}, lock_attempts{0}, acquired{0}, not_acquired{0}, quorum_unavailable{0},
       validity_expired{0}, aborted{0}, rejected{0};
   counter extensions{0}, extension_failures{0}, lost{0}, releases{0}, release_failures{0}, background_releases{0},
-      releases_resent{0}, releases_expired{0}, wakeups{0}, queued{0}, confirmations{0};
+      releases_resent{0}, releases_expired{0}, wakeups{0}, queued{0}, confirmations{0}, unverified_fences{0};
   live_histogram<true> acquire_latency;
 };
 
@@ -358,6 +358,9 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   void subscribe_inbox(std::size_t i);
   // Loads every script on master `i`'s new connection (see all_scripts).
   void load_scripts(std::size_t i);
+  // Stops using master `i` for good (its connection closes), with `cause` as the reason every
+  // lock operation reports for it from now on; `why` is logged.
+  void refuse_master(std::size_t i, error_code cause, std::string_view why);
   // Whether a release of this client saw waiters queued for `key` lately: its next acquisition of
   // `key` queues from the first round, so that it cannot jump ahead of them.
   bool recently_contended(const std::string& key);
@@ -370,6 +373,8 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   void note_queued() noexcept { bump<true>(counters_.queued); }
   void note_wakeup() noexcept { bump<true>(counters_.wakeups); }
   void note_confirm() noexcept { bump<true>(counters_.confirmations); }
+  // A fenced lock granted with a fence that rests on the masters' clocks alone (logged).
+  void note_unverified_fence(const lock_state& st, const std::vector<master_result>& round);
   // A NOSCRIPT answer to EVALSHA: sends the script again with EVAL on the same master (queued
   // after whatever was sent before it) and returns true; false for any other answer.
   bool eval_instead(std::uint64_t tag, error_code ec, const resp::response& r, const lock_state& st, const script& s,
@@ -430,6 +435,7 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   logger log_;
   std::vector<std::unique_ptr<master_link>> links_;
   std::vector<core::release_ledger> deferred_;  // per master; on the strand
+  std::vector<bool> refused_;                   // per master: not used any more (refuse_master)
   std::vector<std::string> names_;              // "master N (address)", for log messages
   std::atomic<bool> closed_{false};
   client_counters counters_;

@@ -10,6 +10,7 @@
 
 #include <redlock/client.hpp>
 #include <redlock/connection.hpp>
+#include <redlock/detail/scripts.hpp>
 #include <redlock_test/coro.hpp>
 #include <redlock_test/fake_server.hpp>
 #include <redlock_test/fault_proxy.hpp>
@@ -764,6 +765,42 @@ TEST_F(real_error_test, noscript_for_eval_too_is_a_server_error_not_a_retry_loop
         EXPECT_FALSE(uec) << uec.message();
         EXPECT_EQ(l.masters().at(fake_index).status, master_status::granted);
         EXPECT_FALSE(fake.value("ns2"));
+      },
+      1, test_limit);
+}
+
+// ---- a master whose script digests are not ours ---------------------------------------------------
+
+// The fake answers `SCRIPT LOAD` of the extend script with another digest: a master that does not
+// compute our scripts' SHA-1 (a proxy rewriting them, say) cannot be trusted to run what we send.
+// The client stops using it for good (`script_mismatch`, no reconnect) and locks on the others;
+// every later result names the cause.
+TEST_F(five_masters, a_master_whose_script_digest_differs_is_not_used) {
+  const std::string wrong = "0123456789012345678901234567890123456789";
+  fake.set_responder([wrong](const fake_server::command& c) -> std::optional<reply_action> {
+    if (c.size() == 3 && c[0] == "SCRIPT" && c[1] == "LOAD" && c[2] == redlock::detail::extend_script.body)
+      return reply_action::send("$40\r\n" + wrong + "\r\n");
+    return std::nullopt;
+  });
+  run_test(
+      [&](asio::io_context& ioc) -> asio::awaitable<void> {
+        redlock::client locks{ioc.get_executor(), config()};
+        co_await eventually([&] { return locks.masters().at(fake_index).state == connection_state::closed; },
+                            "the fake master refused");
+        auto [ec, l] = co_await locks.async_try_lock("digest", 10s, use_tuple);
+        EXPECT_FALSE(ec) << ec.message();
+        const auto n = l.masters().at(fake_index);
+        EXPECT_EQ(n.status, master_status::unreachable);
+        EXPECT_EQ(n.error, error::script_mismatch) << n.error.message();
+        EXPECT_FALSE(fake.value("digest"));
+        co_await sleep_for(300ms);  // several reconnect delays (10-100 ms): none is attempted
+        EXPECT_EQ(fake.connections_accepted(), 1u);
+        EXPECT_EQ(fake.commands_seen("SET"), 0u);
+        // A report names the cause, as for any master that cannot be used.
+        const auto report = locks.report(l);
+        EXPECT_EQ(report.failing.size(), 1u);
+        for (const auto& m : report.failing) EXPECT_EQ(m.error, error::script_mismatch) << m.address;
+        co_await l.async_unlock(use_tuple);
       },
       1, test_limit);
 }

@@ -664,14 +664,22 @@ void node::release() noexcept {
 }
 
 std::string node::command(std::initializer_list<std::string_view> args, std::chrono::milliseconds timeout) {
-  if (args.size() == 0) throw std::invalid_argument("command(): no command");
+  return command(std::span<const std::string_view>(args.begin(), args.end()), timeout);
+}
+
+std::string node::command(const std::vector<std::string>& args, std::chrono::milliseconds timeout) {
+  const std::vector<std::string_view> views(args.begin(), args.end());
+  return command(std::span<const std::string_view>(views), timeout);
+}
+
+std::string node::command(std::span<const std::string_view> args, std::chrono::milliseconds timeout) {
+  if (args.empty()) throw std::invalid_argument("command(): no command");
   const auto deadline = clock_type::now() + timeout;
   blocking_connection conn(port_, deadline);
   if (const auto rejected = authenticate(conn, *options_, deadline); !rejected.empty()) {
     throw std::runtime_error(fmt::format("AUTH rejected by 127.0.0.1:{}: {}", port_, rejected));
   }
-  const std::span rest(args.begin() + 1, args.end());
-  return conn.call(*args.begin(), rest, deadline).raw;
+  return conn.call(args.front(), args.subspan(1), deadline).raw;
 }
 
 // ---- node_set -----------------------------------------------------------------------------------

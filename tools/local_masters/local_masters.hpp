@@ -23,6 +23,7 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -148,10 +149,14 @@ class node {
   /// rejected.
   std::string command(std::initializer_list<std::string_view> args,
                       std::chrono::milliseconds timeout = std::chrono::milliseconds{5000});
+  /// The same, with the command and its arguments in a vector (built at run time).
+  std::string command(const std::vector<std::string>& args,
+                      std::chrono::milliseconds timeout = std::chrono::milliseconds{5000});
 
  private:
   enum class start_result { ready, address_in_use };
 
+  std::string command(std::span<const std::string_view> args, std::chrono::milliseconds timeout);
   void reserve_ports();
   start_result await_ready(std::chrono::steady_clock::time_point deadline);
   void send_kill() noexcept;

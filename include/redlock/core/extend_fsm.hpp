@@ -4,6 +4,11 @@
 /// script on every master, with per-master deadlines cut to the remaining validity. The extension
 /// counts only if a majority extended it *before the old validity ran out* (after that, someone
 /// else may hold the lock) and the new validity is positive.
+///
+/// An extension never shortens a lock. Every extend script only moves an expiry later (a ttl
+/// shorter than the time left leaves it where it is), so whatever happens to the round (success,
+/// failure, cancellation, answers after the deadline) the masters keep the key at least until the
+/// old deadline: the holder may keep relying on it, and after success on the later of the two.
 
 #include <redlock/core/outcome.hpp>
 #include <redlock/core/validity.hpp>
@@ -75,10 +80,10 @@ class extend_fsm {
   }
 
   /// Master `master`'s answer (or failure `ec`) at `now`. Completes once the quorum is decided:
-  /// success, `error::validity_expired` (too late), `error::not_owner` (too many masters no longer
-  /// hold our token) or `error::quorum_unavailable` (too many failed; the lock may still be ours).
-  /// `down_cause`: for an answer `error::not_connected`, why the master's connection last failed
-  /// (kept as its result's error; empty when unknown).
+  /// success, `error::validity_expired` (decided at or after the old deadline), `error::not_owner` (too many masters no
+  /// longer hold our token) or `error::quorum_unavailable` (too many failed; the lock may still be ours). `down_cause`:
+  /// for an answer `error::not_connected`, why the master's connection last failed (kept as its result's error; empty
+  /// when unknown).
   extend_action on_reply(std::size_t master, boost::system::error_code ec, const resp::response& reply,
                          clock::time_point now, boost::system::error_code down_cause = {}) {
     if (state_ != state::waiting) return {};
@@ -87,11 +92,11 @@ class extend_fsm {
     if (!table_.record(master, std::move(result), now)) return {};
     decided_ = true;
     if (table_.state() == quorum_state::reached) {
-      if (now < old_deadline_ && validity<clock>(ttl_, table_.start(), now, drift_) > clock::duration::zero()) {
-        new_deadline_ = core::validity_deadline<clock>(ttl_, table_.start(), drift_);
-        return finish({});
-      }
-      return finish(error::validity_expired);
+      if (now >= old_deadline_) return finish(error::validity_expired);  // someone else may hold it now
+      // The extend scripts never move an expiry earlier, so the old deadline still holds where
+      // the new one would come sooner (a ttl shorter than the time left): the later of the two.
+      new_deadline_ = std::max(old_deadline_, core::validity_deadline<clock>(ttl_, table_.start(), drift_));
+      return finish({});
     }
     // "Not ours" from a master proves the key expired or was taken *there* (a master that missed an
     // earlier extension lets its copy expire: normal under load). The lock is gone only when so
@@ -112,7 +117,7 @@ class extend_fsm {
   bool done() const noexcept { return state_ == state::done; }
   /// Whether a round was sent and decided by the masters (not refused up front, not cancelled).
   bool decided() const noexcept { return decided_; }
-  /// The new validity deadline after success; the old one otherwise.
+  /// After success the later of the old deadline and start + ttl - drift; the old one otherwise.
   clock::time_point validity_deadline() const noexcept { return ok_ ? new_deadline_ : old_deadline_; }
   /// Each master's answer to the extension.
   const round_table& table() const noexcept { return table_; }

@@ -153,6 +153,10 @@ class keep_alive_fsm {
     if (ec == boost::asio::error::operation_aborted) return {};
     if (!ec) {
       deadline_moved(new_deadline);
+      // An extension that left less than `renew_below` (a ttl no longer than it: an extension
+      // never shortens, and never lengthens past its own ttl) would be due again at once: paced
+      // by the retry interval instead of extending in a loop.
+      if (keeping_ && next_try_ <= now) next_try_ = now + opts_.retry_interval;
       pending_.clear();
       return told(keep_alive_action::notice::extended, {});
     }

@@ -13,7 +13,8 @@
 ///
 /// Lock kinds (docs/design.md, "Lock kinds"): every kind but the plain lock acquires with a script
 /// that answers `{status, number}`; a semaphore needs more than a majority (`lock_rules::quorum`);
-/// a fenced lock whose granting masters disagree on the fence confirms it on them before success.
+/// a fenced lock whose granting masters disagree on the fence confirms it on them before success,
+/// and one granted by a master without a counter first hears the other masters' counters.
 
 #include <redlock/core/outcome.hpp>
 #include <redlock/core/readiness.hpp>
@@ -124,6 +125,7 @@ class lock_fsm {
                        const resp::response& reply, clock::time_point now, double unit_random,
                        boost::system::error_code down_cause = {}) {
     if (state_ == state::confirming && round == round_) return on_confirm(master, ec, reply, now, unit_random);
+    if (state_ == state::hearing && round == round_) return on_heard(master, ec, reply, down_cause, now, unit_random);
     if (state_ != state::waiting || round != round_) return {};
     if (rules_.fence && !ec) {
       if (const auto f = fair_reply_of(reply); f.valid && f.ticket > fence_floor_) fence_floor_ = f.ticket;
@@ -181,6 +183,7 @@ class lock_fsm {
       case state::sleeping:
         return finish(boost::asio::error::operation_aborted, false);
       case state::waiting:
+      case state::hearing:
       case state::confirming:
         return finish(boost::asio::error::operation_aborted, true);
       case state::done:
@@ -198,7 +201,7 @@ class lock_fsm {
   /// Whether answers of `round` are still awaited (its acquire requests, or its fence
   /// confirmations): a request of it that must be sent again (NOSCRIPT) is still wanted.
   bool awaiting(std::uint64_t round) const noexcept {
-    return round == round_ && (state_ == state::waiting || state_ == state::confirming);
+    return round == round_ && (state_ == state::waiting || state_ == state::hearing || state_ == state::confirming);
   }
   /// Whether the round in progress is confirming its fence (answers are to the confirmation).
   bool confirming() const noexcept { return state_ == state::confirming; }
@@ -223,6 +226,10 @@ class lock_fsm {
   std::int64_t fence() const noexcept { return fence_; }
   /// Fence confirmations sent (rounds whose granting masters disagreed on the fence).
   std::size_t confirm_rounds() const noexcept { return confirm_rounds_; }
+  /// After a fenced success: false when the fence rests on the masters' clocks alone, because a
+  /// granting master had no counter, not every master answered, and fewer than a majority of
+  /// those that did hold a counter (docs/safety.md, "Fencing tokens"). True otherwise.
+  bool fence_verified() const noexcept { return fence_verified_; }
   /// Whether master `i` must be sent the fence confirmation (it granted with a smaller number).
   bool needs_confirm(std::size_t i) const noexcept {
     if (!rules_.fence || i >= table_.size()) return false;
@@ -231,19 +238,78 @@ class lock_fsm {
   }
 
  private:
-  enum class state : std::uint8_t { idle, waiting, sleeping, confirming, done };
+  // hearing: a fenced round reached its quorum, but a granting master had no counter; the other
+  // masters' answers of the round are awaited (they come by the round's deadline) to fix the fence.
+  enum class state : std::uint8_t { idle, waiting, hearing, sleeping, confirming, done };
+
+  // Where a fenced round's answers stand (granting masters answer their bumped counter, or the
+  // negated clock when they have none; refusing masters answer their counter, 0 for none).
+  struct fence_view {
+    std::int64_t granted_top = 0;  // the largest bumped counter of a granting master
+    std::int64_t heard_top = 0;    // the largest counter or clock any master answered
+    bool counterless = false;      // a granting master has no counter
+    bool zero = false;             // a granting master answered 0: not a fence script's answer
+    std::size_t counters = 0;      // masters that answered a counter of theirs
+    std::size_t heard = 0;         // masters that answered the script at all
+  };
+  fence_view view_fence() const noexcept {
+    fence_view v;
+    for (const auto& r : table_.results()) {
+      if (r.status != master_status::granted && r.status != master_status::taken) continue;
+      ++v.heard;
+      if (r.value > 0) ++v.counters;
+      v.heard_top = std::max(v.heard_top, r.value < 0 ? -r.value : r.value);
+      if (r.status != master_status::granted) continue;
+      if (r.value > 0) v.granted_top = std::max(v.granted_top, r.value);
+      v.counterless = v.counterless || r.value < 0;
+      v.zero = v.zero || r.value == 0;
+    }
+    return v;
+  }
+  // Whether the fence can be fixed now: every granting master had a counter, or a majority of
+  // masters answered a counter, or no answer of the round is still to come.
+  bool fence_heard(const fence_view& v) const noexcept {
+    return !v.counterless || v.counters >= majority(rules_.masters) || table_.count(master_status::pending) == 0;
+  }
+
+  lock_action on_heard(std::size_t master, boost::system::error_code ec, const resp::response& reply,
+                       boost::system::error_code down_cause, clock::time_point now, double unit_random) {
+    if (!ec) {
+      if (const auto f = fair_reply_of(reply); f.valid && f.ticket > fence_floor_) fence_floor_ = f.ticket;
+    }
+    auto result = classify(table_.cmd(), ec, reply);
+    if (result.status == master_status::unreachable && down_cause) result.error = down_cause;
+    if (master >= table_.size() || table_.results()[master].status != master_status::pending) return {};
+    (void)table_.record(master, std::move(result), now);  // decided already: only the answer is kept
+    if (!fence_heard(view_fence())) return {};
+    if (now >= deadline_) return fail_round(error::validity_expired, now, unit_random);
+    return begin_confirm(now, unit_random);
+  }
 
   // A fenced round reached its quorum. Each master's counter was bumped by its grant; the fence is
   // the largest. Any later holder's majority meets a majority that holds at least the fence, so
   // its own fence is larger (docs/safety.md, "Fencing tokens"): when fewer than a majority of the
   // granting masters answered the fence itself, the others are raised to it first.
+  //
+  // A granting master without a counter (first use, or restarted without its data) cannot vouch
+  // for the fences before it. The fence is then fixed above every counter and clock the round
+  // heard, once a majority of masters answered a counter (any earlier holder's confirming majority
+  // meets it) or every master answered; the confirmation creates the missing counters.
   lock_action begin_confirm(clock::time_point now, double unit_random) {
-    std::int64_t top = 0;
-    for (const auto& r : table_.results()) {
-      if (r.status == master_status::granted) top = std::max(top, r.value);
+    const auto v = view_fence();
+    if (v.zero || (v.granted_top <= 0 && !v.counterless))
+      return fail_round(error::unexpected_reply, now, unit_random);  // a counter is never 0
+    if (!fence_heard(v)) {
+      state_ = state::hearing;
+      return {};
+    }
+    std::int64_t top = v.granted_top;
+    fence_verified_ = true;
+    if (v.counterless) {
+      top = std::max(v.heard_top, fence_floor_) + 1;
+      fence_verified_ = v.counters >= majority(rules_.masters) || v.heard == rules_.masters;
     }
     fence_ = top;
-    if (top <= 0) return fail_round(error::unexpected_reply, now, unit_random);  // a counter is never 0
     confirmed_ = 0;
     confirm_pending_ = 0;
     confirm_taken_ = 0;
@@ -299,6 +365,7 @@ class lock_fsm {
     ++attempts_;
     state_ = state::waiting;
     fence_ = 0;
+    fence_verified_ = true;
     fair_round_ = rules_.fair && (attempts_ > 1 || queue_first_);
     sent_fair_ = sent_fair_ || fair_round_;
     std::fill(woken_.begin(), woken_.end(), false);
@@ -370,6 +437,7 @@ class lock_fsm {
   std::size_t confirm_taken_ = 0;    // answered "not ours": the key left that master
   std::size_t confirm_rounds_ = 0;
   std::vector<bool> confirm_seen_;
+  bool fence_verified_ = true;
 };
 
 }  // namespace redlock::core

@@ -24,10 +24,12 @@ namespace redlock::core {
 /// TLS: a certificate that is untrusted, expired or for another name, and TLS spoken to a plain
 /// port or plain to a TLS port, are configuration on one side or the other: hopeless. A refused
 /// session (`tls_refused`, partly inferred from a reset) and other handshake failures are not.
+/// A master whose script digests are not ours (`script_mismatch`) is not used again: hopeless.
 inline bool is_hopeless(const boost::system::error_code& ec) noexcept {
   return ec == error::auth_failed || ec == error::invalid_config || ec == boost::asio::error::host_not_found ||
          ec == error::tls_certificate_untrusted || ec == error::tls_certificate_expired ||
-         ec == error::tls_name_mismatch || ec == error::tls_not_offered || ec == error::tls_expected;
+         ec == error::tls_name_mismatch || ec == error::tls_not_offered || ec == error::tls_expected ||
+         ec == error::script_mismatch;
 }
 
 /// After a round that failed for want of a quorum (`round` holds each master's answer), whether a

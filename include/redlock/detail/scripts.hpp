@@ -33,11 +33,14 @@ redis.call("publish","redlock:wake:"..string.sub(h,1,16),h)
 return 2)",
     "07bcbc10cd59cbaf016856570d4b8c83d1b28354"};
 
-/// KEYS[1] = key, ARGV[1] = token, ARGV[2] = ttl in ms. Re-arms the expiry only if the key still
-/// holds our token: 1 or 0.
+/// KEYS[1] = key, ARGV[1] = token, ARGV[2] = ttl in ms. If the key still holds our token, makes it
+/// live at least ttl more (never less than it already had: an extension that fails after moving an
+/// expiry earlier would leave its holder trusting a deadline the masters no longer keep): 1; else 0.
 inline constexpr script extend_script{
-    R"(if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("pexpire",KEYS[1],ARGV[2]) else return 0 end)",
-    "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10"};
+    R"(if redis.call("get",KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call("pttl",KEYS[1]) < tonumber(ARGV[2]) then redis.call("pexpire",KEYS[1],ARGV[2]) end
+return 1)",
+    "54f7213a22b0c2233b720f9ba59a80a38f2f4cb4"};
 
 /// The fair acquisition (docs/design.md, "Fair hand-over"). KEYS as for `release_script`; ARGV[1]
 /// = token, ARGV[2] = ttl in ms, ARGV[3] = the waiter (`<client inbox>:<operation>`), ARGV[4] = its
@@ -69,6 +72,8 @@ if ticket < 0 then
 elseif ticket == 0 then
   local s = redis.call("zscore",q,me)
   if s then ticket = tonumber(s) end
+elseif redis.call("zscore",q,me) then
+  redis.call("zadd",q,ticket,me)
 end
 local status = 0
 if redis.call("exists",KEYS[1]) == 0 then
@@ -90,7 +95,7 @@ if redis.call("pttl",q) < timeout then
   redis.call("pexpire",e,timeout)
 end
 return {status,ticket})",
-    "81e90200cb22be414be31f72be562a15d9eaadf1"};
+    "b0596ef2b4e10f5f6ea6370d0a257f90ea4c1c58"};
 
 // ---- lock kinds (docs/design.md, "Lock kinds"; docs/safety.md, "Lock kinds") ---------------------
 // Each acquire script answers {status, number} like the fair one (core::command::acquire_script);
@@ -98,24 +103,28 @@ return {status,ticket})",
 
 /// KEYS[1] = key, KEYS[2] = its fencing counter; ARGV[1] = token, ARGV[2] = ttl in ms, ARGV[3] = the
 /// largest counter the caller saw (0: none). `SET NX PX` as plain Redlock; on success moves the
-/// counter above both its value and ARGV[3] (seeded from the server's clock in microseconds when
-/// missing, so that a master restarted without persistence resumes above the fences it gave) and
-/// returns {1, fence}; else {0, counter}. Starting from the largest value seen keeps the masters'
-/// counters equal after contention, so that the fence rarely needs confirming.
+/// counter above both its value and ARGV[3] and returns {1, fence}; else {0, counter} (0: none).
+/// Starting from the largest value seen keeps the masters' counters equal after contention, so
+/// that the fence rarely needs confirming. A missing counter (first use, or a master restarted
+/// without its data) is not created here: the grant answers {1, -clock} (this master's clock in
+/// microseconds, negated), and the client fixes the fence from what the other masters hold before
+/// the confirmation creates it (docs/safety.md, "Fencing tokens"). A counter that is not a number
+/// is an error reply before anything is written.
 inline constexpr script fence_acquire_script{
     R"(local c = redis.call("get",KEYS[2])
+if c and not tonumber(c) then return redis.error_reply("REDLOCK fence counter is not a number") end
 if not redis.call("set",KEYS[1],ARGV[1],"nx","px",ARGV[2]) then return {0,tonumber(c or "0")} end
 if not c then
   local t = redis.call("time")
-  c = t[1]..string.format("%06d",t[2])
+  return {1,-(t[1]*1000000+t[2])}
 end
 local f = math.max(tonumber(c),tonumber(ARGV[3]))+1
 redis.call("set",KEYS[2],string.format("%d",f))
 return {1,f})",
-    "5955d949b6cd5979688934ba203e10276d93de56"};
+    "905cf11a923b6474357f3bc23fc0659af6e072be"};
 
 /// KEYS as for `fence_acquire_script`; ARGV[1] = token, ARGV[2] = the fence. Where the key still
-/// holds our token, raises the counter to the fence: 1; else 0.
+/// holds our token, raises the counter to the fence (creating it where it is missing): 1; else 0.
 inline constexpr script fence_confirm_script{
     R"(if redis.call("get",KEYS[1]) ~= ARGV[1] then return 0 end
 if tonumber(redis.call("get",KEYS[2]) or "0") < tonumber(ARGV[2]) then redis.call("set",KEYS[2],ARGV[2]) end
@@ -146,33 +155,36 @@ if n > 0 then return 1 end
 return 0)",
     "84a5a8656118614d95ddbbb9e98afd0477480676"};
 
-/// KEYS as for `multi_acquire_script`; ARGV[1] = token, ARGV[2] = ttl in ms. Re-arms every key only
-/// if every key holds our token: 1, else 0.
+/// KEYS as for `multi_acquire_script`; ARGV[1] = token, ARGV[2] = ttl in ms. Only if every key holds
+/// our token, makes each live at least ttl more (never less than it had): 1, else 0.
 inline constexpr script multi_extend_script{
     R"(for i = 1, #KEYS do
   if redis.call("get",KEYS[i]) ~= ARGV[1] then return 0 end
 end
-for i = 1, #KEYS do redis.call("pexpire",KEYS[i],ARGV[2]) end
+local ttl = tonumber(ARGV[2])
+for i = 1, #KEYS do
+  if redis.call("pttl",KEYS[i]) < ttl then redis.call("pexpire",KEYS[i],ttl) end
+end
 return 1)",
-    "c1b2aaaeb9620fffc1e08a4c1f52abed4b152eba"};
+    "635badc0541a004ff86ed0351fc948ee65d6329d"};
 
 /// KEYS[1] = key, KEYS[2] = its holds; ARGV[1] = owner, ARGV[2] = ttl in ms, ARGV[3] = this hold's
 /// token. Takes the key if absent, or joins it if the owner holds it (never shortening it), and
 /// records the hold: {1, holds}; {0, 0} when someone else holds it.
 inline constexpr script reentrant_acquire_script{
     R"(local v = redis.call("get",KEYS[1])
+if v and v ~= ARGV[1] then return {0,0} end
+local n = redis.call("hlen",KEYS[2])
 if not v then
   redis.call("set",KEYS[1],ARGV[1],"px",ARGV[2])
-  redis.call("del",KEYS[2])
-elseif v ~= ARGV[1] then
-  return {0,0}
+  if n > 0 then redis.call("del",KEYS[2]) end
 elseif redis.call("pttl",KEYS[1]) < tonumber(ARGV[2]) then
   redis.call("pexpire",KEYS[1],ARGV[2])
 end
 redis.call("hset",KEYS[2],ARGV[3],"1")
 redis.call("pexpire",KEYS[2],redis.call("pttl",KEYS[1]))
 return {1,redis.call("hlen",KEYS[2])})",
-    "ac2c211b094c5145390f0789106483e9d75d8f56"};
+    "7594d36b7bb27abdcd0119db2a60c1943aabbcbc"};
 
 /// KEYS as for `reentrant_acquire_script`; ARGV[1] = owner, ARGV[2] unused, ARGV[3] = the hold's
 /// token. Drops that hold (1), and the key with the last one; 0 if the hold is not here.
@@ -194,50 +206,57 @@ return 1)",
     "56905c8fe1d34c32daaf884a07f2b00c7c21a848"};
 
 /// KEYS[1] = key, KEYS[2] = its readers, KEYS[3] = its waiting writer; ARGV[1] = token, ARGV[2] =
-/// ttl in ms. While readers hold it, the key holds `readers_marker` and lives at least as long as
-/// each of them (their expiries, in server milliseconds, are the scores). Refused ({0, 0}) when a
-/// writer holds the key or waits for it; else {1, readers}.
+/// ttl in ms. While readers hold it, the key holds `readers_marker` and the sorted set KEYS[2] has
+/// each reader's token scored by its expiry (server ms); the marker and the set expire with the
+/// last live reader (no sooner, and no later: a writer never waits for a reader that left).
+/// Refused ({0, 0}) when a writer holds the key or waits for it; else {1, readers}.
 inline constexpr script read_acquire_script{
     R"(local v = redis.call("get",KEYS[1])
 if (v and v ~= "redlock:readers") or redis.call("exists",KEYS[3]) == 1 then return {0,0} end
 local t = redis.call("time")
 local now = t[1]*1000+math.floor(t[2]/1000)
-local ttl = tonumber(ARGV[2])
 redis.call("zremrangebyscore",KEYS[2],"-inf",now)
-redis.call("zadd",KEYS[2],now+ttl,ARGV[1])
-if not v or redis.call("pttl",KEYS[1]) < ttl then
-  redis.call("set",KEYS[1],"redlock:readers","px",ttl)
-  redis.call("pexpire",KEYS[2],ttl)
-end
+redis.call("zadd",KEYS[2],now+tonumber(ARGV[2]),ARGV[1])
+local last = redis.call("zrange",KEYS[2],-1,-1,"withscores")[2]
+if not v then redis.call("set",KEYS[1],"redlock:readers") end
+redis.call("pexpireat",KEYS[1],last)
+redis.call("pexpireat",KEYS[2],last)
 return {1,redis.call("zcard",KEYS[2])})",
-    "a6a5f9ffdd58f069b541e8a7be47dda879f12036"};
+    "b6d5faeea69eb5c23311c0f5685b26a00ca2adc4"};
 
-/// KEYS[1] = key, KEYS[2] = its readers; ARGV[1] = token. Drops the reader (1; 0 if absent), and the
-/// key with the last live reader.
+/// KEYS[1] = key, KEYS[2] = its readers; ARGV[1] = token. Drops the reader (1; 0 if absent); the
+/// marker and the set then expire with the last live reader, or go at once without one.
 inline constexpr script read_release_script{
-    R"(if redis.call("zrem",KEYS[2],ARGV[1]) == 0 then return 0 end
-if redis.call("get",KEYS[1]) ~= "redlock:readers" then return 1 end
+    R"(local v = redis.call("get",KEYS[1])
+if redis.call("zrem",KEYS[2],ARGV[1]) == 0 then return 0 end
+if v ~= "redlock:readers" then return 1 end
 local t = redis.call("time")
 redis.call("zremrangebyscore",KEYS[2],"-inf",t[1]*1000+math.floor(t[2]/1000))
-if redis.call("zcard",KEYS[2]) == 0 then redis.call("del",KEYS[1]) end
+local last = redis.call("zrange",KEYS[2],-1,-1,"withscores")[2]
+if not last then
+  redis.call("del",KEYS[1])
+else
+  redis.call("pexpireat",KEYS[1],last)
+  redis.call("pexpireat",KEYS[2],last)
+end
 return 1)",
-    "4e0748b14a040dab62f37abc6eb11b8866cd9608"};
+    "bdcda4e406368a7982ee3c1aad597de487a30999"};
 
 /// KEYS as for `read_release_script`; ARGV[1] = token, ARGV[2] = ttl in ms. If the reader is here
-/// and not expired, moves its expiry to ttl from now (the key lives at least as long): 1; else 0.
+/// and not expired, makes its entry live at least ttl more (never less than it had), and the
+/// marker and the set as long as the last live reader: 1; else 0.
 inline constexpr script read_extend_script{
     R"(local t = redis.call("time")
 local now = t[1]*1000+math.floor(t[2]/1000)
 local s = redis.call("zscore",KEYS[2],ARGV[1])
 if not s or tonumber(s) <= now or redis.call("get",KEYS[1]) ~= "redlock:readers" then return 0 end
-local ttl = tonumber(ARGV[2])
-redis.call("zadd",KEYS[2],now+ttl,ARGV[1])
-if redis.call("pttl",KEYS[1]) < ttl then
-  redis.call("pexpire",KEYS[1],ttl)
-  redis.call("pexpire",KEYS[2],ttl)
-end
+local e = now+tonumber(ARGV[2])
+if e > tonumber(s) then redis.call("zadd",KEYS[2],e,ARGV[1]) end
+local last = redis.call("zrange",KEYS[2],-1,-1,"withscores")[2]
+redis.call("pexpireat",KEYS[1],last)
+redis.call("pexpireat",KEYS[2],last)
 return 1)",
-    "3fd00b391f732b7a85cfa9f24f18ccca94dff9cc"};
+    "3fbaab0013688dfb376edc45a078f730bedd67b2"};
 
 /// KEYS as for `read_acquire_script`; ARGV[1] = token, ARGV[2] = ttl in ms, ARGV[3] = the waiting
 /// writer's name, ARGV[4] = how long its claim lives unless renewed, in ms. Takes the key if
@@ -245,17 +264,16 @@ return 1)",
 /// so that no new reader enters: {-1, 0}. Else {0, 0}.
 inline constexpr script write_acquire_script{
     R"(local v = redis.call("get",KEYS[1])
+local w = redis.call("get",KEYS[3])
 if not v then
   redis.call("set",KEYS[1],ARGV[1],"px",ARGV[2])
-  if redis.call("get",KEYS[3]) == ARGV[3] then redis.call("del",KEYS[3]) end
+  if w == ARGV[3] then redis.call("del",KEYS[3]) end
   return {1,0}
 end
-if v ~= "redlock:readers" then return {0,0} end
-local w = redis.call("get",KEYS[3])
-if w and w ~= ARGV[3] then return {0,0} end
+if v ~= "redlock:readers" or (w and w ~= ARGV[3]) then return {0,0} end
 redis.call("set",KEYS[3],ARGV[3],"px",ARGV[4])
 return {-1,0})",
-    "c6d024948f957f07135e3006cf2c641f041904da"};
+    "63b30dcd6ce4ec86d08a7e9607c791b31b3c5927"};
 
 /// KEYS[1] = a key's waiting writer; ARGV[1] = the writer's name. Drops the claim if it is that
 /// writer's: 1, else 0.
@@ -265,19 +283,19 @@ return 0)",
     "6c015f8e0f584393e2a8b7801d6eeea0a1ff1e87"};
 
 /// KEYS[1] = the semaphore's holders (token -> expiry in server ms), KEYS[2] = its permit count;
-/// ARGV[1] = token, ARGV[2] = ttl in ms, ARGV[3] = permits. Drops expired holders, then admits
-/// the caller if fewer than `permits` remain: {1, holders}; else {0, holders}. An error reply if
-/// live holders use another permit count.
+/// ARGV[1] = token, ARGV[2] = ttl in ms, ARGV[3] = permits. Admits the caller if fewer than
+/// `permits` live holders remain (dropping the expired ones): {1, holders}; else {0, holders}.
+/// An error reply, before anything is written, if live holders use another permit count.
 inline constexpr script semaphore_acquire_script{
-    R"(local t = redis.call("time")
+    R"(local p = redis.call("get",KEYS[2])
+local t = redis.call("time")
 local now = t[1]*1000+math.floor(t[2]/1000)
-redis.call("zremrangebyscore",KEYS[1],"-inf",now)
-local n = redis.call("zcard",KEYS[1])
-local p = redis.call("get",KEYS[2])
+local n = redis.call("zcount",KEYS[1],"("..now,"+inf")
 if n > 0 and p and p ~= ARGV[3] then
   return redis.error_reply("REDLOCK semaphore has "..p.." permits, not "..ARGV[3])
 end
 if n >= tonumber(ARGV[3]) then return {0,n} end
+redis.call("zremrangebyscore",KEYS[1],"-inf",now)
 local ttl = tonumber(ARGV[2])
 redis.call("zadd",KEYS[1],now+ttl,ARGV[1])
 local left = redis.call("pttl",KEYS[1])
@@ -287,7 +305,7 @@ if left < ttl then
 end
 redis.call("set",KEYS[2],ARGV[3],"px",left)
 return {1,n+1})",
-    "cecd19c45a3c871c8a96b1e43f078791d4c4505c"};
+    "37702e59c01970394c43191203de8d5af51d36f5"};
 
 /// KEYS as for `semaphore_acquire_script`; ARGV[1] = token. Drops the holder: 1 (0 if absent).
 inline constexpr script semaphore_release_script{
@@ -297,20 +315,21 @@ return 1)",
     "6d9bd32d2e266817cd6417bdf85b39fe6e6ffb19"};
 
 /// KEYS as for `semaphore_acquire_script`; ARGV[1] = token, ARGV[2] = ttl in ms. If the holder is
-/// here and not expired, moves its expiry to ttl from now: 1; else 0.
+/// here and not expired, makes its entry live at least ttl more (never less than it had), and the
+/// set at least as long: 1; else 0.
 inline constexpr script semaphore_extend_script{
     R"(local t = redis.call("time")
 local now = t[1]*1000+math.floor(t[2]/1000)
 local s = redis.call("zscore",KEYS[1],ARGV[1])
 if not s or tonumber(s) <= now then return 0 end
 local ttl = tonumber(ARGV[2])
-redis.call("zadd",KEYS[1],now+ttl,ARGV[1])
+if now+ttl > tonumber(s) then redis.call("zadd",KEYS[1],now+ttl,ARGV[1]) end
 if redis.call("pttl",KEYS[1]) < ttl then
   redis.call("pexpire",KEYS[1],ttl)
   redis.call("pexpire",KEYS[2],ttl)
 end
 return 1)",
-    "e1863583bbc52e1a718b6376234c3f2ee077044c"};
+    "946d3eaccb9a0d7ddcb01fec0eaffb290ddfb9d6"};
 
 /// The channel on which a client's waiters are woken: this prefix and the client's inbox, the
 /// first 16 characters of each of its waiters' names.
@@ -327,6 +346,15 @@ inline constexpr std::string_view writer_suffix = ":redlock-writer";
 inline constexpr std::string_view permits_suffix = ":redlock-permits";
 /// What a read/write lock's key holds while readers hold it (never a token: those are hex).
 inline constexpr std::string_view readers_marker = "redlock:readers";
+/// Values that mark a key as the library's own (the readers' marker): an owner id may not start
+/// with this, or a reentrant lock could join a key it does not own.
+inline constexpr std::string_view reserved_value_prefix = "redlock:";
+
+/// Every suffix above. A lock key that ends with one of them could be another lock's helper key
+/// (resource "x:redlock-fence" is the fencing counter of resource "x"), so that one user's lock
+/// could overwrite, or block, another's: such resource names are refused.
+inline constexpr std::string_view helper_suffixes[] = {queue_suffix,   expiry_suffix, fence_suffix,  holds_suffix,
+                                                       readers_suffix, writer_suffix, permits_suffix};
 
 /// Every script, loaded (`SCRIPT LOAD`) on each new connection before any request of a lock can
 /// use it, so that an `EVALSHA` never meets an empty script cache: its `NOSCRIPT` answer, coming

@@ -273,6 +273,9 @@ class tiny_redis {
     }
     const auto ms = to_integer(cmd[5]);
     if (!ms) return "-ERR value is not an integer or out of range script: " + std::string{s->sha1} + "\r\n";
+    // As the real script: the expiry only moves later.
+    const auto at = clock_type::now() + std::chrono::milliseconds{*ms};
+    if (e->expires && *e->expires >= at) return integer(1);
     return integer(pexpire(cmd[3], *ms) ? 1 : 0);
   }
 

@@ -284,24 +284,38 @@ TEST(extend_fsm, a_quorum_decided_at_or_after_the_old_deadline_is_validity_expir
   }
 }
 
-// Within the old validity but past the new one (a short ttl): no validity, not extended.
-TEST(extend_fsm, a_quorum_that_leaves_no_new_validity_is_validity_expired) {
-  // ttl 100 ms: drift 1 ms + 2 ms, valid until start + 97 ms.
+// An extension never shortens the lock: with a ttl shorter than the time left, success keeps the
+// old deadline, even when the new ttl would leave no validity at all (the masters kept the longer
+// expiry: every extend script only moves an expiry later).
+TEST(extend_fsm, a_shorter_ttl_never_moves_the_deadline_earlier) {
+  // ttl 100 ms: drift 1 ms + 2 ms, start + 97 ms; the old deadline is 10 s.
   extend_script{3, 100ms, 10s}
       .start(100ms)
       .extend(350ms)
       .reply(0, int_reply("1"), 110ms)
       .reply(1, int_reply("1"), 197ms - 1us)
       .complete({})
-      .then([](const extend_fsm& f) { EXPECT_EQ(describe(f.validity_deadline()), describe(at(197ms))); })
+      .then([](const extend_fsm& f) { EXPECT_EQ(describe(f.validity_deadline()), describe(at(10s))); })
       .run();
   extend_script{3, 100ms, 10s}
       .start(100ms)
       .extend(350ms)
       .reply(0, int_reply("1"), 110ms)
-      .reply(1, int_reply("1"), 197ms)
-      .complete(redlock::error::validity_expired)
+      .reply(1, int_reply("1"), 300ms)
+      .complete({})
       .then([](const extend_fsm& f) { EXPECT_EQ(describe(f.validity_deadline()), describe(at(10s))); })
+      .run();
+}
+
+// Past the old deadline nothing counts, however long the new ttl: someone else may hold it.
+TEST(extend_fsm, a_quorum_after_the_old_deadline_is_validity_expired) {
+  extend_script{3, 10s, 300ms}
+      .start(100ms)
+      .extend(300ms)
+      .reply(0, int_reply("1"), 110ms)
+      .reply(1, int_reply("1"), 300ms)
+      .complete(redlock::error::validity_expired)
+      .then([](const extend_fsm& f) { EXPECT_EQ(describe(f.validity_deadline()), describe(at(300ms))); })
       .run();
 }
 

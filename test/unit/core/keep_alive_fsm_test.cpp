@@ -357,6 +357,29 @@ TEST(keep_alive_fsm, given_options_set_the_extension_ttl_and_the_schedule) {
       .run();
 }
 
+// An extension never shortens the lock, so a keep-alive whose ttl is shorter than `renew_below`
+// (here 200 ms against 900 ms) leaves the deadline where it was: the next extension would be due
+// at once, again and again. It waits its retry interval (a tenth of 200 ms) instead.
+TEST(keep_alive_fsm, a_renewal_that_leaves_the_extension_due_waits_its_retry_interval) {
+  keep_alive_options o;
+  o.ttl = 200ms;
+  o.renew_below = 900ms;
+  keep_script{}
+      .keep(o, 0ms)
+      .wakes(88ms)
+      .timer(88ms)
+      .extend(200ms)
+      .extended(deadline, 90ms)  // the masters kept the longer expiry: same deadline
+      .wakes(110ms)
+      .timer(100ms)
+      .timer(110ms)
+      .extend(200ms)
+      .extended(deadline, 112ms)
+      .wakes(132ms)
+      .then([](const keep_alive_fsm& f) { EXPECT_EQ(f.extensions(), 2u); })
+      .run();
+}
+
 TEST(keep_alive_fsm, not_owner_or_validity_expired_is_lost_at_once) {
   for (const error_code ec :
        {make_error_code(redlock::error::not_owner), make_error_code(redlock::error::validity_expired)}) {

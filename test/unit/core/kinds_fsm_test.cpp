@@ -534,7 +534,8 @@ TEST(fenced_lock, cancel_during_the_confirmation_releases) {
   EXPECT_EQ(m.cancel(), waits);
 }
 
-TEST(fenced_lock, grants_without_a_counter_give_no_fence) {
+// A grant answers its bumped counter (> 0) or, without a counter, its clock negated (< 0): never 0.
+TEST(fenced_lock, a_grant_of_zero_is_no_fence_scripts_answer) {
   {
     machine m{fence_rules(3, false)};
     m.start(0ms);
@@ -545,21 +546,93 @@ TEST(fenced_lock, grants_without_a_counter_give_no_fence) {
   {
     machine m{fence_rules(3)};
     m.start(0ms);
-    EXPECT_EQ(m.grant(0, -5, 1ms), waits);
-    EXPECT_EQ(m.grant(1, -5, 2ms), sleep_until(2ms + delay));
+    EXPECT_EQ(m.grant(0, 0, 1ms), waits);
+    EXPECT_EQ(m.grant(1, 7, 2ms), sleep_until(2ms + delay));
     EXPECT_EQ(m.f.last_error(), redlock::error::unexpected_reply);
     EXPECT_EQ(m.f.fence(), 0);
   }
-  // One master without a counter among others: it is raised to the others' fence like any behind.
-  {
-    machine m{fence_rules(3)};
-    m.start(0ms);
-    EXPECT_EQ(m.grant(0, 0, 1ms), waits);
-    EXPECT_EQ(m.grant(1, 7, 2ms), confirms(7, 2ms + timeout));
-    EXPECT_EQ(m.to_confirm(), "0");
-    EXPECT_EQ(m.reply(0, int_reply("1"), 3ms), completes({}, false));
-    EXPECT_EQ(m.f.fence(), 7);
-  }
+}
+
+// A granting master without a counter (it lost its data, or the resource is new) cannot vouch for
+// the fences before it: the machine waits for the round's other answers until a majority of
+// masters answered a counter (any earlier holder's confirming majority shares a master with it),
+// then fixes the fence above every counter and clock it heard and confirms it on every granting
+// master, creating the missing counter. Here master 2's counter comes from a faster clock than
+// master 0's: the clock alone (5) would give a fence below it.
+TEST(fenced_lock, a_grant_without_a_counter_waits_for_a_majority_of_counters) {
+  machine m{fence_rules(5)};
+  m.start(0ms);
+  EXPECT_EQ(m.grant(0, -5, 1ms), waits);
+  EXPECT_EQ(m.grant(1, 40, 2ms), waits);
+  EXPECT_EQ(m.grant(2, 41, 3ms), waits) << "quorum reached, but only 2 of the 3 needed counters heard";
+  EXPECT_EQ(m.refuse(3, 90, 4ms), confirms(91, 4ms + timeout)) << "master 4's answer is not needed";
+  EXPECT_EQ(m.to_confirm(), "0,1,2");
+  EXPECT_TRUE(m.f.fence_verified());
+  EXPECT_EQ(m.refuse(4, 95, 5ms), waits) << "a straggler of the acquire round changes nothing";
+  EXPECT_EQ(m.reply(0, int_reply("1"), 6ms), waits);
+  EXPECT_EQ(m.reply(1, int_reply("1"), 7ms), waits);
+  EXPECT_EQ(m.reply(2, int_reply("1"), 8ms), completes({}, false));
+  EXPECT_EQ(m.f.fence(), 91);
+  EXPECT_EQ(m.f.validity_deadline(), at(usable));
+}
+
+// A majority of granting counters needs no hearing even when one granter has none.
+TEST(fenced_lock, a_majority_of_granting_counters_fixes_the_fence_at_once) {
+  machine m{fence_rules(5)};
+  m.start(0ms);
+  EXPECT_EQ(m.grant(0, 20, 1ms), waits);
+  EXPECT_EQ(m.grant(1, -3000, 2ms), waits);
+  EXPECT_EQ(m.grant(2, 21, 3ms), waits);
+  EXPECT_EQ(m.grant(3, 22, 4ms), confirms(3001, 4ms + timeout)) << "above the clock heard as well";
+  EXPECT_EQ(m.to_confirm(), "0,1,2,3");
+}
+
+// Every master heard, none with a counter: a new resource (or every master lost its data). The
+// fence is above every clock heard; it is verified, since no master holds an earlier fence.
+TEST(fenced_lock, every_master_heard_without_counters_fences_above_their_clocks) {
+  machine m{fence_rules(3)};
+  m.start(0ms);
+  EXPECT_EQ(m.grant(0, -100, 1ms), waits);
+  EXPECT_EQ(m.grant(1, -300, 2ms), waits);
+  EXPECT_EQ(m.refuse(2, 0, 3ms), confirms(301, 3ms + timeout));
+  EXPECT_EQ(m.to_confirm(), "0,1");
+  EXPECT_TRUE(m.f.fence_verified());
+  EXPECT_EQ(m.reply(1, int_reply("1"), 4ms), waits);
+  EXPECT_EQ(m.reply(0, int_reply("1"), 5ms), completes({}, false));
+  EXPECT_EQ(m.f.fence(), 301);
+  EXPECT_TRUE(m.f.fence_verified());
+}
+
+// A master that does not answer leaves the fence resting on the clocks heard: still granted (a
+// new resource with one master down must stay lockable), but reported as not verified.
+TEST(fenced_lock, an_unheard_master_leaves_the_fence_unverified) {
+  machine m{fence_rules(3)};
+  m.start(0ms);
+  EXPECT_EQ(m.grant(0, -100, 1ms), waits);
+  EXPECT_EQ(m.grant(1, -300, 2ms), waits);
+  EXPECT_EQ(m.fail(2, redlock::error::master_timeout, timeout), confirms(301, timeout + timeout));
+  EXPECT_FALSE(m.f.fence_verified());
+  EXPECT_EQ(m.reply(1, int_reply("1"), timeout + 1ms), waits);
+  EXPECT_EQ(m.reply(0, int_reply("1"), timeout + 2ms), completes({}, false));
+  EXPECT_EQ(m.f.fence(), 301);
+  EXPECT_FALSE(m.f.fence_verified());
+  // The next lock of the same machine type starts verified again.
+  machine n{fence_rules(3)};
+  n.start(0ms);
+  EXPECT_EQ(n.grant(0, 5, 1ms), waits);
+  EXPECT_EQ(n.grant(1, 5, 2ms), completes({}, false));
+  EXPECT_TRUE(n.f.fence_verified());
+}
+
+// Cancelled while hearing: released everywhere, no fence.
+TEST(fenced_lock, cancel_while_hearing_releases) {
+  machine m{fence_rules(3)};
+  m.start(0ms);
+  EXPECT_EQ(m.grant(0, -100, 1ms), waits);
+  EXPECT_EQ(m.grant(1, -300, 2ms), waits);
+  EXPECT_EQ(m.cancel(), completes(aborted, true));
+  EXPECT_EQ(m.f.fence(), 0);
+  EXPECT_EQ(m.refuse(2, 7, 3ms), waits);
 }
 
 // ---- a kind's quorum in extend_fsm ---------------------------------------------------------------

@@ -57,6 +57,8 @@ TEST(is_hopeless, only_credentials_configuration_and_unknown_names) {
   EXPECT_TRUE(is_hopeless(error::tls_expected));
   EXPECT_FALSE(is_hopeless(error::tls_refused));
   EXPECT_FALSE(is_hopeless(error::tls_handshake_failed));
+  // A master whose script digests are not ours is not used again.
+  EXPECT_TRUE(is_hopeless(error::script_mismatch));
 }
 
 master_result unreachable(error_code cause) {

@@ -1,0 +1,566 @@
+// The lock scripts' safety rules on real masters (docs/safety.md, "What each script guarantees"):
+// no script moves an expiry earlier, an error reply means the script wrote nothing, helper keys
+// cannot be named by users, fences increase even when masters' clocks disagree, the readers' keys
+// live exactly as long as the last reader, and every master orders fair waiters alike.
+//
+// Each rule is shown twice where it can be: on one master, by running the script byte for byte as
+// the client sends it and reading the master's state; and through the public API, by the two
+// holders the broken rule let in. Each test names what a wrong script or client would do.
+
+#include <redlock/client.hpp>
+#include <redlock/detail/scripts.hpp>
+#include <redlock_test/configs.hpp>
+#include <redlock_test/coro.hpp>
+#include <redlock_test/raw_reply.hpp>
+#include <redlock_test/redis_cluster.hpp>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace asio = boost::asio;
+namespace scripts = redlock::detail;
+using namespace std::chrono_literals;
+using boost::system::error_code;
+using redlock::error;
+using redlock::lock_kind;
+using redlock::lock_options;
+using redlock::test::bulk_of;
+using redlock::test::integer_of;
+using redlock::test::run_test;
+using redlock::test::sleep_for;
+using redlock::test::until;
+using redlock::test::use_tuple;
+using clock_type = std::chrono::steady_clock;
+using ms = std::chrono::milliseconds;
+
+std::string suffixed(const std::string& key, std::string_view suffix) { return key + std::string{suffix}; }
+
+using redlock::test::strings_of;
+
+lock_options of_kind(lock_kind k, std::size_t permits = 1) {
+  lock_options o;
+  o.kind = k;
+  o.permits = permits;
+  return o;
+}
+
+lock_options fenced() {
+  lock_options o;
+  o.fence = true;
+  return o;
+}
+
+struct script_safety : ::testing::Test {
+  redlock::test::redis_cluster cluster{5};
+
+  // One attempt per lock: a refusal shows at once.
+  redlock::client_config config() {
+    auto cfg = redlock::test::client_config_for(cluster);
+    cfg.retry.max_attempts = 1;
+    return cfg;
+  }
+
+  // ---- one master, byte for byte ----------------------------------------------------------------
+
+  // `EVAL body numkeys keys... args...` on master `i`: the raw reply.
+  std::string eval(std::size_t i, const scripts::script& s, const std::vector<std::string>& keys,
+                   const std::vector<std::string>& args) {
+    std::vector<std::string> cmd{"EVAL", std::string{s.body}, std::to_string(keys.size())};
+    cmd.insert(cmd.end(), keys.begin(), keys.end());
+    cmd.insert(cmd.end(), args.begin(), args.end());
+    return cluster[i].command(cmd);
+  }
+  std::string run(std::size_t i, std::initializer_list<std::string_view> cmd) { return cluster[i].command(cmd); }
+  std::int64_t pttl(std::size_t i, const std::string& key) { return integer_of(run(i, {"PTTL", key})).value(); }
+  std::optional<std::string> get(std::size_t i, const std::string& key) { return bulk_of(run(i, {"GET", key})); }
+  // A sorted-set member's score (server ms), or -1 when absent.
+  std::int64_t score(std::size_t i, const std::string& key, const std::string& member) {
+    const auto s = bulk_of(run(i, {"ZSCORE", key, member}));
+    return s ? static_cast<std::int64_t>(std::stod(*s)) : -1;
+  }
+  // The master's clock in ms.
+  std::int64_t server_ms(std::size_t i) {
+    const auto t = strings_of(run(i, {"TIME"}));
+    return std::stoll(t.at(0)) * 1000 + std::stoll(t.at(1)) / 1000;
+  }
+  std::int64_t server_us(std::size_t i) {
+    const auto t = strings_of(run(i, {"TIME"}));
+    return std::stoll(t.at(0)) * 1000000 + std::stoll(t.at(1));
+  }
+  bool up(std::size_t i) { return cluster[i].running() && !cluster[i].paused(); }
+  std::size_t holding(const std::string& key, const std::string& value) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < cluster.size(); ++i) n += up(i) && get(i, key) == value;
+    return n;
+  }
+};
+
+// ==== 1. No script moves an expiry earlier =========================================================
+
+// Each kind's key is taken with a 10 s ttl, then extended with 200 ms: the expiry must stay where
+// it was (and a longer ttl must still move it later, so that a script doing nothing would fail
+// too). A script that re-arms to the new ttl moves it to 200 ms: if that extension then fails or
+// is cancelled, its holder trusts a deadline the masters no longer keep.
+TEST_F(script_safety, no_extend_script_moves_an_expiry_earlier) {
+  const std::string tok = "aaaa1111", owner = "owner-1";
+  // plain (and a writer's held key)
+  run(0, {"SET", "p", tok, "PX", "10000"});
+  EXPECT_EQ(eval(0, scripts::extend_script, {"p"}, {tok, "200"}), ":1\r\n");
+  EXPECT_GT(pttl(0, "p"), 9000) << "plain extend moved the expiry earlier";
+  EXPECT_EQ(eval(0, scripts::extend_script, {"p"}, {tok, "20000"}), ":1\r\n");
+  EXPECT_GT(pttl(0, "p"), 15000) << "a longer ttl must still extend";
+
+  // multi-resource
+  EXPECT_EQ(eval(0, scripts::multi_acquire_script, {"m1", "m2"}, {tok, "10000"}), "*2\r\n:1\r\n:2\r\n");
+  EXPECT_EQ(eval(0, scripts::multi_extend_script, {"m1", "m2"}, {tok, "200"}), ":1\r\n");
+  EXPECT_GT(pttl(0, "m1"), 9000);
+  EXPECT_GT(pttl(0, "m2"), 9000);
+  EXPECT_EQ(eval(0, scripts::multi_extend_script, {"m1", "m2"}, {tok, "20000"}), ":1\r\n");
+  EXPECT_GT(pttl(0, "m2"), 15000);
+
+  // reentrant
+  const std::vector<std::string> rk{"r", suffixed("r", scripts::holds_suffix)};
+  EXPECT_EQ(eval(0, scripts::reentrant_acquire_script, rk, {owner, "10000", tok}), "*2\r\n:1\r\n:1\r\n");
+  EXPECT_EQ(eval(0, scripts::reentrant_extend_script, rk, {owner, "200", tok}), ":1\r\n");
+  EXPECT_GT(pttl(0, "r"), 9000);
+  EXPECT_GT(pttl(0, rk[1]), 9000);
+
+  // reader: its own entry (its expiry on this master) and the marker
+  const std::vector<std::string> wk{"w", suffixed("w", scripts::readers_suffix), suffixed("w", scripts::writer_suffix)};
+  EXPECT_EQ(eval(0, scripts::read_acquire_script, wk, {tok, "10000"}), "*2\r\n:1\r\n:1\r\n");
+  EXPECT_EQ(eval(0, scripts::read_extend_script, {wk[0], wk[1]}, {tok, "200"}), ":1\r\n");
+  EXPECT_GT(score(0, wk[1], tok) - server_ms(0), 9000) << "the reader's entry moved earlier";
+  EXPECT_GT(pttl(0, "w"), 9000);
+  EXPECT_EQ(eval(0, scripts::read_extend_script, {wk[0], wk[1]}, {tok, "20000"}), ":1\r\n");
+  EXPECT_GT(score(0, wk[1], tok) - server_ms(0), 15000);
+  EXPECT_GT(pttl(0, "w"), 15000);
+
+  // semaphore holder
+  const std::vector<std::string> sk{"s", suffixed("s", scripts::permits_suffix)};
+  EXPECT_EQ(eval(0, scripts::semaphore_acquire_script, sk, {tok, "10000", "2"}), "*2\r\n:1\r\n:1\r\n");
+  EXPECT_EQ(eval(0, scripts::semaphore_extend_script, sk, {tok, "200"}), ":1\r\n");
+  EXPECT_GT(score(0, "s", tok) - server_ms(0), 9000) << "the holder's entry moved earlier";
+  EXPECT_EQ(eval(0, scripts::semaphore_extend_script, sk, {tok, "20000"}), ":1\r\n");
+  EXPECT_GT(score(0, "s", tok) - server_ms(0), 15000);
+  EXPECT_GT(pttl(0, "s"), 15000);
+}
+
+// Through the public API: A holds for 10 s, asks for 500 ms more and gives up at once (the
+// requests were sent: they run on the masters). Once 500 ms have passed, B must still be refused
+// while A's validity lasts. With extend scripts that re-arm to the new ttl, every master drops
+// A's key after 500 ms and B takes the lock inside A's validity: two holders.
+TEST_F(script_safety, a_cancelled_extension_to_a_shorter_ttl_lets_no_one_else_in) {
+  run_test([&](asio::io_context& io) -> asio::awaitable<void> {
+    redlock::client a{io.get_executor(), config()}, b{io.get_executor(), config()};
+    auto [ea, la] = co_await a.async_lock("cx", 10s, use_tuple);
+    EXPECT_FALSE(ea) << ea.message();
+    const auto deadline = la.validity_deadline();
+    asio::cancellation_signal cancel;
+    error_code extended;
+    bool done = false;
+    la.async_extend(500ms, asio::bind_cancellation_slot(cancel.slot(), [&](error_code e) {
+                      extended = e;
+                      done = true;
+                    }));
+    cancel.emit(asio::cancellation_type::terminal);
+    EXPECT_TRUE(co_await until([&] { return done; }));
+    EXPECT_EQ(extended, asio::error::operation_aborted);
+    EXPECT_EQ(la.validity_deadline(), deadline) << "a cancelled extension moves nothing";
+    co_await sleep_for(800ms);  // the 500 ms ttl, had it been applied, has run out on every master
+    EXPECT_GT(la.validity_deadline(), clock_type::now() + 5s);
+    auto [eb, lb] = co_await b.async_try_lock("cx", 10s, use_tuple);
+    EXPECT_EQ(eb, error::not_acquired) << "B was granted the lock A holds until its deadline";
+    EXPECT_EQ(holding("cx", la.token()), 5u);
+  });
+}
+
+// A successful extension to a shorter ttl keeps both the masters' expiry and the deadline.
+TEST_F(script_safety, an_extension_to_a_shorter_ttl_keeps_the_expiry_and_the_deadline) {
+  run_test([&](asio::io_context& io) -> asio::awaitable<void> {
+    redlock::client a{io.get_executor(), config()};
+    auto [ea, la] = co_await a.async_lock("sx", 10s, use_tuple);
+    EXPECT_FALSE(ea) << ea.message();
+    const auto deadline = la.validity_deadline();
+    auto [ee] = co_await la.async_extend(500ms, use_tuple);
+    EXPECT_FALSE(ee) << ee.message();
+    EXPECT_EQ(la.validity_deadline(), deadline);
+    co_await until([&] { return holding("sx", la.token()) == 5; });
+    for (std::size_t i = 0; i < cluster.size(); ++i) EXPECT_GT(pttl(i, "sx"), 8000) << "master " << i + 1;
+    // A longer one still moves it later.
+    auto [el] = co_await la.async_extend(20s, use_tuple);
+    EXPECT_FALSE(el) << el.message();
+    EXPECT_GT(la.validity_deadline(), deadline + 5s);
+  });
+}
+
+// The keep-alive with a ttl shorter than the time left (renewing early on purpose) never moves the
+// masters' expiry earlier either; and with nothing to gain from extending again at once, it waits
+// its retry interval instead of extending in a loop.
+TEST_F(script_safety, keep_alive_with_a_shorter_ttl_never_shortens_the_lock) {
+  run_test([&](asio::io_context& io) -> asio::awaitable<void> {
+    redlock::client a{io.get_executor(), config()};
+    auto [ea, la] = co_await a.async_lock("kx", 10s, use_tuple);
+    EXPECT_FALSE(ea) << ea.message();
+    const auto deadline = la.validity_deadline();
+    redlock::keep_alive_options opts;
+    opts.ttl = 500ms;
+    opts.renew_below = 20s;  // due at once, and again after every extension
+    la.keep_alive(opts);
+    EXPECT_TRUE(co_await until([&] { return la.extensions() >= 1; }));
+    co_await until([&] { return holding("kx", la.token()) == 5; });
+    for (std::size_t i = 0; i < cluster.size(); ++i) EXPECT_GT(pttl(i, "kx"), 8000) << "master " << i + 1;
+    EXPECT_GE(la.validity_deadline(), deadline);
+    co_await sleep_for(300ms);
+    // The retry interval (a tenth of 500 ms) paces it: a few extensions, not thousands.
+    EXPECT_LE(la.extensions(), 12u);
+    EXPECT_FALSE(la.lost());
+  });
+}
+
+// A semaphore of one permit: A's shortened-then-cancelled extension must not free its permit on
+// the masters while A still holds it.
+TEST_F(script_safety, a_cancelled_shorter_semaphore_extension_admits_no_extra_holder) {
+  run_test([&](asio::io_context& io) -> asio::awaitable<void> {
+    redlock::client a{io.get_executor(), config()}, b{io.get_executor(), config()};
+    auto [ea, la] = co_await a.async_lock("sem", 10s, of_kind(lock_kind::semaphore), use_tuple);
+    EXPECT_FALSE(ea) << ea.message();
+    asio::cancellation_signal cancel;
+    bool done = false;
+    la.async_extend(500ms, asio::bind_cancellation_slot(cancel.slot(), [&](error_code) { done = true; }));
+    cancel.emit(asio::cancellation_type::terminal);
+    EXPECT_TRUE(co_await until([&] { return done; }));
+    co_await sleep_for(800ms);
+    EXPECT_GT(la.validity_deadline(), clock_type::now() + 5s);
+    auto [eb, lb] = co_await b.async_try_lock("sem", 10s, of_kind(lock_kind::semaphore), use_tuple);
+    EXPECT_EQ(eb, error::not_acquired) << "two holders of a semaphore of one permit";
+  });
+}
+
+// Readers A and B; A's shortened-then-cancelled extension; B leaves. A writer must still be
+// refused while A's validity lasts. With a reader entry moved earlier, B's release sweeps A's
+// entry as expired, deletes the marker, and the writer joins a reader.
+TEST_F(script_safety, a_cancelled_shorter_reader_extension_lets_no_writer_in) {
+  run_test([&](asio::io_context& io) -> asio::awaitable<void> {
+    redlock::client a{io.get_executor(), config()}, b{io.get_executor(), config()}, w{io.get_executor(), config()};
+    auto [ea, la] = co_await a.async_lock("rw", 10s, of_kind(lock_kind::read), use_tuple);
+    auto [eb, lb] = co_await b.async_lock("rw", 10s, of_kind(lock_kind::read), use_tuple);
+    EXPECT_FALSE(ea) << ea.message();
+    EXPECT_FALSE(eb) << eb.message();
+    asio::cancellation_signal cancel;
+    bool done = false;
+    la.async_extend(500ms, asio::bind_cancellation_slot(cancel.slot(), [&](error_code) { done = true; }));
+    cancel.emit(asio::cancellation_type::terminal);
+    EXPECT_TRUE(co_await until([&] { return done; }));
+    co_await sleep_for(800ms);
+    auto [eu, held] = co_await lb.async_unlock(use_tuple);
+    EXPECT_FALSE(eu) << eu.message();
+    EXPECT_GT(la.validity_deadline(), clock_type::now() + 5s);
+    auto [ew, lw] = co_await w.async_try_lock("rw", 10s, of_kind(lock_kind::write), use_tuple);
+    EXPECT_EQ(ew, error::not_acquired) << "a writer was granted while reader A holds the lock";
+  });
+}
+
+// A lock on two resources: the same for each of them.
+TEST_F(script_safety, a_cancelled_shorter_multi_extension_lets_no_one_take_a_resource) {
+  run_test([&](asio::io_context& io) -> asio::awaitable<void> {
+    redlock::client a{io.get_executor(), config()}, b{io.get_executor(), config()};
+    const std::vector<std::string> set{"ma", "mb"};
+    auto [ea, la] = co_await a.async_lock_all(set, 10s, use_tuple);
+    EXPECT_FALSE(ea) << ea.message();
+    asio::cancellation_signal cancel;
+    bool done = false;
+    la.async_extend(500ms, asio::bind_cancellation_slot(cancel.slot(), [&](error_code) { done = true; }));
+    cancel.emit(asio::cancellation_type::terminal);
+    EXPECT_TRUE(co_await until([&] { return done; }));
+    co_await sleep_for(800ms);
+    EXPECT_GT(la.validity_deadline(), clock_type::now() + 5s);
+    auto [eb, lb] = co_await b.async_try_lock("mb", 10s, use_tuple);
+    EXPECT_EQ(eb, error::not_acquired) << "B took a resource of A's set";
+  });
+}
+
+// ==== 2. Fences increase when masters' clocks disagree =============================================
+
+// Master 1's counter came from a clock an hour ahead (set here as that clock would have seeded
+// it). A is granted by masters 1-3 (4 and 5 hold someone else's key) and gets a fence near that
+// hour. Master 3 restarts without its data. B is then granted by masters 3-5, none of which has a
+// counter; masters 1 and 2 refuse (someone else's key again) but answer their counters. B's fence
+// must exceed A's. Seeding each missing counter from its own master's (correct) clock gives B a
+// fence an hour below A's.
+TEST_F(script_safety, fences_increase_after_a_restart_when_another_masters_clock_was_ahead) {
+  const std::string key = "fx", counter = suffixed("fx", scripts::fence_suffix);
+  const auto ahead = server_us(0) + std::int64_t{3600} * 1000000;
+  run(0, {"SET", counter, std::to_string(ahead)});
+  for (std::size_t i : {3u, 4u}) run(i, {"SET", key, "someone-else", "PX", "60000"});
+  std::uint64_t fence_a = 0;
+  run_test([&](asio::io_context& io) -> asio::awaitable<void> {
+    redlock::client a{io.get_executor(), config()};
+    auto [ea, la] = co_await a.async_lock(key, 5s, fenced(), use_tuple);
+    EXPECT_FALSE(ea) << ea.message();
+    fence_a = la.fence();
+    EXPECT_GT(fence_a, static_cast<std::uint64_t>(ahead));
+    auto [eu, n] = co_await la.async_unlock(use_tuple);
+    EXPECT_FALSE(eu);
+    EXPECT_EQ(a.stats().fences_unverified, 0u);
+  });
+  for (std::size_t i : {3u, 4u}) run(i, {"DEL", key});
+  cluster[2].restart();
+  for (std::size_t i : {0u, 1u}) run(i, {"SET", key, "someone-else", "PX", "60000"});
+  run_test([&](asio::io_context& io) -> asio::awaitable<void> {
+    auto cfg = config();
+    cfg.retry.max_attempts = 0;  // until master 3's new connection is up
+    cfg.retry.max_wait = 5s;
+    redlock::client b{io.get_executor(), cfg};
+    auto [eb, lb] = co_await b.async_lock(key, 5s, fenced(), use_tuple);
+    EXPECT_FALSE(eb) << eb.message();
+    EXPECT_GT(lb.fence(), fence_a) << "B's fence is below A's: a fence-checking resource would refuse B";
+    EXPECT_EQ(b.stats().fences_unverified, 0u) << "every master answered";
+    // The counters were created on B's granting masters, at B's fence.
+    for (std::size_t i : {2u, 3u, 4u}) EXPECT_EQ(get(i, counter), std::to_string(lb.fence())) << "master " << i + 1;
+  });
+}
+
+// A new resource with one master stopped: the granting masters have no counter and the stopped one
+// cannot be heard. The lock is still granted (a new resource must stay lockable while a master is
+// down), but its fence rests on the masters' clocks: counted and logged. With every master up, a
+// new resource's fence is verified.
+TEST_F(script_safety, a_fence_that_cannot_be_checked_against_every_master_is_counted) {
+  run_test([&](asio::io_context& io) -> asio::awaitable<void> {
+    redlock::client a{io.get_executor(), config()};
+    auto [e1, l1] = co_await a.async_lock("new-1", 5s, fenced(), use_tuple);
+    EXPECT_FALSE(e1) << e1.message();
+    EXPECT_EQ(a.stats().fences_unverified, 0u);
+    EXPECT_GT(l1.fence(), static_cast<std::uint64_t>(server_us(0) - 60000000)) << "above the masters' clocks";
+    cluster[4].pause();
+    auto [e2, l2] = co_await a.async_lock("new-2", 5s, fenced(), use_tuple);
+    EXPECT_FALSE(e2) << e2.message();
+    EXPECT_EQ(a.stats().fences_unverified, 1u);
+    // Once the resource has counters on a majority, the next holder is verified again.
+    co_await l2.async_unlock(use_tuple);
+    auto [e3, l3] = co_await a.async_lock("new-2", 5s, fenced(), use_tuple);
+    EXPECT_FALSE(e3) << e3.message();
+    EXPECT_GT(l3.fence(), l2.fence());
+    EXPECT_EQ(a.stats().fences_unverified, 1u);
+    cluster[4].resume();
+  });
+}
+
+// ==== 3. Helper keys are not the users' to name ======================================================
+
+// A plain lock on "x:redlock-holds" would be overwritten by a reentrant lock on "x" (and its holder
+// would keep trusting it); a fenced lock on "x" would block a plain lock on "x:redlock-fence"
+// forever. Such names are refused before anything is sent, also when the key prefix supplies
+// part of the suffix.
+TEST_F(script_safety, resource_names_that_end_like_a_helper_key_are_refused) {
+  auto cfg = config();
+  for (const auto suffix : scripts::helper_suffixes) {
+    std::string what;
+    const auto name = "x" + std::string{suffix};
+    EXPECT_EQ(redlock::validate_lock(cfg, name, 10s, {}, &what), error::invalid_argument) << name;
+    EXPECT_NE(what.find(std::string{suffix}), std::string::npos) << what;
+    EXPECT_FALSE(redlock::validate_lock(cfg, name + "s", 10s, {}, &what)) << "only the exact suffix is reserved";
+  }
+  cfg.key_prefix = "app:redlock-";
+  std::string what;
+  EXPECT_EQ(redlock::validate_lock(cfg, "fence", 10s, {}, &what), error::invalid_argument);
+  EXPECT_NE(what.find("key prefix"), std::string::npos) << what;
+  EXPECT_FALSE(redlock::validate_lock(cfg, "fenc", 10s, {}, &what)) << what;
+  run_test([&](asio::io_context& io) -> asio::awaitable<void> {
+    redlock::client c{io.get_executor(), config()};
+    auto [e1, l1] = co_await c.async_lock("x:redlock-holds", 10s, use_tuple);
+    EXPECT_EQ(e1, error::invalid_argument);
+    const std::vector<std::string> set{"a", "b:redlock-queue"};
+    auto [e2, l2] = co_await c.async_lock_all(set, 10s, use_tuple);
+    EXPECT_EQ(e2, error::invalid_argument);
+    for (std::size_t i = 0; i < cluster.size(); ++i) EXPECT_EQ(run(i, {"DBSIZE"}), ":0\r\n");
+  });
+}
+
+// ==== 4. The readers' marker is no owner id ==========================================================
+
+// An owner equal to the readers' marker would join the readers, and its release would delete the
+// marker while they hold it. Owner ids in the library's "redlock:" namespace are refused.
+TEST_F(script_safety, an_owner_id_in_the_librarys_namespace_is_refused) {
+  const auto cfg = config();
+  for (const std::string& owner : {std::string{scripts::readers_marker}, std::string{"redlock:anything"}}) {
+    lock_options o;
+    o.owner = owner;
+    std::string what;
+    EXPECT_EQ(redlock::validate_lock(cfg, "k", 10s, o, &what), error::invalid_argument) << owner;
+    EXPECT_NE(what.find("redlock:"), std::string::npos) << what;
+  }
+  lock_options fine;
+  fine.owner = "my-redlock:owner";
+  EXPECT_FALSE(redlock::validate_lock(cfg, "k", 10s, fine));
+}
+
+// ==== 5. The readers' keys live exactly as long as the last reader ==================================
+
+// Reader A (10 s) and reader B (300 ms); A leaves. The marker must now expire with B, not keep A's
+// 10 s: a writer would otherwise wait for a reader that left. After B has expired too, reader C
+// (3 s) finds the keys gone; its set must get a ttl. A set recreated without one (after the sweep
+// emptied it while a long marker lived on) stays forever if C then crashes.
+TEST_F(script_safety, the_readers_keys_live_as_long_as_the_last_reader_and_always_expire) {
+  const std::vector<std::string> k{"rd", suffixed("rd", scripts::readers_suffix),
+                                   suffixed("rd", scripts::writer_suffix)};
+  EXPECT_EQ(eval(0, scripts::read_acquire_script, k, {"tok-a", "10000"}), "*2\r\n:1\r\n:1\r\n");
+  EXPECT_EQ(eval(0, scripts::read_acquire_script, k, {"tok-b", "300"}), "*2\r\n:1\r\n:2\r\n");
+  EXPECT_GT(pttl(0, "rd"), 9000);
+  EXPECT_EQ(eval(0, scripts::read_release_script, {k[0], k[1]}, {"tok-a"}), ":1\r\n");
+  EXPECT_LE(pttl(0, "rd"), 300) << "the marker kept the ttl of a reader that left";
+  EXPECT_LE(pttl(0, k[1]), 300);
+  std::this_thread::sleep_for(400ms);  // B's entry expires (a master's clock, not a state to wait on)
+  EXPECT_EQ(eval(0, scripts::read_acquire_script, k, {"tok-c", "3000"}), "*2\r\n:1\r\n:1\r\n");
+  EXPECT_GT(pttl(0, k[1]), 0) << "the readers' set has no ttl";
+  EXPECT_LE(pttl(0, k[1]), 3000);
+  EXPECT_GT(pttl(0, "rd"), 0);
+  // The last reader leaving removes both at once.
+  EXPECT_EQ(eval(0, scripts::read_release_script, {k[0], k[1]}, {"tok-c"}), ":1\r\n");
+  EXPECT_EQ(run(0, {"EXISTS", k[0], k[1]}), ":0\r\n");
+}
+
+// ==== 6. An error reply means the script wrote nothing ===============================================
+
+// Every script that acquires (or confirms a fence) runs against states where one of its keys holds
+// a value of the wrong type (or a counter that is not a number). Whenever it answers an error, no
+// key it names may have changed: the client takes an error reply for "nothing happened there" and
+// sends no release. A script that writes first and fails after (SET, then a GET that raises
+// WRONGTYPE) leaves a key no release will remove.
+TEST_F(script_safety, an_error_reply_means_the_script_wrote_nothing) {
+  struct call {
+    std::string name;
+    const scripts::script* s;
+    std::vector<std::string> keys;
+    std::vector<std::string> args;
+    std::function<void(script_safety&)> setup;  // the state before the wrong-typed key is put in
+  };
+  const std::string tok = "token-1";
+  const auto none = [](script_safety&) {};
+  const std::vector<call> calls{
+      {"fair acquire",
+       &scripts::fair_acquire_script,
+       {"k", "k:redlock-queue", "k:redlock-expiry"},
+       {tok, "10000", "inbox:1", "0", "5000"},
+       none},
+      {"fence acquire", &scripts::fence_acquire_script, {"k", "k:redlock-fence"}, {tok, "10000", "0"}, none},
+      {"fence confirm",
+       &scripts::fence_confirm_script,
+       {"k", "k:redlock-fence"},
+       {tok, "99"},
+       [tok](script_safety& t) {
+         t.run(0, {"SET", "k", tok, "PX", "10000"});
+       }},
+      {"multi acquire", &scripts::multi_acquire_script, {"k", "k2"}, {tok, "10000"}, none},
+      {"reentrant acquire", &scripts::reentrant_acquire_script, {"k", "k:redlock-holds"}, {"own", "10000", tok}, none},
+      {"reentrant join",
+       &scripts::reentrant_acquire_script,
+       {"k", "k:redlock-holds"},
+       {"own", "10000", tok},
+       [](script_safety& t) {
+         t.run(0, {"SET", "k", "own", "PX", "1000"});
+       }},
+      {"read acquire",
+       &scripts::read_acquire_script,
+       {"k", "k:redlock-readers", "k:redlock-writer"},
+       {tok, "10000"},
+       none},
+      {"write acquire",
+       &scripts::write_acquire_script,
+       {"k", "k:redlock-readers", "k:redlock-writer"},
+       {tok, "10000", "writer-1", "5000"},
+       none},
+      {"write claim",
+       &scripts::write_acquire_script,
+       {"k", "k:redlock-readers", "k:redlock-writer"},
+       {tok, "10000", "writer-1", "5000"},
+       [](script_safety& t) {
+         t.run(0, {"SET", "k", std::string{scripts::readers_marker}, "PX", "10000"});
+       }},
+      {"semaphore acquire",
+       &scripts::semaphore_acquire_script,
+       {"k", "k:redlock-permits"},
+       {tok, "10000", "2"},
+       [](script_safety& t) {
+         t.run(0, {"ZADD", "k", "1", "an-expired-holder"});
+       }},
+  };
+  // Wrong values for one key: "junk" is a string where a number or a set is expected.
+  const std::vector<std::vector<std::string>> wrong{
+      {"SET", "@", "junk"}, {"RPUSH", "@", "x"}, {"HSET", "@", "f", "v"}, {"SADD", "@", "x"}, {"ZADD", "@", "5", "x"}};
+  std::size_t errors = 0;
+  for (const auto& c : calls) {
+    for (std::size_t pos = 0; pos < c.keys.size(); ++pos) {
+      for (const auto& w : wrong) {
+        run(0, {"FLUSHALL"});
+        c.setup(*this);
+        auto put = w;
+        put[1] = c.keys[pos];
+        run(0, {"DEL", c.keys[pos]});
+        cluster[0].command(put);
+        std::vector<std::string> before;
+        for (const auto& k : c.keys) before.push_back(run(0, {"DUMP", k}) + run(0, {"PTTL", k}));
+        const auto reply = eval(0, *c.s, c.keys, c.args);
+        if (reply.empty() || reply[0] != '-') continue;
+        ++errors;
+        for (std::size_t j = 0; j < c.keys.size(); ++j) {
+          const auto after = run(0, {"DUMP", c.keys[j]}) + run(0, {"PTTL", c.keys[j]});
+          // PTTL may have ticked down by a millisecond or so: compare the values, then the ttl roughly.
+          const auto dump_before = before[j].substr(0, before[j].rfind(':'));
+          const auto dump_after = after.substr(0, after.rfind(':'));
+          EXPECT_EQ(dump_after, dump_before)
+              << c.name << ": key " << c.keys[j] << " changed although the script "
+              << "answered " << reply << " (wrong " << w[0] << " in " << c.keys[pos] << ")";
+          const auto ttl_before = std::stoll(before[j].substr(before[j].rfind(':') + 1));
+          const auto ttl_after = std::stoll(after.substr(after.rfind(':') + 1));
+          EXPECT_LE(ttl_after, ttl_before) << c.name << ": key " << c.keys[j] << " got a longer ttl";
+          EXPECT_GE(ttl_after, ttl_before - 200) << c.name << ": key " << c.keys[j];
+        }
+      }
+    }
+  }
+  EXPECT_GT(errors, 20u) << "the wrong types must make the scripts answer errors";
+}
+
+// ==== 7. Every master orders fair waiters alike ======================================================
+
+// On this master W1 was queued with ticket 1 and W2 with 2; another master gave W1 ticket 3, the
+// largest, which W1 now sends everywhere. Ordered by the ticket sent, W2 (2) comes first here, as
+// it does where W1's ticket is 3: this master must not grant W1. Ordered by the ticket stored here
+// (1), it grants W1 while another master grants W2: a split round.
+TEST_F(script_safety, fair_rounds_order_waiters_by_the_ticket_they_send) {
+  const std::vector<std::string> k{"q", suffixed("q", scripts::queue_suffix), suffixed("q", scripts::expiry_suffix)};
+  const auto later = std::to_string(server_ms(0) + 60000);
+  run(0, {"ZADD", k[1], "1", "inbox-1:1", "2", "inbox-2:1"});
+  run(0, {"ZADD", k[2], later, "inbox-1:1", later, "inbox-2:1"});
+  EXPECT_EQ(eval(0, scripts::fair_acquire_script, k, {"tok-1", "10000", "inbox-1:1", "3", "5000"}),
+            "*2\r\n:-1\r\n:3\r\n")
+      << "W1 was granted ahead of W2 by its stale ticket";
+  EXPECT_EQ(get(0, "q"), std::nullopt);
+  EXPECT_EQ(eval(0, scripts::fair_acquire_script, k, {"tok-2", "10000", "inbox-2:1", "2", "5000"}),
+            "*2\r\n:1\r\n:2\r\n");
+  EXPECT_EQ(get(0, "q"), "tok-2");
+}
+
+// ==== digests ========================================================================================
+
+// Every script's digest is the one a real master computes (`SCRIPT LOAD`).
+TEST_F(script_safety, every_digest_is_what_script_load_answers) {
+  for (const auto* s : scripts::all_scripts) {
+    EXPECT_EQ(run(0, {"SCRIPT", "LOAD", s->body}), redlock::test::bulk(std::string{s->sha1})) << s->body.substr(0, 60);
+  }
+}
+
+}  // namespace
