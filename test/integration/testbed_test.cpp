@@ -2,6 +2,7 @@
 // integration test's verdict is suspect.
 
 #include <redlock_test/fault_proxy.hpp>
+#include <redlock_test/master_clock.hpp>
 #include <redlock_test/redis_cluster.hpp>
 
 #include <gtest/gtest.h>
@@ -397,6 +398,49 @@ TEST(redis_cluster, moved_cluster_keeps_its_servers) {
   redis_cluster b = std::move(a);
   EXPECT_EQ(b[0].port(), port);
   EXPECT_EQ(b[0].command({"PING"}), "+PONG\r\n");
+}
+
+// The clock shim: a server's wall clock shifted, stopped and moved by the test, while another
+// server of the same set keeps the real one. Key expiry and TIME (what scripts read) follow it.
+TEST(redis_cluster, master_clock_shifts_stops_and_moves_a_servers_wall_clock) {
+  redlock::test::redis_cluster cluster{2, redlock::test::with_clock_shim()};
+  const auto time_ms = [&](std::size_t i) {
+    const auto raw = cluster[i].command({"TIME"});  // *2 $10 <s> $n <us>
+    std::vector<std::string> parts;
+    std::size_t pos = 0;
+    while ((pos = raw.find('$', pos)) != std::string::npos) {
+      const auto eol = raw.find("\r\n", pos);
+      const auto len = std::stoul(raw.substr(pos + 1, eol - pos - 1));
+      parts.push_back(raw.substr(eol + 2, len));
+      pos = eol + 2 + len;
+    }
+    return std::stoll(parts.at(0)) * 1000 + std::stoll(parts.at(1)) / 1000;
+  };
+  const auto real_ms = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  redlock::test::master_clock clock{cluster[0]};
+  EXPECT_NEAR(static_cast<double>(time_ms(0)), static_cast<double>(real_ms()), 1000.0) << "real until told";
+  clock.shift(std::chrono::hours{1});
+  EXPECT_NEAR(static_cast<double>(time_ms(0) - real_ms()), 3600000.0, 1000.0);
+  EXPECT_NEAR(static_cast<double>(time_ms(1)), static_cast<double>(real_ms()), 1000.0) << "the other server";
+  clock.stop();
+  const auto stopped = time_ms(0);
+  ASSERT_EQ(cluster[0].command({"SET", "k", "v", "PX", "1000"}), "+OK\r\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds{1100});
+  EXPECT_EQ(time_ms(0), stopped);
+  EXPECT_EQ(cluster[0].command({"PTTL", "k"}), ":1000\r\n") << "no time passes for a stopped clock";
+  clock.advance(std::chrono::milliseconds{999});
+  EXPECT_EQ(cluster[0].command({"PTTL", "k"}), ":1\r\n");
+  clock.advance(std::chrono::milliseconds{1});
+  EXPECT_EQ(cluster[0].command({"PTTL", "k"}), ":0\r\n") << "Redis expires a key once its time is past, not at it";
+  clock.advance(std::chrono::milliseconds{1});
+  EXPECT_EQ(cluster[0].command({"PTTL", "k"}), ":-2\r\n");
+  EXPECT_EQ(clock.now_ms(), stopped + 1001);
+  // A restart keeps the clock (the file stays).
+  cluster[0].restart();
+  EXPECT_EQ(time_ms(0), stopped + 1001);
 }
 
 TEST(redis_cluster, startup_failure_reports_the_server_output) {

@@ -287,6 +287,7 @@ pid_t wait_child(pid_t pid, int* status, int flags) {
 struct child_setup {
   const char* binary;
   char* const* argv;
+  char* const* envp;
   bool detached;
   pid_t parent;
   int stdin_fd;
@@ -323,7 +324,7 @@ struct child_setup {
   if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
     for (long fd = 3; fd < setup.max_fd; ++fd) ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
   }
-  ::execv(setup.binary, setup.argv);
+  ::execve(setup.binary, setup.argv, setup.envp);
   const int err = errno;
   [[maybe_unused]] const auto ignored = ::write(setup.error_pipe, &err, sizeof err);
   ::_exit(127);
@@ -463,6 +464,27 @@ void node::spawn() {
   argv.reserve(args.size() + 1);
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
+  // The environment, plus the clock shim's variables when asked for (built before fork: the child
+  // may not allocate).
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view v{*e};
+    if (options_->clock_shim.empty() || !(v.starts_with("LD_PRELOAD=") || v.starts_with("REDLOCK_CLOCK_FILE=")))
+      env_strings.emplace_back(v);
+  }
+  if (!options_->clock_shim.empty()) {
+    const auto file = clock_file();
+    if (!fs::exists(file)) {
+      const char zeros[16] = {};
+      std::ofstream(file, std::ios::binary).write(zeros, sizeof zeros);
+    }
+    env_strings.push_back("LD_PRELOAD=" + options_->clock_shim);
+    env_strings.push_back("REDLOCK_CLOCK_FILE=" + file.string());
+  }
+  std::vector<char*> envp;
+  envp.reserve(env_strings.size() + 1);
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
 
   const auto console_file = dir_ / "console.log";  // stdout/stderr: configuration errors land here
   // The files are appended to across restarts; only this run's part matters for errors.
@@ -481,8 +503,8 @@ void node::spawn() {
 
   const long open_max = ::sysconf(_SC_OPEN_MAX);
   const child_setup setup{
-      binary_.c_str(), argv.data(),      kind_ == lifetime::detached,       ::getpid(), dev_null.get(),
-      console.get(),   pipe_write.get(), std::clamp(open_max, 256L, 65536L)};
+      binary_.c_str(), argv.data(),   envp.data(),      kind_ == lifetime::detached,       ::getpid(),
+      dev_null.get(),  console.get(), pipe_write.get(), std::clamp(open_max, 256L, 65536L)};
   const pid_t child = ::fork();
   if (child < 0) throw_errno("fork");
   if (child == 0) run_child(setup);

@@ -64,6 +64,10 @@ struct server_options {
   std::chrono::milliseconds start_timeout{10000};
   /// Set: each server also listens for TLS on a second port of its own (`node::tls_port()`).
   std::optional<tls_options> tls;
+  /// Not empty: the path of a shared library preloaded into each server (`LD_PRELOAD`) that reads
+  /// the wall clock from `node::clock_file()`, so that a test can shift or stop a server's clock
+  /// (the test bed's clock shim, redlock_test/master_clock.hpp).
+  std::string clock_shim;
 };
 
 /// The server executable `options` designate, as a path; throws `std::runtime_error` when none is found.
@@ -108,6 +112,9 @@ class node {
   bool paused() const noexcept { return paused_; }
   /// The node's private directory (holds `redis.log`, and `console.log`: the server's output).
   const std::filesystem::path& directory() const noexcept { return dir_; }
+  /// The file the server's wall clock is read from when `server_options::clock_shim` is set
+  /// (created with the real clock before the first start; kept across restarts).
+  std::filesystem::path clock_file() const { return dir_ / "clock"; }
   const server_options& options() const noexcept { return *options_; }
 
   /// Starts the server and waits until it answers `PING`: `spawn()` then `wait_started()`.
