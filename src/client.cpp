@@ -137,6 +137,7 @@ struct lock_op final : op_base {
         // still hold our key (docs/safety.md, "Fencing tokens").
         c.note_confirm();
         confirm_round = fsm.round();
+        st->fence_create = a.create;
         return c.send_some(c.scratch_step(step::confirm, *st, a.fence), a.at, shared_from_this(), fsm.round(),
                            [this](std::size_t i) { return fsm.needs_confirm(i); });
       case core::lock_action::type::sleep:

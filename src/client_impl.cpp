@@ -306,6 +306,8 @@ bool push_step(resp::request& req, step s, const lock_state& st, bool by_sha, st
     args.push_back(text(extra, static_cast<std::int64_t>(st.permits)));
   } else if (s == step::acquire && st.fenced) {
     args.push_back(text(extra, st.fence_floor));
+  } else if (s == step::confirm) {
+    args.push_back(st.fence_create ? "1" : "0");
   }
   req.push_range(by_sha ? "EVALSHA" : "EVAL", args);
   return true;
@@ -1237,8 +1239,8 @@ void client_impl::note_release(const lock_state& st, error_code ec, std::size_t 
 void client_impl::note_unverified_fence(const lock_state& st, const std::vector<master_result>& round) {
   bump<true>(counters_.unverified_fences);
   REDLOCK_LOG(log_, log_level::warning,
-              "{}: fence {} rests on the masters' clocks alone: a granting master had no counter, and too few "
-              "others could be heard to check it against earlier fences; masters: {}",
+              "{}: fence {} could not be checked against a majority of counters (a granting master had none): "
+              "it is above every counter and clock heard, but rests on the masters' clocks; masters: {}",
               lock_name(st.resource, st.token), st.fence, describe_masters(round, st.token));
 }
 

@@ -274,9 +274,9 @@ struct client_stats {
   /// in a second round trip (after a master was down, or after failed attempts).
   std::uint64_t fence_confirmations = 0;
   /// Fenced locks whose fence rests on the masters' clocks alone: a granting master had no
-  /// counter (first use, or restarted without its data) while some masters did not answer and
-  /// fewer than a majority of the others held a counter (docs/safety.md, "Fencing tokens").
-  /// Each is logged as a warning.
+  /// counter and fewer than a majority of masters answered a counter, short of a first use (every
+  /// master answered, none with a counter); docs/safety.md, "Fencing tokens". Each is logged as
+  /// a warning.
   std::uint64_t fences_unverified = 0;
 
   /// Successful `async_lock`/`async_try_lock`: from the call to the lock, retries included.

@@ -144,6 +144,7 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   std::size_t quorum = 0;              // masters that must grant (0: a majority)
   std::int64_t fence = 0;              // after a fenced acquisition
   std::int64_t fence_floor = 0;        // sent with a fenced round (lock_action::fence)
+  bool fence_create = false;           // sent with a confirmation (lock_action::create)
   bool claimed = false;                // write: a master answered "queued" (a claim may be left)
   // Whether the kind needs scripts other than the plain lock's to acquire.
   bool scripted() const noexcept { return multi || fenced || !owner_id.empty() || kind != lock_kind::exclusive; }

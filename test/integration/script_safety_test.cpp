@@ -11,6 +11,7 @@
 #include <redlock/detail/scripts.hpp>
 #include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
+#include <redlock_test/master_clock.hpp>
 #include <redlock_test/raw_reply.hpp>
 #include <redlock_test/redis_cluster.hpp>
 
@@ -64,7 +65,8 @@ lock_options fenced() {
 }
 
 struct script_safety : ::testing::Test {
-  redlock::test::redis_cluster cluster{5};
+  // Each master's wall clock can be shifted or stopped (master_clock); it runs real unless told.
+  redlock::test::redis_cluster cluster{5, redlock::test::with_clock_shim()};
 
   // One attempt per lock: a refusal shows at once.
   redlock::client_config config() {
@@ -294,26 +296,33 @@ TEST_F(script_safety, a_cancelled_shorter_multi_extension_lets_no_one_take_a_res
 
 // ==== 2. Fences increase when masters' clocks disagree =============================================
 
-// Master 1's counter came from a clock an hour ahead (set here as that clock would have seeded
-// it). A is granted by masters 1-3 (4 and 5 hold someone else's key) and gets a fence near that
-// hour. Master 3 restarts without its data. B is then granted by masters 3-5, none of which has a
-// counter; masters 1 and 2 refuse (someone else's key again) but answer their counters. B's fence
-// must exceed A's. Seeding each missing counter from its own master's (correct) clock gives B a
-// fence an hour below A's.
+// Master 1's clock runs an hour ahead (for real: the clock shim). The resource's first use hears
+// every master, none with a counter, and fences above every clock: near that hour, and the
+// confirmation creates the counters there. A is granted by masters 1-3 (4 and 5 hold someone
+// else's key). Master 3 restarts without its data. B is granted by masters 3-5: 4 and 5 answer
+// counters one below A's fence, 3 none. B must hear masters 1 and 2 (they refuse, and answer A's
+// fence) before fixing its own. Seeding master 3's counter from its own (correct) clock and taking
+// the largest of the granting masters gives B the same fence as A: a fence-checking resource would
+// refuse B, the rightful holder.
 TEST_F(script_safety, fences_increase_after_a_restart_when_another_masters_clock_was_ahead) {
   const std::string key = "fx", counter = suffixed("fx", scripts::fence_suffix);
-  const auto ahead = server_us(0) + std::int64_t{3600} * 1000000;
-  run(0, {"SET", counter, std::to_string(ahead)});
-  for (std::size_t i : {3u, 4u}) run(i, {"SET", key, "someone-else", "PX", "60000"});
+  redlock::test::master_clock fast{cluster[0]};
+  fast.shift(std::chrono::hours{1});
+  const auto ahead = server_us(0);
   std::uint64_t fence_a = 0;
   run_test([&](asio::io_context& io) -> asio::awaitable<void> {
     redlock::client a{io.get_executor(), config()};
+    auto [e0, l0] = co_await a.async_lock(key, 5s, fenced(), use_tuple);
+    EXPECT_FALSE(e0) << e0.message();
+    EXPECT_GT(l0.fence(), static_cast<std::uint64_t>(ahead)) << "the first use fences above every clock";
+    co_await l0.async_unlock(use_tuple);
+    for (std::size_t i = 0; i < cluster.size(); ++i) EXPECT_EQ(get(i, counter), std::to_string(l0.fence()));
+    for (std::size_t i : {3u, 4u}) run(i, {"SET", key, "someone-else", "PX", "60000"});
     auto [ea, la] = co_await a.async_lock(key, 5s, fenced(), use_tuple);
     EXPECT_FALSE(ea) << ea.message();
     fence_a = la.fence();
-    EXPECT_GT(fence_a, static_cast<std::uint64_t>(ahead));
-    auto [eu, n] = co_await la.async_unlock(use_tuple);
-    EXPECT_FALSE(eu);
+    EXPECT_EQ(fence_a, l0.fence() + 1);
+    co_await la.async_unlock(use_tuple);
     EXPECT_EQ(a.stats().fences_unverified, 0u);
   });
   for (std::size_t i : {3u, 4u}) run(i, {"DEL", key});
@@ -326,36 +335,88 @@ TEST_F(script_safety, fences_increase_after_a_restart_when_another_masters_clock
     redlock::client b{io.get_executor(), cfg};
     auto [eb, lb] = co_await b.async_lock(key, 5s, fenced(), use_tuple);
     EXPECT_FALSE(eb) << eb.message();
-    EXPECT_GT(lb.fence(), fence_a) << "B's fence is below A's: a fence-checking resource would refuse B";
-    EXPECT_EQ(b.stats().fences_unverified, 0u) << "every master answered";
-    // The counters were created on B's granting masters, at B's fence.
+    EXPECT_GT(lb.fence(), fence_a) << "B's fence is not above A's: a fence-checking resource would refuse B";
+    EXPECT_EQ(b.stats().fences_unverified, 0u) << "4 of 5 masters answered a counter";
+    // Master 3's counter was created at B's fence, the others raised to it.
     for (std::size_t i : {2u, 3u, 4u}) EXPECT_EQ(get(i, counter), std::to_string(lb.fence())) << "master " << i + 1;
   });
 }
 
 // A new resource with one master stopped: the granting masters have no counter and the stopped one
 // cannot be heard. The lock is still granted (a new resource must stay lockable while a master is
-// down), but its fence rests on the masters' clocks: counted and logged. With every master up, a
-// new resource's fence is verified.
-TEST_F(script_safety, a_fence_that_cannot_be_checked_against_every_master_is_counted) {
+// down), but its fence rests on the masters' clocks: counted, logged, and creating no counter
+// (a later round would take such a counter for proof). So the next holder is in the same case,
+// until every master can be heard again: then it is a first use, fenced above every clock, and
+// its counters make the following holders verified.
+TEST_F(script_safety, a_fence_that_rests_on_clocks_is_counted_and_creates_no_counter) {
+  const std::string counter = suffixed("new-2", scripts::fence_suffix);
   run_test([&](asio::io_context& io) -> asio::awaitable<void> {
     redlock::client a{io.get_executor(), config()};
     auto [e1, l1] = co_await a.async_lock("new-1", 5s, fenced(), use_tuple);
     EXPECT_FALSE(e1) << e1.message();
-    EXPECT_EQ(a.stats().fences_unverified, 0u);
+    EXPECT_EQ(a.stats().fences_unverified, 0u) << "a first use with every master heard";
     EXPECT_GT(l1.fence(), static_cast<std::uint64_t>(server_us(0) - 60000000)) << "above the masters' clocks";
     cluster[4].pause();
     auto [e2, l2] = co_await a.async_lock("new-2", 5s, fenced(), use_tuple);
     EXPECT_FALSE(e2) << e2.message();
     EXPECT_EQ(a.stats().fences_unverified, 1u);
-    // Once the resource has counters on a majority, the next holder is verified again.
+    for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(get(i, counter), std::nullopt) << "master " << i + 1;
     co_await l2.async_unlock(use_tuple);
     auto [e3, l3] = co_await a.async_lock("new-2", 5s, fenced(), use_tuple);
     EXPECT_FALSE(e3) << e3.message();
-    EXPECT_GT(l3.fence(), l2.fence());
-    EXPECT_EQ(a.stats().fences_unverified, 1u);
+    EXPECT_GT(l3.fence(), l2.fence()) << "clocks moved on";
+    EXPECT_EQ(a.stats().fences_unverified, 2u);
+    co_await l3.async_unlock(use_tuple);
     cluster[4].resume();
+    // Until its overdue replies come, the client treats it as down: wait until it answers a lock.
+    bool answers = false;
+    for (int i = 0; i < 200 && !answers; ++i) {
+      auto [ep, probe] = co_await a.async_try_lock("probe", 5s, use_tuple);
+      if (!ep) {
+        auto [eu, r] = co_await probe.async_unlock(redlock::unlock_options{.wait_for_all = true}, use_tuple);
+        answers = !eu && r.unreachable == 0;
+      }
+      if (!answers) co_await sleep_for(20ms);
+    }
+    EXPECT_TRUE(answers) << "master 5 never answered again";
+    auto [e4, l4] = co_await a.async_lock("new-2", 5s, fenced(), use_tuple);
+    EXPECT_FALSE(e4) << e4.message();
+    EXPECT_GT(l4.fence(), l3.fence());
+    EXPECT_EQ(a.stats().fences_unverified, 2u) << "every master heard, none with a counter: a first use";
+    co_await until([&] { return get(4, counter).has_value(); });
+    for (std::size_t i = 0; i < cluster.size(); ++i) EXPECT_EQ(get(i, counter), std::to_string(l4.fence()));
+    co_await l4.async_unlock(use_tuple);
+    auto [e5, l5] = co_await a.async_lock("new-2", 5s, fenced(), use_tuple);
+    EXPECT_FALSE(e5) << e5.message();
+    EXPECT_EQ(l5.fence(), l4.fence() + 1);
+    EXPECT_EQ(a.stats().fences_unverified, 2u);
   });
+}
+
+// The confirmation creates a missing counter only when told the fence was checked; it always
+// raises one that exists, and never lowers it.
+TEST_F(script_safety, a_confirmation_creates_a_counter_only_for_a_checked_fence) {
+  const std::vector<std::string> k{"cf", suffixed("cf", scripts::fence_suffix)};
+  run(0, {"SET", "cf", "tok", "PX", "10000"});
+  EXPECT_EQ(eval(0, scripts::fence_confirm_script, k, {"tok", "50", "0"}), ":1\r\n");
+  EXPECT_EQ(get(0, k[1]), std::nullopt);
+  EXPECT_EQ(eval(0, scripts::fence_confirm_script, k, {"tok", "50", "1"}), ":1\r\n");
+  EXPECT_EQ(get(0, k[1]), "50");
+  EXPECT_EQ(eval(0, scripts::fence_confirm_script, k, {"tok", "60", "0"}), ":1\r\n");
+  EXPECT_EQ(get(0, k[1]), "60");
+  EXPECT_EQ(eval(0, scripts::fence_confirm_script, k, {"tok", "55", "1"}), ":1\r\n");
+  EXPECT_EQ(get(0, k[1]), "60");
+  EXPECT_EQ(eval(0, scripts::fence_confirm_script, k, {"other", "99", "1"}), ":0\r\n") << "not our key";
+  EXPECT_EQ(get(0, k[1]), "60");
+  // A counter that is not one is refused before anything is written (double precision ends at 2^53).
+  for (const std::string junk : {"nan", "inf", "1e400", "-5", "9007199254740993", "12abc"}) {
+    run(0, {"SET", k[1], junk});
+    EXPECT_EQ(eval(0, scripts::fence_confirm_script, k, {"tok", "70", "1"}).substr(0, 7), "-REDLOC") << junk;
+    EXPECT_EQ(eval(0, scripts::fence_acquire_script, {"cf2", k[1]}, {"tok2", "10000", "0"}).substr(0, 7), "-REDLOC")
+        << junk;
+    EXPECT_EQ(get(0, k[1]), junk);
+    EXPECT_EQ(get(0, "cf2"), std::nullopt);
+  }
 }
 
 // ==== 3. Helper keys are not the users' to name ======================================================

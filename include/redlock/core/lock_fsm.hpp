@@ -94,6 +94,9 @@ struct lock_action {
   /// largest counter any master answered so far, from which the grant counts on (keeps the
   /// masters' counters equal, so that the fence rarely needs confirming).
   std::int64_t fence = 0;
+  /// For `confirm`: whether a master without a counter gets one (only a fence checked against a
+  /// majority of counters, `lock_fsm::fence_verified`, may create one).
+  bool create = false;
 };
 
 /// One `async_lock` / `async_try_lock`. Drive it with `start`, then feed it every reply
@@ -226,9 +229,10 @@ class lock_fsm {
   std::int64_t fence() const noexcept { return fence_; }
   /// Fence confirmations sent (rounds whose granting masters disagreed on the fence).
   std::size_t confirm_rounds() const noexcept { return confirm_rounds_; }
-  /// After a fenced success: false when the fence rests on the masters' clocks alone, because a
-  /// granting master had no counter, not every master answered, and fewer than a majority of
-  /// those that did hold a counter (docs/safety.md, "Fencing tokens"). True otherwise.
+  /// After a fenced success: false when the fence rests on the masters' clocks alone: a granting
+  /// master had no counter, fewer than a majority of masters answered a counter, and it is not
+  /// the resource's first use (every master answered, none with a counter). See docs/safety.md,
+  /// "Fencing tokens". True otherwise.
   bool fence_verified() const noexcept { return fence_verified_; }
   /// Whether master `i` must be sent the fence confirmation (it granted with a smaller number).
   bool needs_confirm(std::size_t i) const noexcept {
@@ -242,13 +246,16 @@ class lock_fsm {
   // masters' answers of the round are awaited (they come by the round's deadline) to fix the fence.
   enum class state : std::uint8_t { idle, waiting, hearing, sleeping, confirming, done };
 
+  // Counters and clocks stay below 2^53 (the scripts count in doubles).
+  static constexpr std::int64_t max_counter = std::int64_t{1} << 53;
+
   // Where a fenced round's answers stand (granting masters answer their bumped counter, or the
   // negated clock when they have none; refusing masters answer their counter, 0 for none).
   struct fence_view {
     std::int64_t granted_top = 0;  // the largest bumped counter of a granting master
     std::int64_t heard_top = 0;    // the largest counter or clock any master answered
     bool counterless = false;      // a granting master has no counter
-    bool zero = false;             // a granting master answered 0: not a fence script's answer
+    bool invalid = false;          // a granting master answered 0, or a number out of range
     std::size_t counters = 0;      // masters that answered a counter of theirs
     std::size_t heard = 0;         // masters that answered the script at all
   };
@@ -256,13 +263,17 @@ class lock_fsm {
     fence_view v;
     for (const auto& r : table_.results()) {
       if (r.status != master_status::granted && r.status != master_status::taken) continue;
+      if (r.value <= -max_counter || r.value >= max_counter) {  // not a counter (nor a clock) of ours
+        v.invalid = true;
+        continue;
+      }
       ++v.heard;
       if (r.value > 0) ++v.counters;
       v.heard_top = std::max(v.heard_top, r.value < 0 ? -r.value : r.value);
       if (r.status != master_status::granted) continue;
       if (r.value > 0) v.granted_top = std::max(v.granted_top, r.value);
       v.counterless = v.counterless || r.value < 0;
-      v.zero = v.zero || r.value == 0;
+      v.invalid = v.invalid || r.value == 0;
     }
     return v;
   }
@@ -294,10 +305,11 @@ class lock_fsm {
   // A granting master without a counter (first use, or restarted without its data) cannot vouch
   // for the fences before it. The fence is then fixed above every counter and clock the round
   // heard, once a majority of masters answered a counter (any earlier holder's confirming majority
-  // meets it) or every master answered; the confirmation creates the missing counters.
+  // meets it) or every master answered (as much as can be heard); the confirmation creates the
+  // missing counters.
   lock_action begin_confirm(clock::time_point now, double unit_random) {
     const auto v = view_fence();
-    if (v.zero || (v.granted_top <= 0 && !v.counterless))
+    if (v.invalid || (v.granted_top <= 0 && !v.counterless))
       return fail_round(error::unexpected_reply, now, unit_random);  // a counter is never 0
     if (!fence_heard(v)) {
       state_ = state::hearing;
@@ -307,7 +319,10 @@ class lock_fsm {
     fence_verified_ = true;
     if (v.counterless) {
       top = std::max(v.heard_top, fence_floor_) + 1;
-      fence_verified_ = v.counters >= majority(rules_.masters) || v.heard == rules_.masters;
+      // A majority of counters meets any earlier holder's confirming majority. Short of that, only
+      // a resource that no master has a counter of (first use: every master heard, none holds
+      // one) has no earlier fence to be above; otherwise the fence rests on the clocks heard.
+      fence_verified_ = v.counters >= majority(rules_.masters) || (v.counters == 0 && v.heard == rules_.masters);
     }
     fence_ = top;
     confirmed_ = 0;
@@ -335,6 +350,7 @@ class lock_fsm {
     ++confirm_rounds_;
     lock_action a{lock_action::type::confirm, false, std::min(now + rules_.request_timeout, deadline_), {}};
     a.fence = top;
+    a.create = v.counterless && fence_verified_;
     return a;
   }
 

@@ -108,11 +108,14 @@ return {status,ticket})",
 /// that the fence rarely needs confirming. A missing counter (first use, or a master restarted
 /// without its data) is not created here: the grant answers {1, -clock} (this master's clock in
 /// microseconds, negated), and the client fixes the fence from what the other masters hold before
-/// the confirmation creates it (docs/safety.md, "Fencing tokens"). A counter that is not a number
-/// is an error reply before anything is written.
+/// the confirmation creates it (docs/safety.md, "Fencing tokens"). A counter that is not one (not
+/// decimal digits, or so large that a double could no longer count on from it) is an error reply
+/// before anything is written.
 inline constexpr script fence_acquire_script{
     R"(local c = redis.call("get",KEYS[2])
-if c and not tonumber(c) then return redis.error_reply("REDLOCK fence counter is not a number") end
+if c and not (string.match(c,"^%d+$") and tonumber(c) < 9007199254740000) then
+  return redis.error_reply("REDLOCK fence counter is not a counter")
+end
 if not redis.call("set",KEYS[1],ARGV[1],"nx","px",ARGV[2]) then return {0,tonumber(c or "0")} end
 if not c then
   local t = redis.call("time")
@@ -121,15 +124,27 @@ end
 local f = math.max(tonumber(c),tonumber(ARGV[3]))+1
 redis.call("set",KEYS[2],string.format("%d",f))
 return {1,f})",
-    "905cf11a923b6474357f3bc23fc0659af6e072be"};
+    "ea0653c609ee04d06fe4ccaa81fdb5ecfd6c39d8"};
 
-/// KEYS as for `fence_acquire_script`; ARGV[1] = token, ARGV[2] = the fence. Where the key still
-/// holds our token, raises the counter to the fence (creating it where it is missing): 1; else 0.
+/// KEYS as for `fence_acquire_script`; ARGV[1] = token, ARGV[2] = the fence, ARGV[3] = "1" when the
+/// fence was checked against a majority of counters (only such a fence may create a missing
+/// counter: one resting on clocks could be below an earlier fence, and later rounds would take
+/// the counter it created for proof). Where the key still holds our token, raises the counter to
+/// the fence (creating it if so told): 1; else 0. A counter that is not one is an error reply
+/// before anything is written.
 inline constexpr script fence_confirm_script{
     R"(if redis.call("get",KEYS[1]) ~= ARGV[1] then return 0 end
-if tonumber(redis.call("get",KEYS[2]) or "0") < tonumber(ARGV[2]) then redis.call("set",KEYS[2],ARGV[2]) end
+local c = redis.call("get",KEYS[2])
+if c and not (string.match(c,"^%d+$") and tonumber(c) < 9007199254740000) then
+  return redis.error_reply("REDLOCK fence counter is not a counter")
+end
+if c then
+  if tonumber(c) < tonumber(ARGV[2]) then redis.call("set",KEYS[2],ARGV[2]) end
+elseif ARGV[3] == "1" then
+  redis.call("set",KEYS[2],ARGV[2])
+end
 return 1)",
-    "eaf7800394a83630f68119c33738160be75d9f70"};
+    "91769d181b052bb317e68778cfc9ca3d5475cebd"};
 
 /// KEYS = the keys of every resource; ARGV[1] = token, ARGV[2] = ttl in ms. Sets every key or none:
 /// {1, count} when none existed, else {0, the first existing key's index}.

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -98,7 +99,7 @@ std::string describe(const lock_action& a) {
       s = "complete(" + describe(a.ec) + ")";
       break;
     case lock_action::type::confirm:
-      s = "confirm " + std::to_string(a.fence) + " until " + describe(a.at);
+      s = "confirm " + std::to_string(a.fence) + (a.create ? " creating" : "") + " until " + describe(a.at);
       break;
   }
   if (a.release) s += " +release";
@@ -116,9 +117,10 @@ std::string sleep_until(clock::duration t) { return describe(lock_action{lock_ac
 std::string completes(error_code ec, bool release) {
   return describe(lock_action{lock_action::type::complete, release, {}, ec});
 }
-std::string confirms(std::int64_t fence, clock::duration until) {
+std::string confirms(std::int64_t fence, clock::duration until, bool creating = false) {
   lock_action a{lock_action::type::confirm, false, at(until), {}};
   a.fence = fence;
+  a.create = creating;
   return describe(a);
 }
 
@@ -565,7 +567,7 @@ TEST(fenced_lock, a_grant_without_a_counter_waits_for_a_majority_of_counters) {
   EXPECT_EQ(m.grant(0, -5, 1ms), waits);
   EXPECT_EQ(m.grant(1, 40, 2ms), waits);
   EXPECT_EQ(m.grant(2, 41, 3ms), waits) << "quorum reached, but only 2 of the 3 needed counters heard";
-  EXPECT_EQ(m.refuse(3, 90, 4ms), confirms(91, 4ms + timeout)) << "master 4's answer is not needed";
+  EXPECT_EQ(m.refuse(3, 90, 4ms), confirms(91, 4ms + timeout, true)) << "master 4's answer is not needed";
   EXPECT_EQ(m.to_confirm(), "0,1,2");
   EXPECT_TRUE(m.f.fence_verified());
   EXPECT_EQ(m.refuse(4, 95, 5ms), waits) << "a straggler of the acquire round changes nothing";
@@ -583,24 +585,41 @@ TEST(fenced_lock, a_majority_of_granting_counters_fixes_the_fence_at_once) {
   EXPECT_EQ(m.grant(0, 20, 1ms), waits);
   EXPECT_EQ(m.grant(1, -3000, 2ms), waits);
   EXPECT_EQ(m.grant(2, 21, 3ms), waits);
-  EXPECT_EQ(m.grant(3, 22, 4ms), confirms(3001, 4ms + timeout)) << "above the clock heard as well";
+  EXPECT_EQ(m.grant(3, 22, 4ms), confirms(3001, 4ms + timeout, true)) << "above the clock heard as well";
   EXPECT_EQ(m.to_confirm(), "0,1,2,3");
 }
 
-// Every master heard, none with a counter: a new resource (or every master lost its data). The
-// fence is above every clock heard; it is verified, since no master holds an earlier fence.
+// Every master heard, none with a counter: the resource's first use (or every master lost its
+// data). The fence is above every clock heard; it counts as verified: no master holds an earlier
+// fence to be above.
 TEST(fenced_lock, every_master_heard_without_counters_fences_above_their_clocks) {
   machine m{fence_rules(3)};
   m.start(0ms);
   EXPECT_EQ(m.grant(0, -100, 1ms), waits);
   EXPECT_EQ(m.grant(1, -300, 2ms), waits);
-  EXPECT_EQ(m.refuse(2, 0, 3ms), confirms(301, 3ms + timeout));
+  EXPECT_EQ(m.refuse(2, 0, 3ms), confirms(301, 3ms + timeout, true));
   EXPECT_EQ(m.to_confirm(), "0,1");
   EXPECT_TRUE(m.f.fence_verified());
   EXPECT_EQ(m.reply(1, int_reply("1"), 4ms), waits);
   EXPECT_EQ(m.reply(0, int_reply("1"), 5ms), completes({}, false));
   EXPECT_EQ(m.f.fence(), 301);
   EXPECT_TRUE(m.f.fence_verified());
+}
+
+// Every master heard, but only one holds a counter: a minority. The masters without one may be an
+// earlier holder's whole confirming majority, restarted without their data, and the one counter
+// left (on a master that never confirmed that holder) says nothing about its fence. Hearing
+// everyone is then not enough: the fence rests on the clocks heard, and says so.
+TEST(fenced_lock, every_master_heard_with_a_minority_of_counters_is_unverified) {
+  machine m{fence_rules(3)};
+  m.start(0ms);
+  EXPECT_EQ(m.grant(0, -100, 1ms), waits);
+  EXPECT_EQ(m.grant(1, -300, 2ms), waits);
+  EXPECT_EQ(m.refuse(2, 40, 3ms), confirms(301, 3ms + timeout));
+  EXPECT_FALSE(m.f.fence_verified());
+  EXPECT_EQ(m.reply(1, int_reply("1"), 4ms), waits);
+  EXPECT_EQ(m.reply(0, int_reply("1"), 5ms), completes({}, false));
+  EXPECT_FALSE(m.f.fence_verified());
 }
 
 // A master that does not answer leaves the fence resting on the clocks heard: still granted (a
@@ -622,6 +641,19 @@ TEST(fenced_lock, an_unheard_master_leaves_the_fence_unverified) {
   EXPECT_EQ(n.grant(0, 5, 1ms), waits);
   EXPECT_EQ(n.grant(1, 5, 2ms), completes({}, false));
   EXPECT_TRUE(n.f.fence_verified());
+}
+
+// Numbers no counter or clock of ours can be (the scripts count in doubles, below 2^53) are not
+// fence answers: the round fails as for any unexpected reply.
+TEST(fenced_lock, numbers_out_of_a_counters_range_are_unexpected_replies) {
+  for (const std::int64_t bad : {std::int64_t{1} << 53, -(std::int64_t{1} << 53),
+                                 std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()}) {
+    machine m{fence_rules(3, false)};
+    m.start(0ms);
+    EXPECT_EQ(m.grant(0, 5, 1ms), waits);
+    EXPECT_EQ(m.grant(1, bad, 2ms), completes(redlock::error::unexpected_reply, true)) << bad;
+    EXPECT_EQ(m.f.fence(), 0);
+  }
 }
 
 // Cancelled while hearing: released everywhere, no fence.
