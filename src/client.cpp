@@ -64,18 +64,20 @@ struct lock_op final : op_base {
   std::shared_ptr<lock_state> st;
   std::optional<lock_handler> handler;
   core::lock_fsm fsm;
-  asio::steady_timer timer;         // the retry delay
-  std::string member;               // the waiter's name in the masters' queues, once it queued
-  std::int64_t ticket = 0;          // sent with the fair round in progress
-  std::uint64_t acquire_round = 0;  // the last round of acquire requests
-  std::uint64_t confirm_round = 0;  // the last round of fence confirmations
+  asio::steady_timer timer;  // the retry delay
+  std::string member;        // the waiter's name in the masters' queues, once it queued
+  std::int64_t ticket = 0;   // sent with the fair round in progress
 
   void start() {
     auto& c = *owner;
     std::string what;
     auto ec = c.check_lock_args(st->resource, st->ttl, &what);
-    // Every lock is checked, not only the scripted kinds: options that make no kind of their own
-    // (`permits` without `semaphore`) must be refused, not ignored.
+    // Options that make no kind (no row of the table; `permits` without `semaphore`, say) are
+    // refused, not ignored.
+    if (!ec && !st->spec) {
+      ec = error::invalid_argument;
+      what = st->kind_problem;
+    }
     if (!ec) ec = c.check_kind_args(*st, what);
     if (ec) {
       REDLOCK_LOG(c.log(), log_level::debug, "{}: rejected ({} ms): {}{}{}", lock_name(st->resource, {}),
@@ -87,12 +89,15 @@ struct lock_op final : op_base {
       REDLOCK_LOG(c.log(), log_level::error, "{}: cannot draw a token: {}", lock_name(st->resource, {}), describe(ec));
       return finish(ec);
     }
-    if (st->scripted()) {
-      make_keys(*st, c.config().key_prefix);
-      if (st->kind == lock_kind::write) st->waiter = st->token;  // the first round's token names the writer
+    const auto& prefix = c.config().key_prefix;
+    if (st->multi()) {
+      st->all_keys.reserve(st->resources.size());
+      for (const auto& r : st->resources) st->all_keys.push_back(prefix + r);
+      st->key = st->all_keys.front();
     } else {
-      st->key = c.config().key_prefix + st->resource;
+      st->key = prefix + st->resource;
     }
+    if (st->spec->claims) st->waiter = st->token;  // names a writer's claim: stable across rounds
     c.enroll(*this);
     act(fsm.start(clock_type::now(), c.fair() && c.recently_contended(st->key)));
   }
@@ -117,7 +122,6 @@ struct lock_op final : op_base {
           }
         }
         c.note_attempt();
-        acquire_round = fsm.round();
         if (a.fair) {
           if (member.empty()) {
             member = c.new_waiter(*this);
@@ -125,20 +129,16 @@ struct lock_op final : op_base {
           }
           c.ensure_inbox();  // queued on each connection before the round: no wake-up is missed
           ticket = a.ticket;
-          return c.send_all(c.scratch_fair(*st, member, ticket, true), a.at, shared_from_this(), fsm.round());
+          return c.send_all(c.scratch_step(step::fair_acquire, *st, values()), a.at, shared_from_this(), fsm.round());
         }
-        if (st->scripted()) {
-          st->fence_floor = a.fence;
-          return c.send_all(c.scratch_step(step::acquire, *st, st->ttl.count()), a.at, shared_from_this(), fsm.round());
-        }
-        return c.send_all(c.scratch_set(*st), a.at, shared_from_this(), fsm.round());
+        st->fence_floor = a.fence;
+        return c.send_all(c.scratch_step(step::acquire, *st, values()), a.at, shared_from_this(), fsm.round());
       case core::lock_action::type::confirm:
         // The granting masters disagree on the fence: those behind are raised to it while they
         // still hold our key (docs/safety.md, "Fencing tokens").
         c.note_confirm();
-        confirm_round = fsm.round();
         st->fence_create = a.create;
-        return c.send_some(c.scratch_step(step::confirm, *st, a.fence), a.at, shared_from_this(), fsm.round(),
+        return c.send_some(c.scratch_step(step::confirm, *st, values()), a.at, shared_from_this(), fsm.round(),
                            [this](std::size_t i) { return fsm.needs_confirm(i); });
       case core::lock_action::type::sleep:
         REDLOCK_LOG(c.log(), log_level::debug, "{}: attempt {} failed: {}; masters: {}; retrying in {}",
@@ -167,11 +167,12 @@ struct lock_op final : op_base {
                       describe_masters(fsm.table().results(), st->token));
         }
         if (!a.ec) {
-          st->note_key_holders(fsm.table().results());
+          st->holders.granted(fsm.table().results());
           st->fence = fsm.fence();
-          if (st->fenced && !fsm.fence_verified()) c.note_unverified_fence(*st, fsm.table().results());
+          if (st->spec->fence && !fsm.fence_verified()) c.note_unverified_fence(*st, fsm.table().results());
         }
-        if (st->claimed) c.leave_claims(*st);
+        // A claim that holds new readers off (a writer's) is dropped when the acquisition ends.
+        if (st->spec->claims && fsm.queued_seen()) c.leave_claims(*st);
         if (!member.empty()) {
           if (fsm.queued()) c.leave_queues(*st, member, fsm.table().results());
           c.forget_waiter(member);
@@ -184,39 +185,29 @@ struct lock_op final : op_base {
 
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override {
     if (client_impl::is_release(tag)) return;  // a failed round's release: nobody waits for it
-    if (!(tag & eval_flag) && core::is_noscript(ec, r) && st->scripted() && st->kind != lock_kind::write &&
-        fsm.done() && st->held && (round_of(tag) == acquire_round || round_of(tag) == confirm_round)) {
-      // The lock was granted before this master's NOSCRIPT came back (a request queued while the
-      // connection was being made goes before the scripts are loaded on it), so the master holds
-      // nothing of ours: without this, the lock would stand on a bare quorum. The EVAL goes out
-      // before any release of the lock can (one is sent only after `held` is cleared), so it
-      // cannot run after the release and leave a key behind. Not for a writer: a late acquire that
-      // met readers would leave a claim that nothing drops.
-      const auto payload =
-          round_of(tag) == acquire_round ? c_step(step::acquire, st->ttl.count()) : c_step(step::confirm, st->fence);
-      (void)owner->link(master_of(tag))
-          .submit(payload, 1, clock_type::now() + owner->config().request_timeout, shared_from_this(), tag | eval_flag);
-      return;
-    }
-    if (st->kind == lock_kind::write && !ec && core::fair_reply_of(r).status == master_status::queued)
-      st->claimed = true;  // a claim that holds new readers off: dropped when the acquisition ends
-    if (!(tag & eval_flag) && core::is_noscript(ec, r) && (st->scripted() || !member.empty()) &&
-        fsm.awaiting(round_of(tag))) {
-      // The master lost its script cache: the same round again with EVAL on that master, queued
-      // before anything that can follow the round (its release), so the order stays the same.
-      const auto payload = !member.empty()    ? owner->scratch_fair(*st, member, ticket, false)
-                           : fsm.confirming() ? c_step(step::confirm, fsm.fence())
-                                              : c_step(step::acquire, st->ttl.count());
-      if (!owner->link(master_of(tag))
-               .submit(payload, 1, clock_type::now() + owner->config().request_timeout, shared_from_this(),
-                       tag | eval_flag))
-        return;
+    if (!(tag & eval_flag) && core::is_noscript(ec, r)) {
+      // The master's script cache was empty (the scripts are loaded first on every connection, but
+      // requests queued while it was being made go before them): the request again with EVAL,
+      // queued before anything that can follow it there (the round's release), when the machine
+      // says so (core::lock_fsm::on_noscript: the round is awaited, or it granted the lock).
+      if (const auto s = fsm.on_noscript(round_of(tag), st->held)) {
+        if (owner->resend_eval(tag, owner->scratch_step(*s, *st, values(), false), owner->config().request_timeout,
+                               shared_from_this()))
+          return;
+      }
     }
     act(fsm.on_reply(round_of(tag), master_of(tag), ec, r, clock_type::now(), owner->unit_random(),
                      owner->down_cause(master_of(tag))));
   }
 
-  std::string_view c_step(step s, std::int64_t number) { return owner->scratch_step(s, *st, number, false); }
+  // The values of this operation's requests: the lock's, and the round's waiter, ticket and fence.
+  core::step_values values() const {
+    auto v = owner->values(*st);
+    if (!member.empty()) v.waiter = member;
+    v.ticket = ticket;
+    v.fence = fsm.done() ? st->fence : fsm.fence();
+    return v;
+  }
 
   void on_wake(std::size_t master) override {
     const auto a = fsm.on_wake(master, clock_type::now());
@@ -274,7 +265,7 @@ struct unlock_op final : op_base {
       case core::unlock_action::type::wait:
         return;
       case core::unlock_action::type::release:
-        return c.send_all(c.scratch_script(release_script, *st, std::nullopt), a.at, shared_from_this(), 0);
+        return c.send_all(c.scratch_step(step::release, *st, c.values(*st)), a.at, shared_from_this(), 0);
       case core::unlock_action::type::complete:
         c.retire(*this);
         if (fsm.decided()) {
@@ -299,10 +290,10 @@ struct unlock_op final : op_base {
 
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override {
     auto& c = *st->owner;
-    if (c.eval_instead(tag, ec, r, *st, release_script, {}, shared_from_this())) return;
+    if (c.eval_instead(tag, ec, r, *st, step::release, c.values(*st), shared_from_this())) return;
     // No answer from this master (down, or its connection broke or timed out): our key may still
     // be there, so the release goes again on the master's next connection.
-    if (client_impl::in_doubt(ec) && st->may_hold(master_of(tag))) {
+    if (st->holders.resend(master_of(tag), ec)) {
       c.defer_release(master_of(tag), st->background_release_payload(), std::max(st->ttl, st->longest_ttl));
     }
     act(fsm.on_reply(master_of(tag), ec, r, clock_type::now(), c.down_cause(master_of(tag))));
@@ -325,6 +316,12 @@ struct extend_op final : op_base {
   std::chrono::milliseconds ttl;
   core::extend_fsm fsm;
 
+  core::step_values values() const {
+    auto v = st->owner->values(*st);
+    v.ttl_ms = ttl.count();
+    return v;
+  }
+
   void start() {
     auto& c = *st->owner;
     if (!st->held) return finish(error::not_locked);
@@ -339,7 +336,7 @@ struct extend_op final : op_base {
       case core::extend_action::type::wait:
         return;
       case core::extend_action::type::extend:
-        return c.send_all(c.scratch_script(extend_script, *st, ttl.count()), a.at, shared_from_this(), 0);
+        return c.send_all(c.scratch_step(step::extend, *st, values()), a.at, shared_from_this(), 0);
       case core::extend_action::type::complete:
         if (a.ec != asio::error::operation_aborted) {
           if (fsm.decided()) st->set_results(fsm.table().results());
@@ -355,7 +352,7 @@ struct extend_op final : op_base {
   }
 
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override {
-    if (st->owner->eval_instead(tag, ec, r, *st, extend_script, ttl.count(), shared_from_this())) return;
+    if (st->owner->eval_instead(tag, ec, r, *st, step::extend, values(), shared_from_this())) return;
     act(fsm.on_reply(master_of(tag), ec, r, clock_type::now(), st->owner->down_cause(master_of(tag))));
   }
 
@@ -372,6 +369,12 @@ struct extend_op final : op_base {
 
 // ---- watching and keep-alive: one machine per watched lock, one timer for all of them ----------
 
+core::step_values watch::values(const client_impl& c, const lock_state& st) const {
+  auto v = c.values(st);
+  v.ttl_ms = ext_ttl.count();
+  return v;
+}
+
 void watch::wake(clock_type::time_point now) {
   auto st = state.lock();
   if (!st) return;
@@ -384,7 +387,7 @@ void watch::wake(clock_type::time_point now) {
     const auto e = ext.start(now);
     if (e.what == core::extend_action::type::extend) {
       // Encoded into the client's scratch buffer (the connections copy it): nothing per lock.
-      c.send_all(c.scratch_script(extend_script, *st, ext_ttl.count()), e.at, shared_from_this(), ext_round);
+      c.send_all(c.scratch_step(step::extend, *st, values(c, *st)), e.at, shared_from_this(), ext_round);
     } else {
       on_extension_done(*st, e.ec, now);
     }
@@ -403,7 +406,7 @@ void watch::on_reply(std::uint64_t tag, error_code ec, const resp::response& r) 
   auto st = state.lock();
   if (!st || round_of(tag) != ext_round || ext.done()) return;
   auto& c = *st->owner;
-  if (c.eval_instead(tag, ec, r, *st, extend_script, ext_ttl.count(), shared_from_this())) return;
+  if (c.eval_instead(tag, ec, r, *st, step::extend, values(c, *st), shared_from_this())) return;
   const auto now = clock_type::now();
   const auto e = ext.on_reply(master_of(tag), ec, r, now, c.down_cause(master_of(tag)));
   if (e.what == core::extend_action::type::complete) {
@@ -597,7 +600,7 @@ std::vector<master_result> lock::masters() const {
 
 std::vector<std::string> lock::resources() const {
   if (!state_) return {};
-  if (state_->multi) return state_->resources;
+  if (state_->multi()) return state_->resources;
   return {state_->resource};
 }
 
@@ -706,7 +709,6 @@ void client::start_lock(lock_handler h, std::vector<std::string> resources, std:
   auto& c = *impl_;
   c.note_operation();
   auto st = std::make_shared<detail::lock_state>(impl_, c.executor());
-  st->multi = multi;
   if (multi) {
     st->resource = resources.empty() ? std::string{} : resources.front();
     st->resources = std::move(resources);
@@ -715,13 +717,14 @@ void client::start_lock(lock_handler h, std::vector<std::string> resources, std:
   }
   st->ttl = ttl;
   st->kind = opts.kind;
-  st->fenced = opts.fence;
   st->permits = opts.permits;
+  // Its row of the kinds' table, chosen once here: nothing after branches on the kind.
+  st->spec = detail::check_kind(opts.kind, opts.permits, opts.fence, opts.owner, multi, &st->kind_problem);
   st->owner_id = std::move(opts.owner);
-  if (st->kind == lock_kind::semaphore) st->quorum = core::semaphore_quorum(c.size(), st->permits);
+  if (st->spec && st->spec->semaphore_quorum) st->quorum = st->spec->quorum(c.size(), st->permits);
   // An empty list must not look like the plain lock of resource "": the kind's checks refuse it.
   if (multi && st->resources.empty()) st->resource = "-";
-  auto rules = c.lock_rules(*st, retry);
+  auto rules = st->spec ? c.lock_rules(*st, retry) : c.lock_rules(ttl, retry);
   auto op = std::make_shared<detail::lock_op>(impl_, std::move(st), std::move(h), rules);
   detail::bind_cancellation(*op->handler, op, c.strand());
   c.post([op] { op->start(); });

@@ -66,7 +66,8 @@ boost::system::error_code validate_lock(const client_config& cfg, std::string_vi
   if (auto ec = validate(cfg, what)) return ec;
   if (auto ec = detail::check_resource(cfg, resource, what)) return ec;
   if (auto ec = detail::check_ttl_of(cfg, ttl, what)) return ec;
-  if (auto ec = detail::check_options(opts.kind, opts.permits, opts.fence, opts.owner, false, what)) return ec;
+  if (!detail::check_kind(opts.kind, opts.permits, opts.fence, opts.owner, false, what))
+    return make_error_code(error::invalid_argument);
   if (what) what->clear();
   return {};
 }
@@ -86,17 +87,27 @@ error_code check_resource(const client_config& cfg, std::string_view resource, s
     return error::invalid_argument;
   }
   // The lock key is the prefix and the resource: checked whole, so that no prefix can help a name
-  // end like a helper key either.
-  const std::string_view prefix = cfg.key_prefix;
+  // end like a helper key either. Every suffix is ":redlock-" and a word, 14 to 16 bytes: only the
+  // key's last 16 bytes matter, and a name without ':' 14 to 16 bytes from its end (nearly all)
+  // costs three comparisons.
+  constexpr std::size_t longest = 16;
+  static_assert(std::ranges::all_of(helper_suffixes, [](std::string_view x) {
+    return x.starts_with(":redlock-") && x.size() >= 14 && x.size() <= longest;
+  }));
+  char buf[longest];
+  const std::size_t from_resource = std::min(resource.size(), longest);
+  const std::size_t from_prefix = std::min(cfg.key_prefix.size(), longest - from_resource);
+  std::copy_n(cfg.key_prefix.end() - static_cast<std::ptrdiff_t>(from_prefix), from_prefix, buf);
+  std::copy_n(resource.end() - static_cast<std::ptrdiff_t>(from_resource), from_resource, buf + from_prefix);
+  const std::string_view tail{buf, from_prefix + from_resource};
+  const auto colon_at = [&tail](std::size_t back) { return tail.size() >= back && tail[tail.size() - back] == ':'; };
+  if (!colon_at(14) && !colon_at(15) && !colon_at(16)) return {};
   for (const auto suffix : helper_suffixes) {
-    const bool in_resource = resource.ends_with(suffix);
-    const bool with_prefix = !in_resource && resource.size() < suffix.size() && suffix.ends_with(resource) &&
-                             prefix.ends_with(suffix.substr(0, suffix.size() - resource.size()));
-    if (!in_resource && !with_prefix) continue;
+    if (!tail.ends_with(suffix)) continue;
     if (what)
       *what =
           fmt::format("the lock key ends with \"{}\"{}: reserved for the keys the lock kinds keep beside a lock key",
-                      suffix, in_resource ? "" : " (key prefix and resource together)");
+                      suffix, resource.ends_with(suffix) ? "" : " (key prefix and resource together)");
     return error::invalid_argument;
   }
   return {};
@@ -131,22 +142,21 @@ bool valid_owner(std::string_view o) noexcept {
 
 }  // namespace
 
-error_code check_options(lock_kind kind, std::size_t permits, bool fence, std::string_view owner, bool multi,
-                         std::string* what) {
-  const auto bad = [what](std::string_view w) {
+const core::kind_spec* check_kind(lock_kind kind, std::size_t permits, bool fence, std::string_view owner, bool multi,
+                                  std::string* what) {
+  const auto bad = [what](std::string_view w) -> const core::kind_spec* {
     if (what) *what = w;
-    return make_error_code(error::invalid_argument);
+    return nullptr;
   };
-  if (kind > lock_kind::semaphore) return bad("unknown lock kind");
-  if (kind != lock_kind::semaphore && permits != 1) return bad("permits other than 1 without the semaphore kind");
-  if (kind == lock_kind::semaphore && (permits == 0 || permits > (std::size_t{1} << 20)))
+  std::string_view why;
+  const auto* spec = core::find_kind(kind, fence, !owner.empty(), multi, &why);
+  if (!spec) return bad(why);
+  if (!spec->semaphore_quorum && permits != 1) return bad("permits other than 1 without the semaphore kind");
+  if (spec->semaphore_quorum && (permits == 0 || permits > (std::size_t{1} << 20)))
     return bad("permits outside [1, 2^20]");
-  if (fence && (kind != lock_kind::exclusive || multi || !owner.empty()))
-    return bad("fence is only for a plain exclusive lock of one resource, without owner");
-  if (!owner.empty() && (kind != lock_kind::exclusive || multi)) return bad("owner is only for exclusive locks");
   if (!owner.empty() && !valid_owner(owner))
     return bad("owner: 1 to 256 bytes, no blanks or control characters, not beginning with \"redlock:\"");
-  return {};
+  return spec;
 }
 
 namespace {
@@ -191,151 +201,6 @@ std::string describe_masters(const std::vector<master_result>& results, std::str
   return out;
 }
 
-void queue_key_names(std::string_view key, std::string& queue, std::string& expiry) {
-  queue.assign(key).append(queue_suffix);
-  expiry.assign(key).append(expiry_suffix);
-}
-
-void push_script(resp::request& req, const script& s, bool by_sha, const script_keys& keys, std::string_view token,
-                 std::optional<std::int64_t> ttl_ms) {
-  const std::string_view cmd = by_sha ? "EVALSHA" : "EVAL";
-  const std::string_view body = by_sha ? s.sha1 : s.body;
-  if (!keys.queue.empty()) {
-    req.push(cmd, body, 3, keys.key, keys.queue, keys.expiry, token);
-  } else if (ttl_ms) {
-    req.push(cmd, body, 1, keys.key, token, *ttl_ms);
-  } else {
-    req.push(cmd, body, 1, keys.key, token);
-  }
-}
-
-std::string encode_eval(const script& s, const script_keys& keys, std::string_view token,
-                        std::optional<std::int64_t> ttl_ms) {
-  resp::request req;
-  push_script(req, s, false, keys, token, ttl_ms);
-  return std::move(req).take_payload();
-}
-
-void push_fair(resp::request& req, bool by_sha, const script_keys& keys, std::string_view token,
-               std::chrono::milliseconds ttl, const fair_args& args) {
-  const std::string_view cmd = by_sha ? "EVALSHA" : "EVAL";
-  const std::string_view body = by_sha ? fair_acquire_script.sha1 : fair_acquire_script.body;
-  req.push(cmd, body, 3, keys.key, keys.queue, keys.expiry, token, ttl.count(), args.member, args.ticket,
-           args.entry_timeout_ms);
-}
-
-// ---- lock kinds: each kind script's KEYS and ARGV --------------------------------------------------
-
-namespace {
-
-struct kind_call {
-  const script* s = nullptr;  // null: the plain lock's script serves this step
-  std::size_t keys = 0;       // how many of lock_state::keys it takes
-};
-
-kind_call call_for(const lock_state& st, step s) noexcept {
-  const auto pick = [s](const script& a, const script& r, const script& e, std::size_t n_acquire,
-                        std::size_t n_other) -> kind_call {
-    switch (s) {
-      case step::acquire:
-        return {&a, n_acquire};
-      case step::release:
-        return {&r, n_other};
-      case step::extend:
-        return {&e, n_other};
-      default:
-        return {};
-    }
-  };
-  if (st.multi)
-    return pick(multi_acquire_script, multi_release_script, multi_extend_script, st.keys.size(), st.keys.size());
-  if (!st.owner_id.empty())
-    return pick(reentrant_acquire_script, reentrant_release_script, reentrant_extend_script, 2, 2);
-  switch (st.kind) {
-    case lock_kind::read:
-      return pick(read_acquire_script, read_release_script, read_extend_script, 3, 2);
-    case lock_kind::semaphore:
-      return pick(semaphore_acquire_script, semaphore_release_script, semaphore_extend_script, 2, 2);
-    case lock_kind::write:
-      // Holding, a writer is a plain lock: released and extended by the plain scripts.
-      if (s == step::acquire) return {&write_acquire_script, 3};
-      if (s == step::leave) return {&write_leave_script, 0};
-      return {};
-    case lock_kind::exclusive:
-      if (st.fenced && s == step::acquire) return {&fence_acquire_script, 2};
-      if (st.fenced && s == step::confirm) return {&fence_confirm_script, 2};
-      return {};
-  }
-  return {};
-}
-
-}  // namespace
-
-bool push_step(resp::request& req, step s, const lock_state& st, bool by_sha, std::int64_t number,
-               std::chrono::milliseconds entry_timeout) {
-  const auto call = call_for(st, s);
-  if (!call.s) return false;
-  // Views into these stay valid until push_range returns.
-  char num[24], extra[24];
-  const auto text = [](char* buf, std::int64_t v) {
-    const auto r = std::to_chars(buf, buf + 24, v);
-    return std::string_view{buf, static_cast<std::size_t>(r.ptr - buf)};
-  };
-  char nkeys[24];
-  boost::container::small_vector<std::string_view, 12> args;  // no allocation but for large sets
-  args.reserve(call.keys + 7);
-  args.push_back(by_sha ? call.s->sha1 : call.s->body);
-  if (s == step::leave) {
-    // KEYS[1] = the waiting writer's claim, ARGV[1] = the writer.
-    args.push_back("1");
-    args.push_back(st.keys[2]);
-    args.push_back(st.waiter);
-    req.push_range(by_sha ? "EVALSHA" : "EVAL", args);
-    return true;
-  }
-  args.push_back(text(nkeys, static_cast<std::int64_t>(call.keys)));
-  for (std::size_t i = 0; i < call.keys; ++i) args.push_back(st.keys[i]);
-  args.push_back(st.owner_id.empty() ? std::string_view{st.token} : std::string_view{st.owner_id});
-  args.push_back(text(num, number));
-  if (!st.owner_id.empty()) {
-    args.push_back(st.token);  // this hold
-  } else if (s == step::acquire && st.kind == lock_kind::write) {
-    args.push_back(st.waiter);
-    args.push_back(text(extra, entry_timeout.count()));
-  } else if (s == step::acquire && st.kind == lock_kind::semaphore) {
-    args.push_back(text(extra, static_cast<std::int64_t>(st.permits)));
-  } else if (s == step::acquire && st.fenced) {
-    args.push_back(text(extra, st.fence_floor));
-  } else if (s == step::confirm) {
-    args.push_back(st.fence_create ? "1" : "0");
-  }
-  req.push_range(by_sha ? "EVALSHA" : "EVAL", args);
-  return true;
-}
-
-void make_keys(lock_state& st, std::string_view prefix) {
-  st.keys.clear();
-  if (st.multi) {
-    st.keys.reserve(st.resources.size());
-    for (const auto& r : st.resources) st.keys.push_back(std::string{prefix} + r);
-    st.key = st.keys.front();
-    return;
-  }
-  st.key = std::string{prefix} + st.resource;
-  const auto with = [&](std::string_view suffix) { st.keys.push_back(st.key + std::string{suffix}); };
-  st.keys.push_back(st.key);
-  if (!st.owner_id.empty()) {
-    with(holds_suffix);
-  } else if (st.kind == lock_kind::read || st.kind == lock_kind::write) {
-    with(readers_suffix);
-    with(writer_suffix);
-  } else if (st.kind == lock_kind::semaphore) {
-    with(permits_suffix);
-  } else if (st.fenced) {
-    with(fence_suffix);
-  }
-}
-
 // ---- lock state and watcher ---------------------------------------------------------------------
 
 void lock_state::on_reply(std::uint64_t, error_code, const resp::response&) {}
@@ -343,13 +208,8 @@ void lock_state::on_reply(std::uint64_t, error_code, const resp::response&) {}
 const std::string& lock_state::background_release_payload() {
   if (background_release_.empty()) {
     resp::request req;
-    if (scripted() && push_step(req, step::release, *this, false, 0)) {
-      background_release_ = std::move(req).take_payload();
-    } else {
-      std::string queue, expiry;
-      queue_key_names(key, queue, expiry);
-      background_release_ = encode_eval(release_script, {key, queue, expiry}, token);
-    }
+    (void)core::encode_step(req, spec->release, values(), false);
+    background_release_ = std::move(req).take_payload();
   }
   return background_release_;
 }
@@ -377,7 +237,7 @@ struct release_job final : reply_sink {
   std::vector<bool> settled;     // masters where no key of ours can be (the held lock's round said so)
   void on_reply(std::uint64_t tag, error_code ec, const resp::response&) override {
     const auto i = master_of(tag);
-    if (!client_impl::in_doubt(ec) || (i < settled.size() && settled[i])) return;
+    if (!core::release_in_doubt(ec) || (i < settled.size() && settled[i])) return;
     if (auto c = owner.lock()) c->defer_release(i, payload, ttl, until);
   }
 };
@@ -505,16 +365,16 @@ core::lock_rules client_impl::lock_rules(std::chrono::milliseconds ttl, bool ret
 
 core::lock_rules client_impl::lock_rules(const lock_state& st, bool retry) const noexcept {
   auto r = lock_rules(st.ttl, retry);
-  if (!st.scripted()) return r;
-  r.fair = false;  // the kinds' scripts do not queue waiters (docs/design.md, "Lock kinds")
-  r.scripted = true;
-  r.fence = st.fenced;
+  r.fair = r.fair && st.spec->fair;
+  r.scripted = st.spec->scripted();
+  r.fence = st.spec->fence;
   r.quorum = st.quorum;
+  r.resend_after_grant = st.spec->resend_after_grant;
   return r;
 }
 
 error_code client_impl::check_kind_args(const lock_state& st, std::string& what) const {
-  if (st.multi) {
+  if (st.multi()) {
     const auto bad = [&what](std::string w) {
       what = std::move(w);
       return make_error_code(error::invalid_argument);
@@ -530,7 +390,7 @@ error_code client_impl::check_kind_args(const lock_state& st, std::string& what)
     if (const auto twice = std::adjacent_find(sorted.begin(), sorted.end()); twice != sorted.end())
       return bad(fmt::format("resource \"{}\" is named twice", printable(*twice, 64)));
   }
-  return check_options(st.kind, st.permits, st.fenced, st.owner_id, st.multi, &what);
+  return {};
 }
 
 error_code client_impl::check_lock_args(const std::string& resource, std::chrono::milliseconds ttl,
@@ -564,28 +424,22 @@ void client_impl::retire(op_base& op) noexcept {
   op.prev_op = op.next_op = nullptr;
 }
 
-std::string_view client_impl::scratch_step(step s, const lock_state& st, std::int64_t number, bool by_sha) {
-  scratch_.clear();
-  (void)push_step(scratch_, s, st, by_sha, number, entry_timeout_);
-  if (s == step::acquire) st.longest_ttl = std::max(st.longest_ttl, std::chrono::milliseconds{number});
+std::string_view client_impl::scratch_step(step s, const lock_state& st, const core::step_values& v, bool by_sha) {
+  scratch_.clear();  // keeps its capacity
+  (void)core::encode_step(scratch_, st.spec->of(s), v, by_sha);
+  if (s == step::acquire || s == step::fair_acquire || s == step::extend)
+    st.longest_ttl = std::max(st.longest_ttl, std::chrono::milliseconds{v.ttl_ms});
   return scratch_.payload();
 }
 
 void client_impl::leave_claims(const lock_state& st) {
   scratch_.clear();
-  if (!push_step(scratch_, step::leave, st, false, 0)) return;
+  if (!core::encode_step(scratch_, st.spec->leave, st.values(), false)) return;
   const auto deadline = clock_type::now() + cfg_.release_timeout;
   const auto sink = std::const_pointer_cast<lock_state>(st.shared_from_this());
   for (std::size_t i = 0; i < links_.size(); ++i) {
     (void)links_[i]->submit(scratch_.payload(), 1, deadline, sink, make_tag(release_round, i));
   }
-}
-
-std::string_view client_impl::scratch_set(const lock_state& st) {
-  scratch_.clear();  // keeps its capacity
-  scratch_.push("SET", st.key, st.token, "NX", "PX", st.ttl.count());
-  st.longest_ttl = std::max(st.longest_ttl, st.ttl);
-  return scratch_.payload();
 }
 
 // ---- sending ------------------------------------------------------------------------------------
@@ -599,39 +453,23 @@ void client_impl::send_all(std::string_view payload, clock_type::time_point dead
   for (const auto& [i, ec] : refused) sink->on_reply(make_tag(round, i), ec, no_reply);
 }
 
-namespace {
-
-// Whether a failed round's SET may have set the key on a master that answered `s`: granted, timed
-// out, failed, or not answered yet. Not where it answered "taken" or "queued" or an error (the
-// command did not set the key, and no other request carries the round's token), nor where it was
-// refused before it left (unreachable). See docs/design.md, "Decisions" of the lock client.
-bool may_have_set(master_status s) noexcept {
-  return !(s == master_status::taken || s == master_status::queued || s == master_status::server_error ||
-           s == master_status::unreachable);
-}
-
-}  // namespace
-
 void client_impl::release_everywhere(lock_state& st, const std::vector<master_result>* round) {
-  const auto status = [round](std::size_t i) {
-    return i < round->size() ? (*round)[i].status : master_status::pending;
+  // A failed round (`round`): only where its request may have set our key (core::may_have_set).
+  const auto target = [round](std::size_t i) {
+    return !round || i >= round->size() || core::may_have_set((*round)[i].status);
   };
-  if (round) {
-    bool any = false;
-    for (std::size_t i = 0; i < links_.size() && !any; ++i) any = may_have_set(status(i));
-    if (!any) return;  // e.g. every master said "taken": nothing to release, nothing to encode
-  }
+  if (round && !core::any_may_have_set(*round, links_.size())) return;  // nothing to release, nothing to encode
   const auto deadline = clock_type::now() + cfg_.release_timeout;
   const auto ttl = std::max(st.ttl, st.longest_ttl);
   auto job = std::make_shared<release_job>(weak_from_this(), st.background_release_payload(), ttl);
-  // A held lock (no `round`): a master where its granting round's SET said "taken" holds no key of
-  // this token; the release still goes there, but is not worth keeping if it gets lost.
+  // A held lock (no `round`): a master where its granting round's request did not set the key
+  // holds no key of this token; the release still goes there, but is not worth keeping if lost.
   job->settled.resize(links_.size(), false);
   if (!round) {
-    for (std::size_t i = 0; i < links_.size(); ++i) job->settled[i] = !st.may_hold(i);
+    for (std::size_t i = 0; i < links_.size(); ++i) job->settled[i] = !st.holders.may_hold(i);
   }
   for (std::size_t i = 0; i < links_.size(); ++i) {
-    if (round && !may_have_set(status(i))) continue;
+    if (!target(i)) continue;
     if (links_[i]->submit(job->payload, 1, deadline, job, make_tag(release_round, i))) {
       // Refused now; the SET may have reached it (it was sent, its answer is unknown or granted).
       if (!job->settled[i]) defer_release(i, job->payload, ttl);
@@ -640,10 +478,6 @@ void client_impl::release_everywhere(lock_state& st, const std::vector<master_re
 }
 
 bool client_impl::is_release(std::uint64_t tag) noexcept { return round_of(tag) == release_round; }
-
-bool client_impl::in_doubt(error_code ec) noexcept {
-  return ec && ec != error::server_error && ec != asio::error::operation_aborted;
-}
 
 void client_impl::defer_release(std::size_t i, std::string_view payload, std::chrono::milliseconds ttl,
                                 clock_type::time_point until) {
@@ -815,43 +649,20 @@ quorum_report client_impl::lock_report(const lock& l) const {
   return r;
 }
 
-bool client_impl::eval_instead(std::uint64_t tag, error_code ec, const resp::response& r, const lock_state& st,
-                               const script& s, std::optional<std::int64_t> ttl_ms,
-                               const std::shared_ptr<reply_sink>& sink) {
-  if (!sink || (tag & eval_flag) || !core::is_noscript(ec, r)) return false;
+bool client_impl::resend_eval(std::uint64_t tag, std::string_view payload, std::chrono::milliseconds timeout,
+                              const std::shared_ptr<reply_sink>& sink) {
   const auto i = master_of(tag);
   if (i >= links_.size()) return false;
   REDLOCK_LOG(log_, log_level::debug, "{}: script not in the server's cache (NOSCRIPT): sending it with EVAL",
               names_[i]);
-  const auto timeout = ttl_ms ? cfg_.request_timeout : cfg_.release_timeout;
-  resp::request req;
-  if (st.scripted() &&
-      push_step(req, &s == &release_script ? step::release : step::extend, st, false, ttl_ms.value_or(0))) {
-    return !links_[i]->submit(req.payload(), 1, clock_type::now() + timeout, sink, tag | eval_flag);
-  }
-  std::string queue, expiry;
-  if (&s == &release_script) queue_key_names(st.key, queue, expiry);
-  const auto payload = encode_eval(s, {st.key, queue, expiry}, st.token, ttl_ms);
   return !links_[i]->submit(payload, 1, clock_type::now() + timeout, sink, tag | eval_flag);
 }
 
-std::string_view client_impl::scratch_script(const script& s, const lock_state& st,
-                                             std::optional<std::int64_t> ttl_ms) {
-  scratch_.clear();  // keeps its capacity
-  if (st.scripted() &&
-      push_step(scratch_, &s == &release_script ? step::release : step::extend, st, true, ttl_ms.value_or(0))) {
-    if (ttl_ms) st.longest_ttl = std::max(st.longest_ttl, std::chrono::milliseconds{*ttl_ms});
-    return scratch_.payload();
-  }
-  script_keys keys{st.key, {}, {}};
-  if (&s == &release_script) {
-    queue_key_names(st.key, queue_buf_, expiry_buf_);
-    keys.queue = queue_buf_;
-    keys.expiry = expiry_buf_;
-  }
-  push_script(scratch_, s, true, keys, st.token, ttl_ms);
-  if (ttl_ms) st.longest_ttl = std::max(st.longest_ttl, std::chrono::milliseconds{*ttl_ms});
-  return scratch_.payload();
+bool client_impl::eval_instead(std::uint64_t tag, error_code ec, const resp::response& r, const lock_state& st, step s,
+                               const core::step_values& v, const std::shared_ptr<reply_sink>& sink) {
+  if (!sink || (tag & eval_flag) || !core::is_noscript(ec, r)) return false;
+  const auto timeout = s == step::release ? cfg_.release_timeout : cfg_.request_timeout;
+  return resend_eval(tag, scratch_step(s, st, v, false), timeout, sink);
 }
 
 // ---- fair hand-over -------------------------------------------------------------------------------
@@ -1012,10 +823,13 @@ void client_impl::note_contended(const std::string& key) {
 }
 
 void client_impl::leave_queues(const lock_state& st, std::string_view member, const std::vector<master_result>& round) {
-  queue_key_names(st.key, queue_buf_, expiry_buf_);
   scratch_.clear();
-  scratch_.push("ZREM", queue_buf_, member);
-  scratch_.push("ZREM", expiry_buf_, member);
+  for (const auto suffix : {queue_suffix, expiry_suffix}) {
+    scratch_.begin(3);
+    scratch_.arg("ZREM");
+    scratch_.arg(st.key, suffix);
+    scratch_.arg(member);
+  }
   const auto deadline = clock_type::now() + cfg_.release_timeout;
   // Nobody waits for the answers (the lock state's sink ignores them); an entry left behind on a
   // master that is down expires with the entry timeout.
@@ -1024,16 +838,6 @@ void client_impl::leave_queues(const lock_state& st, std::string_view member, co
     if (i < round.size() && round[i].status == master_status::granted) continue;  // it left that queue
     (void)links_[i]->submit(scratch_.payload(), 2, deadline, sink, make_tag(release_round, i));
   }
-}
-
-std::string_view client_impl::scratch_fair(const lock_state& st, std::string_view member, std::int64_t ticket,
-                                           bool by_sha) {
-  queue_key_names(st.key, queue_buf_, expiry_buf_);
-  scratch_.clear();
-  push_fair(scratch_, by_sha, {st.key, queue_buf_, expiry_buf_}, st.token, st.ttl,
-            {member, ticket, entry_timeout_.count()});
-  st.longest_ttl = std::max(st.longest_ttl, st.ttl);
-  return scratch_.payload();
 }
 
 // ---- watching -----------------------------------------------------------------------------------

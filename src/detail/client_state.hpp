@@ -8,9 +8,11 @@
 #include <redlock/core/event_queue.hpp>
 #include <redlock/core/extend_fsm.hpp>
 #include <redlock/core/keep_alive_fsm.hpp>
+#include <redlock/core/kind_spec.hpp>
 #include <redlock/core/lock_fsm.hpp>
 #include <redlock/core/readiness.hpp>
 #include <redlock/core/release_ledger.hpp>
+#include <redlock/core/release_targets.hpp>
 #include <redlock/detail/observe.hpp>
 #include <redlock/detail/scripts.hpp>
 #include <redlock/resp/request.hpp>
@@ -50,8 +52,7 @@ class client_impl;
 struct watch;
 struct ready_op;
 
-// The steps of a lock operation that send a script of the lock's kind (see push_step).
-enum class step : std::uint8_t { acquire, release, extend, confirm, leave };
+using core::step;
 
 // The tag of an internal request: the round it belongs to, whether it is the EVAL fallback of an
 // EVALSHA (which gets no fallback of its own), and the master it went to.
@@ -78,48 +79,14 @@ struct op_base : reply_sink, std::enable_shared_from_this<op_base> {
 std::string lock_name(std::string_view resource, std::string_view token);
 // What each master answered: "1 granted 412 us, 2 taken 380 us, 3 server error "WRONGTYPE..."".
 std::string describe_masters(const std::vector<master_result>& results, std::string_view token);
-// The keys a script touches: the lock key, and for the release and fair acquire scripts the lock's
-// waiter queue and its expiries (empty for the extend script).
-struct script_keys {
-  std::string_view key;
-  std::string_view queue;
-  std::string_view expiry;
-};
-// Writes the names of `key`'s waiter queue and expiry set into `queue` and `expiry` (reused
-// buffers: no allocation once they have grown).
-void queue_key_names(std::string_view key, std::string& queue, std::string& expiry);
-// Appends `EVALSHA sha N keys... token [ttl]` (`by_sha`) or `EVAL body N keys... token [ttl]`.
-void push_script(resp::request& req, const script& s, bool by_sha, const script_keys& keys, std::string_view token,
-                 std::optional<std::int64_t> ttl_ms);
-// The same as RESP bytes, with `EVAL`.
-std::string encode_eval(const script& s, const script_keys& keys, std::string_view token,
-                        std::optional<std::int64_t> ttl_ms = std::nullopt);
-// The arguments of one fair acquisition round (see fair_acquire_script).
-struct fair_args {
-  std::string_view member;
-  std::int64_t ticket = 0;
-  std::int64_t entry_timeout_ms = 0;
-};
-// Appends the fair acquire script (`EVALSHA` when `by_sha`, else `EVAL`).
-void push_fair(resp::request& req, bool by_sha, const script_keys& keys, std::string_view token,
-               std::chrono::milliseconds ttl, const fair_args& args);
-
 // The checks behind error::invalid_argument, each filling `what` with the reason when it fails
 // (validate_lock and the operations share them).
 error_code check_resource(const client_config& cfg, std::string_view resource, std::string* what);
 error_code check_ttl_of(const client_config& cfg, std::chrono::milliseconds ttl, std::string* what);
-error_code check_options(lock_kind kind, std::size_t permits, bool fence, std::string_view owner, bool multi,
-                         std::string* what);
-
-struct lock_state;
-// The script `s` of `st`'s kind (release and extend of the plain lock too) and its arguments:
-// `number` is the ttl in ms (acquire, extend) or the fence (confirm). Appends `EVALSHA` when
-// `by_sha`, else `EVAL`, and returns true; false (nothing appended) when the kind uses the plain
-// lock's script for that step. The one place that knows each kind script's KEYS and ARGV.
-bool push_step(resp::request& req, step s, const lock_state& st, bool by_sha, std::int64_t number,
-               std::chrono::milliseconds entry_timeout = {});
-// Fills `st.keys` (and `st.key`) for its kind from the resource names and the key prefix.
-void make_keys(lock_state& st, std::string_view prefix);
+// The row of the kinds' table for these options (core::find_kind), and their values checked:
+// permits, the owner id. Null, with `what` saying why, for options that go together nowhere.
+const core::kind_spec* check_kind(lock_kind kind, std::size_t permits, bool fence, std::string_view owner, bool multi,
+                                  std::string* what);
 
 // The state behind a lock handle, shared by the handle and the operations on it. Fields set
 // before the handle is returned are read-only afterwards; the rest are atomics or under `mutex`.
@@ -132,22 +99,36 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   std::string key;
   std::string token;
   std::chrono::milliseconds ttl{0};
-  // Lock kinds (docs/design.md, "Lock kinds"); set before the acquisition starts.
+  // The kind (docs/design.md, "Lock kinds"): its row of the table, chosen once before the
+  // acquisition starts; nothing else branches on it. `kind` is what the caller asked for.
+  const core::kind_spec* spec = &core::kinds::plain;  // null: no kind has these options
+  std::string kind_problem;                           // why, when `spec` is null
   lock_kind kind = lock_kind::exclusive;
-  bool multi = false;   // async_lock_all: `resources` holds every resource, `keys` their keys
-  bool fenced = false;  // lock_options::fence
   std::size_t permits = 1;
   std::string owner_id;                // reentrant: the identity the key holds (token: this hold)
-  std::vector<std::string> resources;  // async_lock_all only
-  std::vector<std::string> keys;       // the KEYS of the kind's acquire script (lock key first)
+  std::vector<std::string> resources;  // async_lock_all: every resource
+  std::vector<std::string> all_keys;   // async_lock_all: their keys
   std::string waiter;                  // write: the waiting writer's claim, stable across rounds
   std::size_t quorum = 0;              // masters that must grant (0: a majority)
   std::int64_t fence = 0;              // after a fenced acquisition
   std::int64_t fence_floor = 0;        // sent with a fenced round (lock_action::fence)
   bool fence_create = false;           // sent with a confirmation (lock_action::create)
-  bool claimed = false;                // write: a master answered "queued" (a claim may be left)
-  // Whether the kind needs scripts other than the plain lock's to acquire.
-  bool scripted() const noexcept { return multi || fenced || !owner_id.empty() || kind != lock_kind::exclusive; }
+  bool multi() const noexcept { return spec == &core::kinds::multi; }
+  // The values every request of this lock carries; the caller adds the round's (ttl, ticket...).
+  core::step_values values() const noexcept {
+    core::step_values v;
+    v.key = key;
+    v.all_keys = all_keys;
+    v.token = token;
+    v.owner = owner_id;
+    v.waiter = waiter;
+    v.ttl_ms = ttl.count();
+    v.permits = static_cast<std::int64_t>(permits);
+    v.fence_floor = fence_floor;
+    v.fence = fence;
+    v.create = fence_create;
+    return v;
+  }
   std::size_t attempts = 0;
   std::atomic<clock_type::rep> deadline{0};
   std::atomic<bool> held{false};
@@ -162,19 +143,9 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   // The longest ttl any request for the current token set (strand): bounds how long a key of
   // ours can outlive a release that did not arrive.
   mutable std::chrono::milliseconds longest_ttl{0};
-  // Per master, whether the granting round's SET may have set our key there (granted, or no
-  // answer): elsewhere no key of this token can exist, since no other round used it (strand).
-  std::vector<bool> key_possible;
-
-  void note_key_holders(const std::vector<master_result>& round) {
-    key_possible.assign(round.size(), true);
-    for (std::size_t i = 0; i < round.size(); ++i) {
-      const auto s = round[i].status;
-      key_possible[i] =
-          !(s == master_status::taken || s == master_status::server_error || s == master_status::unreachable);
-    }
-  }
-  bool may_hold(std::size_t master) const noexcept { return master >= key_possible.size() || key_possible[master]; }
+  // Where a key of the granting round's token can be (strand): a lost release elsewhere is not
+  // worth sending again.
+  core::key_holders holders;
 
   void set_results(std::vector<master_result> r) {
     std::lock_guard guard{mutex};
@@ -248,6 +219,8 @@ struct watch final : op_base {
 
   void keep(const keep_alive_options& opts);
   void wake(clock_type::time_point now);
+  // The values of the extension in progress.
+  core::step_values values(const client_impl& c, const lock_state& st) const;
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override;
   void on_extension_done(lock_state& st, error_code ec, clock_type::time_point now);
   void declare_lost(lock_state& st, error_code reason);
@@ -319,9 +292,6 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   // out, and a lost release is kept for re-sending only where the SET may have set a key.
   void release_everywhere(lock_state& st, const std::vector<master_result>* round = nullptr);
   static bool is_release(std::uint64_t tag) noexcept;
-  // Whether a release answered with `ec` may not have run: anything but an answer, a server error
-  // (the script did not run) or the client closing.
-  static bool in_doubt(error_code ec) noexcept;
   // Remembers a release (an EVAL payload) to re-send on master `i`'s next connection, while a key
   // of its token, set or extended with at most `ttl`, could still exist (core::release_ledger);
   // `until` bounds one that was re-sent already.
@@ -369,26 +339,32 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   // Takes `member` out of the queues of the masters where it may still be (every master whose
   // answer to the last round was not a grant), after its acquisition ended.
   void leave_queues(const lock_state& st, std::string_view member, const std::vector<master_result>& round);
-  // The fair acquire script for `st`, waiter `member`, with `ticket`, in the scratch buffer.
-  std::string_view scratch_fair(const lock_state& st, std::string_view member, std::int64_t ticket, bool by_sha);
   void note_queued() noexcept { bump<true>(counters_.queued); }
   void note_wakeup() noexcept { bump<true>(counters_.wakeups); }
   void note_confirm() noexcept { bump<true>(counters_.confirmations); }
   // A fenced lock granted with a fence that rests on the masters' clocks alone (logged).
   void note_unverified_fence(const lock_state& st, const std::vector<master_result>& round);
-  // A NOSCRIPT answer to EVALSHA: sends the script again with EVAL on the same master (queued
-  // after whatever was sent before it) and returns true; false for any other answer.
-  bool eval_instead(std::uint64_t tag, error_code ec, const resp::response& r, const lock_state& st, const script& s,
-                    std::optional<std::int64_t> ttl_ms, const std::shared_ptr<reply_sink>& sink);
+  // Sends `payload` again on the master of `tag` (queued after whatever was sent before it), as
+  // the EVAL of a request whose EVALSHA met NOSCRIPT; false when it was refused.
+  bool resend_eval(std::uint64_t tag, std::string_view payload, std::chrono::milliseconds timeout,
+                   const std::shared_ptr<reply_sink>& sink);
+  // A NOSCRIPT answer to the EVALSHA of step `s` of `st` (`v` its values): sends it again with
+  // EVAL and returns true; false for any other answer.
+  bool eval_instead(std::uint64_t tag, error_code ec, const resp::response& r, const lock_state& st, step s,
+                    const core::step_values& v, const std::shared_ptr<reply_sink>& sink);
 
-  // Payloads encoded into a buffer the client reuses: valid until the next call (the connections
-  // copy what they queue), so a round's payload costs no allocation: `SET key token NX PX ttl`, and
-  // `EVALSHA` of `s` for `st` (with `ttl_ms`). An unlock's EVALSHA may fall back to EVAL late (on
-  // NOSCRIPT) without harm: no request with its token follows it.
-  std::string_view scratch_set(const lock_state& st);
-  // `step` (acquire or confirm) of `st`'s kind script as EVALSHA (`by_sha`) or EVAL, in the
-  // scratch buffer; `number` is the ttl or the fence.
-  std::string_view scratch_step(step s, const lock_state& st, std::int64_t number, bool by_sha = true);
+  // Step `s` of `st`'s kind (core::kind_spec) with values `v`, as EVALSHA (`by_sha`) or EVAL, in a
+  // buffer the client reuses: valid until the next call (the connections copy what they queue),
+  // so a request costs no allocation. Acquisitions and extensions also raise `st.longest_ttl`.
+  // An unlock's EVALSHA may fall back to EVAL late (on NOSCRIPT) without harm: no request with
+  // its token follows it.
+  std::string_view scratch_step(step s, const lock_state& st, const core::step_values& v, bool by_sha = true);
+  // What every request of `st` carries, with the client's queue entry timeout.
+  core::step_values values(const lock_state& st) const noexcept {
+    auto v = st.values();
+    v.entry_timeout_ms = entry_timeout_.count();
+    return v;
+  }
   // Queues `payload` on the masters for which `pick(i)` is true (as send_all otherwise).
   template <class Pick>
   void send_some(std::string_view payload, clock_type::time_point deadline, const std::shared_ptr<reply_sink>& sink,
@@ -403,7 +379,6 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   }
   // A writer's acquisition ended: drops its claim (which holds new readers off) on every master.
   void leave_claims(const lock_state& st);
-  std::string_view scratch_script(const script& s, const lock_state& st, std::optional<std::int64_t> ttl_ms);
 
   watch* watcher_of(const std::shared_ptr<lock_state>& st);
   // `released`: by async_unlock (the final event `released`); else the handle was dropped.
@@ -463,7 +438,6 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   std::unordered_map<std::uint64_t, op_base*> waiters_;                // waiting lock operations by number
   std::unordered_map<std::string, clock_type::time_point> contended_;  // lock key -> hint's end
   std::chrono::milliseconds entry_timeout_{0};
-  std::string queue_buf_, expiry_buf_;  // reused key names
 
   // The keep-alive timer: one for every watched lock, armed at the earliest wake-up.
   struct wake_entry {

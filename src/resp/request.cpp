@@ -49,3 +49,18 @@ void append_command(std::string& out, std::string_view header, const std::string
 }
 
 }  // namespace redlock::resp::detail
+
+namespace redlock::resp {
+
+void request::arg(std::string_view head, std::string_view tail) {
+  char* out = detail::grow(payload_, detail::bulk_size(head.size() + tail.size()));
+  *out++ = '$';
+  out = detail::write_crlf(detail::write_decimal(out, head.size() + tail.size()));
+  if (!head.empty()) std::memcpy(out, head.data(), head.size());
+  out += head.size();
+  if (!tail.empty()) std::memcpy(out, tail.data(), tail.size());
+  out += tail.size();
+  detail::write_crlf(out);
+}
+
+}  // namespace redlock::resp

@@ -16,6 +16,7 @@
 /// a fenced lock whose granting masters disagree on the fence confirms it on them before success,
 /// and one granted by a master without a counter first hears the other masters' counters.
 
+#include <redlock/core/kind_spec.hpp>
 #include <redlock/core/outcome.hpp>
 #include <redlock/core/readiness.hpp>
 #include <redlock/core/retry.hpp>
@@ -29,6 +30,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace redlock::core {
@@ -50,6 +52,9 @@ struct lock_rules {
   /// The number each granting master answers is a fencing counter: the lock's fence is the largest,
   /// and it must be held by a majority of masters before the lock is granted (`confirm`).
   bool fence = false;
+  /// A NOSCRIPT answer that comes after the grant is answered by sending the granting request
+  /// again (`on_noscript`; `kind_spec::resend_after_grant`).
+  bool resend_after_grant = false;
 };
 
 /// Checks a ttl against the rules shared by acquire and extend: positive, at most `max_ttl`, and
@@ -140,6 +145,7 @@ class lock_fsm {
     }
     auto result = classify(table_.cmd(), ec, reply);
     if (result.status == master_status::unreachable && down_cause) result.error = down_cause;
+    queued_seen_ = queued_seen_ || result.status == master_status::queued;
     if (!table_.record(master, std::move(result), now)) return {};
     if (table_.state() == quorum_state::reached) {
       if (validity<clock>(rules_.ttl, table_.start(), now, rules_.drift) > clock::duration::zero()) {
@@ -208,6 +214,29 @@ class lock_fsm {
   }
   /// Whether the round in progress is confirming its fence (answers are to the confirmation).
   bool confirming() const noexcept { return state_ == state::confirming; }
+  /// @brief What to send again with EVAL to a master that answered NOSCRIPT (its script cache was
+  /// empty) to a request of `round` sent with EVALSHA; nothing when it should not be.
+  ///
+  /// While `round` is awaited: the same request (fair acquire, acquire or confirmation), whose
+  /// answer still counts. After success, for the granting round or its confirmation, while the
+  /// lock is still `held` and the kind allows it (`lock_rules::resend_after_grant`): the granting
+  /// request, since that master holds nothing of ours and the lock would otherwise stand on a bare
+  /// quorum. Sent on the same connection before any release of the lock can be (one is sent only
+  /// once the lock is no longer held), it cannot run after the release and leave a key behind.
+  std::optional<step> on_noscript(std::uint64_t round, bool held) const noexcept {
+    if (!rules_.scripted && !fair_round_) return std::nullopt;  // a SET meets no NOSCRIPT
+    if (awaiting(round)) {
+      if (state_ == state::confirming) return step::confirm;
+      return fair_round_ ? step::fair_acquire : step::acquire;
+    }
+    if (state_ != state::done || !succeeded_ || !held || !rules_.resend_after_grant) return std::nullopt;
+    if (round == acquire_round_) return step::acquire;
+    if (confirm_round_ != 0 && round == confirm_round_) return step::confirm;
+    return std::nullopt;
+  }
+  /// Whether any master answered `queued` to a round of this operation (a writer's claim may have
+  /// been left there: `kind_spec::claims`).
+  bool queued_seen() const noexcept { return queued_seen_; }
   /// The answers of the last round (the one that decided the outcome).
   const round_table& table() const noexcept { return table_; }
   /// The same, mutable: the shell moves the results out once the operation completes.
@@ -345,6 +374,7 @@ class lock_fsm {
       return fail_round(error::quorum_unavailable, now, unit_random);
     }
     ++round_;
+    confirm_round_ = round_;
     state_ = state::confirming;
     confirm_seen_.assign(rules_.masters, false);
     ++confirm_rounds_;
@@ -378,6 +408,8 @@ class lock_fsm {
 
   lock_action begin_round(clock::time_point now) {
     ++round_;
+    acquire_round_ = round_;
+    confirm_round_ = 0;
     ++attempts_;
     state_ = state::waiting;
     fence_ = 0;
@@ -425,6 +457,7 @@ class lock_fsm {
 
   lock_action finish(boost::system::error_code ec, bool release) {
     state_ = state::done;
+    succeeded_ = !ec;
     if (ec) fence_ = 0;  // failed or cancelled (even while confirming): no fence
     return {lock_action::type::complete, release, {}, ec};
   }
@@ -432,6 +465,10 @@ class lock_fsm {
   lock_rules rules_;
   state state_ = state::idle;
   std::uint64_t round_ = 0;
+  std::uint64_t acquire_round_ = 0;  // the last round of acquire requests
+  std::uint64_t confirm_round_ = 0;  // its confirmation round (0: none)
+  bool succeeded_ = false;
+  bool queued_seen_ = false;
   std::size_t attempts_ = 0;
   clock::time_point first_start_{};
   clock::time_point deadline_{};

@@ -138,6 +138,24 @@ class request {
     ++commands_;
   }
 
+  /// Appends one command built piece by piece, for an encoder that chooses its arguments at run
+  /// time (the lock kinds' table, core::encode_step): `begin(count)` with the number of bulk
+  /// strings it will have, the command's name included, then exactly `count` calls of `arg`.
+  /// No allocation once the buffer has grown.
+  void begin(std::size_t count) {
+    char* out = detail::grow(payload_, detail::header_size(count));
+    detail::write_header(out, count);
+    ++commands_;
+  }
+  /// One bulk string of the command begun with `begin`.
+  void arg(std::string_view bytes) {
+    detail::write_bulk(detail::grow(payload_, detail::bulk_size(bytes.size())), bytes);
+  }
+  /// One bulk string made of `head` then `tail` (a key and its suffix), without joining them first.
+  void arg(std::string_view head, std::string_view tail);
+  /// One bulk string: `value` in decimal.
+  void arg(std::int64_t value) { arg(detail::integer_text(value).view()); }
+
   /// The exact bytes to write.
   const std::string& payload() const noexcept { return payload_; }
   /// Number of commands pushed, which is the number of replies to expect.

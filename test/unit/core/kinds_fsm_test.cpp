@@ -778,3 +778,93 @@ TEST(kind_replies, a_confirmation_is_one_for_ours_and_zero_for_not) {
 }
 
 }  // namespace
+
+// ---- NOSCRIPT: what is sent again with EVAL (lock_fsm::on_noscript) ----------------------------------
+
+namespace {
+
+using redlock::core::step;
+
+std::string noscript(const lock_fsm& f, std::uint64_t round, bool held) {
+  const auto s = f.on_noscript(round, held);
+  if (!s) return "none";
+  switch (*s) {
+    case step::acquire:
+      return "acquire";
+    case step::fair_acquire:
+      return "fair acquire";
+    case step::confirm:
+      return "confirm";
+    default:
+      return "other";
+  }
+}
+
+TEST(noscript, an_awaited_round_sends_its_own_request_again) {
+  auto rules = fence_rules(3);
+  rules.resend_after_grant = true;
+  machine m{rules};
+  m.start(0ms);
+  const auto acquire_round = m.f.round();
+  EXPECT_EQ(noscript(m.f, acquire_round, false), "acquire");
+  EXPECT_EQ(noscript(m.f, acquire_round - 1, false), "none") << "a straggler of an earlier round";
+  // Hearing the others after a grant without a counter: still the acquire round.
+  EXPECT_EQ(m.grant(0, -5, 1ms), waits);
+  EXPECT_EQ(m.grant(1, 7, 2ms), waits);
+  EXPECT_EQ(noscript(m.f, acquire_round, false), "acquire");
+  EXPECT_EQ(m.refuse(2, 9, 3ms), confirms(10, 3ms + timeout, true));
+  const auto confirm_round = m.f.round();
+  EXPECT_EQ(noscript(m.f, confirm_round, false), "confirm");
+  EXPECT_EQ(noscript(m.f, acquire_round, false), "none") << "the acquire round is over";
+}
+
+TEST(noscript, after_the_grant_the_granting_requests_go_again_while_the_lock_is_held) {
+  auto rules = fence_rules(3);
+  rules.resend_after_grant = true;
+  machine m{rules};
+  m.start(0ms);
+  const auto acquire_round = m.f.round();
+  m.grant(0, 5, 1ms);
+  EXPECT_EQ(m.grant(1, 4, 2ms), confirms(5, 2ms + timeout));
+  const auto confirm_round = m.f.round();
+  EXPECT_EQ(m.reply(1, int_reply("1"), 3ms), completes({}, false));
+  EXPECT_EQ(noscript(m.f, acquire_round, true), "acquire");
+  EXPECT_EQ(noscript(m.f, confirm_round, true), "confirm");
+  EXPECT_EQ(noscript(m.f, acquire_round, false), "none") << "released: an acquire now would outlive it";
+  EXPECT_EQ(noscript(m.f, acquire_round - 1, true), "none");
+  // A kind that must not (a writer: a late acquire can leave a claim nothing drops).
+  auto no_resend = kind_rules(3);
+  machine w{no_resend};
+  w.start(0ms);
+  const auto round = w.f.round();
+  w.grant(0, 0, 1ms);
+  EXPECT_EQ(w.grant(1, 0, 2ms), completes({}, false));
+  EXPECT_EQ(noscript(w.f, round, true), "none");
+}
+
+TEST(noscript, a_failed_lock_sends_nothing_again) {
+  auto rules = kind_rules(3, false);
+  rules.resend_after_grant = true;
+  machine m{rules};
+  m.start(0ms);
+  const auto round = m.f.round();
+  m.refuse(0, 0, 1ms);
+  EXPECT_EQ(m.refuse(1, 0, 2ms), completes(redlock::error::not_acquired, true));
+  EXPECT_EQ(noscript(m.f, round, true), "none");
+}
+
+TEST(noscript, a_set_meets_no_noscript_but_a_fair_round_does) {
+  lock_rules plain = kind_rules(3);
+  plain.scripted = false;
+  plain.fair = true;
+  plain.retry = retry_policy{0, 2000ms, 50ms, 100ms};
+  machine m{plain};
+  m.start(0ms);
+  EXPECT_EQ(noscript(m.f, m.f.round(), false), "none") << "the first round is a plain SET";
+  EXPECT_EQ(m.fail(0, redlock::error::master_timeout, 1ms), waits);
+  EXPECT_EQ(m.reply(1, resp::response{{resp::type::null, 0, 0, ""}}, 2ms), sleep_until(2ms));  // taken: queue now
+  EXPECT_EQ(m.timer(2ms), describe(lock_action{lock_action::type::acquire, false, at(2ms + timeout), {}, true, 0}));
+  EXPECT_EQ(noscript(m.f, m.f.round(), false), "fair acquire");
+}
+
+}  // namespace
