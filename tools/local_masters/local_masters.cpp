@@ -160,7 +160,11 @@ class blocking_connection {
   reply call(std::string_view command, const Range& args, clock_type::time_point deadline) {
     resp::request req;
     req.push_range(command, args);
-    send_all(req.payload(), deadline);
+    return call_raw(req.payload(), deadline);
+  }
+  /// Sends one command already encoded and reads its reply.
+  reply call_raw(std::string_view payload, clock_type::time_point deadline) {
+    send_all(payload, deadline);
     return read_reply(deadline);
   }
 
@@ -702,6 +706,40 @@ std::string node::command(std::span<const std::string_view> args, std::chrono::m
     throw std::runtime_error(fmt::format("AUTH rejected by 127.0.0.1:{}: {}", port_, rejected));
   }
   return conn.call(args.front(), args.subspan(1), deadline).raw;
+}
+
+// ---- session ------------------------------------------------------------------------------------
+
+class session::impl {
+ public:
+  impl(std::uint16_t port, const server_options& options, std::chrono::milliseconds timeout)
+      : port_(port), timeout_(timeout), conn_(port, clock_type::now() + timeout) {
+    if (const auto rejected = authenticate(conn_, options, clock_type::now() + timeout); !rejected.empty()) {
+      throw std::runtime_error(fmt::format("AUTH rejected by 127.0.0.1:{}: {}", port_, rejected));
+    }
+  }
+  std::string command(const std::vector<std::string>& args) {
+    if (args.empty()) throw std::invalid_argument("session::command(): no command");
+    const std::span rest(args.begin() + 1, args.end());
+    return conn_.call(args.front(), rest, clock_type::now() + timeout_).raw;
+  }
+  std::string raw(std::string_view payload) { return conn_.call_raw(payload, clock_type::now() + timeout_).raw; }
+
+ private:
+  std::uint16_t port_;
+  std::chrono::milliseconds timeout_;
+  blocking_connection conn_;
+};
+
+session::session(std::unique_ptr<impl> i) noexcept : impl_(std::move(i)) {}
+session::~session() = default;
+session::session(session&&) noexcept = default;
+session& session::operator=(session&&) noexcept = default;
+std::string session::command(const std::vector<std::string>& args) { return impl_->command(args); }
+std::string session::raw(std::string_view payload) { return impl_->raw(payload); }
+
+session node::open(std::chrono::milliseconds timeout) {
+  return session{std::make_unique<session::impl>(port_, *options_, timeout)};
 }
 
 // ---- node_set -----------------------------------------------------------------------------------

@@ -73,6 +73,8 @@ struct server_options {
 /// The server executable `options` designate, as a path; throws `std::runtime_error` when none is found.
 std::string find_server_binary(const server_options& options);
 
+class session;
+
 /// Whether a server dies with the program.
 enum class lifetime {
   /// Killed with the program (parent-death signal) and by the destructor; own process group, so
@@ -159,6 +161,8 @@ class node {
   /// The same, with the command and its arguments in a vector (built at run time).
   std::string command(const std::vector<std::string>& args,
                       std::chrono::milliseconds timeout = std::chrono::milliseconds{5000});
+  /// A connection kept open for many commands (see `session`); throws as `command` does.
+  session open(std::chrono::milliseconds timeout = std::chrono::milliseconds{5000});
 
  private:
   enum class start_result { ready, address_in_use };
@@ -189,6 +193,25 @@ class node {
   mutable std::string exit_status_;    // how the last run ended, for error messages
   std::uintmax_t log_offset_ = 0;      // where the current run's log lines begin
   std::uintmax_t console_offset_ = 0;  // same, for the server's own output
+};
+
+/// A blocking connection to one node kept open for many commands (`node::open`), for tests that
+/// send thousands: one command at a time, each bounded by the session's timeout. Move-only.
+class session {
+ public:
+  ~session();
+  session(session&&) noexcept;
+  session& operator=(session&&) noexcept;
+  /// Sends one command; returns the raw RESP reply (an error reply is returned, not thrown).
+  std::string command(const std::vector<std::string>& args);
+  /// Sends one command already encoded as RESP (`payload`); returns its raw reply.
+  std::string raw(std::string_view payload);
+
+ private:
+  friend class node;
+  class impl;
+  explicit session(std::unique_ptr<impl> i) noexcept;
+  std::unique_ptr<impl> impl_;
 };
 
 /// A set of independent owned servers, started in parallel, in one private temporary directory
