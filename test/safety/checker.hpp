@@ -39,23 +39,26 @@ struct section {
   std::size_t permits = 1;  // `semaphore`: how many holders the worker said it may share it with
   std::uint64_t fence = 0;  // the lock's fencing token; 0 when not fenced
   std::int64_t write = 0;   // when the section wrote to the fenced store; 0 when it did not
+  std::string owner{};      // a reentrant lock's owner: holds of one owner share the resource
 };
 
 struct check_result {
   std::size_t sections = 0;
-  std::size_t overlaps = 0;           // sections that entered while an exclusive holder of a resource was in
-  std::size_t rw_conflicts = 0;       // read/write sections that entered against the read/write rule
-  std::size_t over_permits = 0;       // semaphore sections that entered while `permits` others were in
-  std::size_t fence_regressions = 0;  // fenced sections whose fence is not above every earlier one's
-  std::size_t stale_writes = 0;       // writes a fence-checking store would have rejected
-  std::size_t past_validity = 0;      // sections that ended after their validity deadline
-  std::size_t shared_reads = 0;       // read sections that entered while another read was in (sharing happened)
-  std::size_t max_holders = 0;        // most semaphore sections of one resource open at once
-  std::size_t fenced_writes = 0;      // writes replayed against the fenced store
-  std::size_t write_sections = 0;     // sections of read/write writers
-  std::size_t multi_sections = 0;     // sections that held more than one resource
-  std::int64_t max_gap_ns = 0;        // longest time one resource went without a holder
-  std::vector<std::string> examples;  // a few violations, for the failure message
+  std::size_t overlaps = 0;            // sections that entered while an exclusive holder of a resource was in
+  std::size_t rw_conflicts = 0;        // read/write sections that entered against the read/write rule
+  std::size_t over_permits = 0;        // semaphore sections that entered while `permits` others were in
+  std::size_t fence_regressions = 0;   // fenced sections whose fence is not above every earlier one's
+  std::size_t stale_writes = 0;        // writes a fence-checking store would have rejected
+  std::size_t past_validity = 0;       // sections that ended after their validity deadline
+  std::size_t shared_reads = 0;        // read sections that entered while another read was in (sharing happened)
+  std::size_t max_holders = 0;         // most semaphore sections of one resource open at once
+  std::size_t fenced_writes = 0;       // writes replayed against the fenced store
+  std::size_t write_sections = 0;      // sections of read/write writers
+  std::size_t multi_sections = 0;      // sections that held more than one resource
+  std::size_t shared_holds = 0;        // reentrant sections that entered while another of their owner was in
+  std::size_t exclusive_sections = 0;  // sections of plain (exclusive) locks, without owner
+  std::int64_t max_gap_ns = 0;         // longest time one resource went without a holder
+  std::vector<std::string> examples;   // a few violations, for the failure message
 
   /// Every violation of every kind.
   std::size_t violations() const noexcept {
@@ -123,6 +126,8 @@ inline bool parse_section(const std::string& line, int worker, section& s) {
       s.fence = std::stoull(value);
     } else if (key == "write") {
       s.write = std::stoll(value);
+    } else if (key == "owner") {
+      s.owner = value;
     } else {
       return false;
     }
@@ -160,10 +165,13 @@ inline void read_counts(const std::string& path, std::map<std::string, long>& co
 namespace detail {
 
 // Whether `later` may enter while `open` is in: reads share with reads, semaphore holders with
-// each other (their number is counted apart), nothing else shares.
-inline bool compatible(section_kind open, section_kind later) {
-  return (open == section_kind::read && later == section_kind::read) ||
-         (open == section_kind::semaphore && later == section_kind::semaphore);
+// each other (their number is counted apart), reentrant holds with holds of their owner; nothing
+// else shares.
+inline bool compatible(const section& open, const section& later) {
+  return (open.kind == section_kind::read && later.kind == section_kind::read) ||
+         (open.kind == section_kind::semaphore && later.kind == section_kind::semaphore) ||
+         (open.kind == section_kind::exclusive && later.kind == section_kind::exclusive && !open.owner.empty() &&
+          open.owner == later.owner);
 }
 
 inline std::string describe(const std::string& resource, const section& a, const section& b) {
@@ -187,6 +195,7 @@ inline check_result check(std::vector<section> all, std::int64_t from_ns = 0) {
     const auto names = split_names(s.resource);
     if (names.size() > 1) ++r.multi_sections;
     if (s.kind == section_kind::write) ++r.write_sections;
+    if (s.kind == section_kind::exclusive && s.owner.empty() && s.fence == 0) ++r.exclusive_sections;
     for (const auto& name : names) by_resource[name].push_back(s);
   }
   const auto example = [&](std::string m) {
@@ -204,8 +213,10 @@ inline check_result check(std::vector<section> all, std::int64_t from_ns = 0) {
       const section* conflict = nullptr;
       std::size_t semaphore_holders = 0;
       bool read_open = false;
+      bool same_owner_open = false;
       for (const section* o : open) {
-        if (!detail::compatible(o->kind, s.kind)) conflict = conflict ? conflict : o;
+        if (!detail::compatible(*o, s)) conflict = conflict ? conflict : o;
+        if (!s.owner.empty() && o->owner == s.owner) same_owner_open = true;
         if (o->kind == section_kind::semaphore) ++semaphore_holders;
         if (o->kind == section_kind::read) read_open = true;
       }
@@ -226,6 +237,7 @@ inline check_result check(std::vector<section> all, std::int64_t from_ns = 0) {
         }
       }
       if (s.kind == section_kind::read && read_open) ++r.shared_reads;
+      if (same_owner_open) ++r.shared_holds;
       if (s.fence != 0) {
         if (s.fence <= top_fence) {
           ++r.fence_regressions;

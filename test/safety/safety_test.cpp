@@ -470,7 +470,50 @@ TEST(safety_kinds, multi_resource_under_faults) {
   EXPECT_LT(r.multi_sections, r.sections);  // single-resource locks took part too
 }
 
+// Reentrant holds (opt-in owner ids) across processes: four workers spread over two owners. Holds
+// of one owner share the resource, holds of the other exclude them; checked under the faults.
+TEST(safety_kinds, reentrant_holds_under_faults) {
+  workload w;
+  w.flags = {"--kind", "reentrant", "--owners", "2"};
+  const auto r = run_kind("reentrant: 4 workers, 2 owners, faults", w);
+  expect_kind_safe(r);
+  EXPECT_GT(r.shared_holds, 0u);  // holds of one owner really shared
+}
+
+// Plain locks and the two sides of a read/write lock on the same names: a plain lock is a writer
+// that does not claim (docs/safety.md, "Read/write locks"), so it excludes readers and writers
+// and is excluded by them.
+TEST(safety_kinds, plain_and_read_write_locks_together_under_faults) {
+  workload w;
+  w.count = 5;
+  w.flags = {"--kind", "mixed"};
+  const auto r = run_kind("mixed: plain, read and write locks on the same names, faults", w);
+  expect_kind_safe(r);
+  EXPECT_GT(r.shared_reads, 0u);
+  EXPECT_GT(r.write_sections, 0u);
+  EXPECT_GT(r.exclusive_sections, 0u);
+}
+
 // The checker must bite on each kind's invariant.
+TEST(safety_kinds, checker_catches_two_owners_sharing_one_id) {
+  workload w;
+  w.mode = "one_owner";
+  w.flags = {"--kind", "reentrant", "--owners", "2"};
+  const auto r = run_kind("broken reentrant: one owner id, two owners claimed", w, false);
+  EXPECT_GT(r.overlaps, 0u);
+  EXPECT_EQ(r.rw_conflicts + r.over_permits + r.fence_regressions + r.stale_writes, 0u);
+}
+
+TEST(safety_kinds, checker_catches_plain_locks_taken_as_reads) {
+  workload w;
+  w.count = 5;
+  w.mode = "plain_reads";
+  w.flags = {"--kind", "mixed"};
+  const auto r = run_kind("broken mixed: plain locks taken as reads", w, false);
+  EXPECT_GT(r.overlaps + r.rw_conflicts, 0u);
+  EXPECT_EQ(r.over_permits + r.fence_regressions + r.stale_writes, 0u);
+}
+
 TEST(safety_kinds, checker_catches_writers_that_lock_as_readers) {
   auto w = rw_mix();
   w.mode = "writer_reads";
@@ -537,6 +580,16 @@ TEST(safety_checker, holds_each_kind_to_its_invariant_in_synthetic_records) {
   EXPECT_EQ(r.shared_reads, 1u);
   EXPECT_EQ(r.rw_conflicts, 2u);  // w2 (against r1), r4 (against w3)
   EXPECT_EQ(r.overlaps, 0u);
+  // Reentrant: holds of owner A share; B's hold inside A's is an overlap; a plain lock inside too.
+  std::vector<section> re{make("o", 0, 10, section_kind::exclusive, 0), make("o", 2, 8, section_kind::exclusive, 1),
+                          make("o", 4, 6, section_kind::exclusive, 2), make("o", 12, 14, section_kind::exclusive, 3),
+                          make("o", 13, 15, section_kind::exclusive, 4)};
+  re[0].owner = re[1].owner = "A";
+  re[2].owner = "B";
+  re[3].owner = "A";  // worker 4: a plain lock (no owner) inside A's hold
+  r = check(re);
+  EXPECT_EQ(r.shared_holds, 1u);
+  EXPECT_EQ(r.overlaps, 2u);  // B against A, the plain lock against A
   // Semaphore with 2 permits: three at once between 8 and 10.
   std::vector<section> sem{make("s", 0, 10, section_kind::semaphore, 0), make("s", 2, 20, section_kind::semaphore, 1),
                            make("s", 8, 9, section_kind::semaphore, 2), make("s", 10, 12, section_kind::semaphore, 3)};

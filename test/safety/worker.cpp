@@ -17,7 +17,9 @@
 // Deliberately broken kinds, for the negative tests (the line says what the worker claims):
 // `writer_reads` locks its writes as reads; `over_permits` locks the semaphore with P + 1 permits
 // and claims P; `fake_fence` reports a fence of its own counting instead of the lock's;
-// `first_only` locks only the first resource of a set and claims the set. And the hazard fencing
+// `first_only` locks only the first resource of a set and claims the set; `one_owner` (with
+// `--kind reentrant`) locks under one owner shared by every worker and claims its own;
+// `plain_reads` (with `--kind mixed`) takes its plain locks as reads and claims them exclusive. And the hazard fencing
 // is for: `paused_writer` (with `--fence`) stalls every tenth section until 100 ms past its
 // validity before its write, which the fenced store must then refuse.
 //
@@ -36,8 +38,9 @@
 //                       [--mode normal|no_nx|first_ok] [--request-timeout-ms R] [--seed N]
 //                       [--defaults] [--no-fair] [--hold-ms A-B] [--max-wait-ms N]
 //                       [--entry-timeout-ms N] [--kind K] [--write-percent W] [--permits P]
-//                       [--fence] [--multi A-B]
-//                       [--mode writer_reads|over_permits|fake_fence|first_only|paused_writer]
+//                       [--fence] [--multi A-B] [--owners N]
+//                       [--mode writer_reads|over_permits|fake_fence|first_only|paused_writer|
+//                               one_owner|plain_reads]
 
 #include <redlock/client.hpp>
 #include <redlock/core/quorum.hpp>
@@ -88,10 +91,13 @@ struct options {
   bool defaults = false;
   bool fair = true;
   int hold_min_ms = 1, hold_max_ms = 8;
-  long max_wait_ms = -1;           // -1: the mode's own
-  long entry_timeout_ms = -1;      // -1: the library's
-  std::string kind = "exclusive";  // exclusive, read, write, rw (each lock a read or a write), semaphore
-  int write_percent = 30;          // rw: the share of writes
+  long max_wait_ms = -1;       // -1: the mode's own
+  long entry_timeout_ms = -1;  // -1: the library's
+  // exclusive, read, write, rw (each lock a read or a write), semaphore, reentrant (owner
+  // "owner-<seed % owners>"), mixed (each lock plain, a read or a write, at random)
+  std::string kind = "exclusive";
+  int write_percent = 30;  // rw: the share of writes
+  int owners = 2;          // reentrant: how many owners the workers are spread over
   std::size_t permits = 1;
   bool fence = false;
   std::size_t multi_min = 0, multi_max = 0;  // 0: one resource per lock
@@ -141,10 +147,12 @@ struct claim {
   std::size_t permits = 0;  // 0: not a semaphore
   std::uint64_t fence = 0;  // 0: not fenced; a fenced section writes to the store once
   bool pause = false;       // stall past the validity before that write (`paused_writer`)
+  std::string owner;        // reentrant: the owner whose holds may share the resource
 
   std::string fields() const {
     std::string out;
     if (kind != "exclusive") out += " kind=" + kind;
+    if (!owner.empty()) out += " owner=" + owner;
     if (permits != 0) out += fmt::format(" permits={}", permits);
     if (fence != 0) out += fmt::format(" fence={}", fence);
     return out;
@@ -237,10 +245,20 @@ asio::awaitable<void> run_normal(const options& o, recorder& rec) {
     lock_options opts;
     if (o.kind == "rw") {
       what.kind = std::uniform_int_distribution<int>{0, 99}(rng) < o.write_percent ? "write" : "read";
+    } else if (o.kind == "mixed") {
+      static constexpr const char* kinds[] = {"exclusive", "read", "write"};
+      what.kind = kinds[std::uniform_int_distribution<int>{0, 2}(rng)];
+    } else if (o.kind == "reentrant") {
+      what.kind = "exclusive";
+      // The owner it claims; `one_owner` locks under one owner shared by every worker instead.
+      what.owner = fmt::format("owner-{}", o.seed % static_cast<unsigned>(o.owners));
+      opts.owner = o.mode == "one_owner" ? std::string{"everyone"} : what.owner;
     } else {
       what.kind = o.kind;
     }
     if (what.kind == "read") opts.kind = redlock::lock_kind::read;
+    // `plain_reads` takes its plain locks as reads and claims them exclusive.
+    if (what.kind == "exclusive" && o.kind == "mixed" && o.mode == "plain_reads") opts.kind = redlock::lock_kind::read;
     if (what.kind == "write")
       opts.kind = o.mode == "writer_reads" ? redlock::lock_kind::read : redlock::lock_kind::write;
     if (what.kind == "semaphore") {
@@ -256,7 +274,8 @@ asio::awaitable<void> run_normal(const options& o, recorder& rec) {
       std::tie(ec, l) = co_await c.async_lock(set.front(), ttl, use_tuple);
     } else if (set.size() > 1) {
       std::tie(ec, l) = co_await c.async_lock_all(set, ttl, use_tuple);
-    } else if (what.kind == "exclusive" && !o.fence) {  // the plain path (fair hand-over included)
+    } else if (what.kind == "exclusive" && !o.fence && opts.owner.empty() &&
+               opts.kind == redlock::lock_kind::exclusive) {  // the plain path (fair hand-over included)
       std::tie(ec, l) = co_await c.async_lock(resource, ttl, use_tuple);
     } else {
       std::tie(ec, l) = co_await c.async_lock(resource, ttl, opts, use_tuple);
@@ -404,6 +423,8 @@ int main(int argc, char** argv) {
       o.write_percent = std::stoi(v);
     } else if (a == "--permits") {
       o.permits = std::stoul(v);
+    } else if (a == "--owners") {
+      o.owners = std::stoi(v);
     } else if (a == "--multi") {
       const auto dash = v.find('-');
       o.multi_min = std::stoul(v.substr(0, dash));
@@ -423,8 +444,8 @@ int main(int argc, char** argv) {
       o.masters.push_back(m);
     }
   }
-  const bool known_kind =
-      o.kind == "exclusive" || o.kind == "read" || o.kind == "write" || o.kind == "rw" || o.kind == "semaphore";
+  const bool known_kind = o.kind == "exclusive" || o.kind == "read" || o.kind == "write" || o.kind == "rw" ||
+                          o.kind == "semaphore" || o.kind == "reentrant" || o.kind == "mixed";
   if (o.masters.empty() || o.resources.empty() || o.out.empty() || !known_kind || o.multi_min > o.multi_max ||
       (o.multi_max > 0 && o.multi_min == 0)) {
     std::fprintf(stderr, "usage: redlock_worker --masters h:p,... --resources a,b --out FILE [...]\n");
