@@ -463,6 +463,13 @@ class fleet {
     h.fence = cl.lock->fence();
     h.verified = cl.lock->fence_verified();
     ++grants_;
+    if (std::getenv("REDLOCK_SIM_TRACE")) {
+      string answers;
+      for (const auto& x : cl.lock->table().results())
+        answers += fmt::format(" {}:{}", redlock::to_string(x.status), x.value);
+      std::printf("   c%d granted: fence %lld verified %d;%s\n", c, static_cast<long long>(h.fence), h.verified ? 1 : 0,
+                  answers.c_str());
+    }
     if (r.spec->fence) {
       if (!h.verified) ++unverified_;
       // Fences that increase: a checked fence is above every checked fence granted before it.

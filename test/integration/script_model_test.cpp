@@ -266,7 +266,7 @@ string m_fair(keyspace& db, const string& k, const string& q, const string& e, c
 // ---- fenced ----
 string m_fence_acquire(keyspace& db, const string& k, const string& c, const string& tok, int64_t ttl, int64_t floor) {
   const auto cv = db.get(c);
-  if (db.exists(k)) return r_pair(0, cv ? std::stoll(*cv) : 0);
+  if (db.exists(k)) return r_pair(0, cv ? std::stoll(*cv) : -db.now * 1000);
   db.set(k, tok, ttl);
   if (!cv) return r_pair(1, -db.now * 1000);
   const auto f = std::max<int64_t>(std::stoll(*cv), floor) + 1;

@@ -103,12 +103,12 @@ return {status,ticket})",
 
 /// KEYS[1] = key, KEYS[2] = its fencing counter; ARGV[1] = token, ARGV[2] = ttl in ms, ARGV[3] = the
 /// largest counter the caller saw (0: none). `SET NX PX` as plain Redlock; on success moves the
-/// counter above both its value and ARGV[3] and returns {1, fence}; else {0, counter} (0: none).
+/// counter above both its value and ARGV[3] and returns {1, fence}; else {0, counter}.
 /// Starting from the largest value seen keeps the masters' counters equal after contention, so
 /// that the fence rarely needs confirming. A missing counter (first use, or a master restarted
-/// without its data) is not created here: the grant answers {1, -clock} (this master's clock in
-/// microseconds, negated), and the client fixes the fence from what the other masters hold before
-/// the confirmation creates it (docs/safety.md, "Fencing tokens"). A counter that is not one (not
+/// without its data) is not created here: the answer carries this master's clock in microseconds,
+/// negated, instead ({1, -clock} or {0, -clock}), and the client fixes the fence from what the
+/// other masters hold before the confirmation creates it (docs/safety.md, "Fencing tokens"). A counter that is not one (not
 /// decimal digits, or so large that a double could no longer count on from it) is an error reply
 /// before anything is written.
 inline constexpr script fence_acquire_script{
@@ -116,15 +116,16 @@ inline constexpr script fence_acquire_script{
 if c and not (string.match(c,"^%d+$") and tonumber(c) < 9007199254740000) then
   return redis.error_reply("REDLOCK fence counter is not a counter")
 end
-if not redis.call("set",KEYS[1],ARGV[1],"nx","px",ARGV[2]) then return {0,tonumber(c or "0")} end
-if not c then
-  local t = redis.call("time")
-  return {1,-(t[1]*1000000+t[2])}
+local t = redis.call("time")
+if not redis.call("set",KEYS[1],ARGV[1],"nx","px",ARGV[2]) then
+  if c then return {0,tonumber(c)} end
+  return {0,-(t[1]*1000000+t[2])}
 end
+if not c then return {1,-(t[1]*1000000+t[2])} end
 local f = math.max(tonumber(c),tonumber(ARGV[3]))+1
 redis.call("set",KEYS[2],string.format("%d",f))
 return {1,f})",
-    "ea0653c609ee04d06fe4ccaa81fdb5ecfd6c39d8"};
+    "e216e638124b7c053a3c12fd44e73cd0d0fe3b31"};
 
 /// KEYS as for `fence_acquire_script`; ARGV[1] = token, ARGV[2] = the fence, ARGV[3] = "1" when the
 /// fence was checked against a majority of counters (only such a fence may create a missing

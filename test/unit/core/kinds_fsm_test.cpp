@@ -590,19 +590,20 @@ TEST(fenced_lock, a_majority_of_granting_counters_fixes_the_fence_at_once) {
 }
 
 // Every master heard, none with a counter: the resource's first use (or every master lost its
-// data). The fence is above every clock heard; it counts as verified: no master holds an earlier
-// fence to be above.
+// data). Each answers its clock (refusing masters too), and the fence is above every one of them,
+// the fastest included: it counts as verified, since no counter holds an earlier fence, and a
+// fence that came from these clocks before is below the fastest clock now.
 TEST(fenced_lock, every_master_heard_without_counters_fences_above_their_clocks) {
   machine m{fence_rules(3)};
   m.start(0ms);
   EXPECT_EQ(m.grant(0, -100, 1ms), waits);
   EXPECT_EQ(m.grant(1, -300, 2ms), waits);
-  EXPECT_EQ(m.refuse(2, 0, 3ms), confirms(301, 3ms + timeout, true));
+  EXPECT_EQ(m.refuse(2, -3600000, 3ms), confirms(3600001, 3ms + timeout, true)) << "the refusing master's clock";
   EXPECT_EQ(m.to_confirm(), "0,1");
   EXPECT_TRUE(m.f.fence_verified());
   EXPECT_EQ(m.reply(1, int_reply("1"), 4ms), waits);
   EXPECT_EQ(m.reply(0, int_reply("1"), 5ms), completes({}, false));
-  EXPECT_EQ(m.f.fence(), 301);
+  EXPECT_EQ(m.f.fence(), 3600001);
   EXPECT_TRUE(m.f.fence_verified());
 }
 
