@@ -163,9 +163,10 @@ class contention_run {
     if (kinds_) {
       checks = fmt::format(
           " overlaps={} rw_conflicts={} over_permits={} fence_regressions={} stale_writes={};"
-          " shared_reads={} write_sections={} max_holders={} fenced_writes={} multi_sections={};",
+          " shared_reads={} write_sections={} max_holders={} fenced_writes={} multi_sections={} shared_holds={}"
+          " exclusive_sections={};",
           r.overlaps, r.rw_conflicts, r.over_permits, r.fence_regressions, r.stale_writes, r.shared_reads,
-          r.write_sections, r.max_holders, r.fenced_writes, r.multi_sections);
+          r.write_sections, r.max_holders, r.fenced_writes, r.multi_sections, r.shared_holds, r.exclusive_sections);
     }
     const auto row =
         fmt::format("| {} | {} | {} | {} | {:.0f} ms |{}{} |", name, r.sections, r.violations() - r.past_validity,
