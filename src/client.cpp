@@ -171,8 +171,9 @@ struct lock_op final : op_base {
           st->fence = fsm.fence();
           if (st->spec->fence && !fsm.fence_verified()) c.note_unverified_fence(*st, fsm.table().results());
         }
-        // A claim that holds new readers off (a writer's) is dropped when the acquisition ends.
-        if (st->spec->claims && fsm.queued_seen()) c.leave_claims(*st);
+        // A claim that holds new readers off (a writer's) is dropped when the acquisition ends:
+        // where a master said it queued, and wherever a late request of it could still claim.
+        if (st->spec->claims && (fsm.queued_seen() || fsm.stragglers_possible())) c.leave_claims(*st);
         if (!member.empty()) {
           if (fsm.queued()) c.leave_queues(*st, member, fsm.table().results());
           c.forget_waiter(member);

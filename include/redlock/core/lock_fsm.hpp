@@ -132,6 +132,9 @@ class lock_fsm {
   lock_action on_reply(std::uint64_t round, std::size_t master, boost::system::error_code ec,
                        const resp::response& reply, clock::time_point now, double unit_random,
                        boost::system::error_code down_cause = {}) {
+    // Any round's `queued` answer, even a late one of a round that has failed: a writer's claim
+    // may be on that master, and is dropped when the acquisition ends.
+    if (!ec && !queued_seen_ && fair_reply_of(reply).status == master_status::queued) queued_seen_ = true;
     if (state_ == state::confirming && round == round_) return on_confirm(master, ec, reply, now, unit_random);
     if (state_ == state::hearing && round == round_) return on_heard(master, ec, reply, down_cause, now, unit_random);
     if (state_ != state::waiting || round != round_) return {};
@@ -145,7 +148,6 @@ class lock_fsm {
     }
     auto result = classify(table_.cmd(), ec, reply);
     if (result.status == master_status::unreachable && down_cause) result.error = down_cause;
-    queued_seen_ = queued_seen_ || result.status == master_status::queued;
     if (!table_.record(master, std::move(result), now)) return {};
     if (table_.state() == quorum_state::reached) {
       if (validity<clock>(rules_.ttl, table_.start(), now, rules_.drift) > clock::duration::zero()) {
@@ -234,9 +236,19 @@ class lock_fsm {
     if (confirm_round_ != 0 && round == confirm_round_) return step::confirm;
     return std::nullopt;
   }
-  /// Whether any master answered `queued` to a round of this operation (a writer's claim may have
-  /// been left there: `kind_spec::claims`).
+  /// Whether any master answered `queued` to a round of this operation, in time or late (a
+  /// writer's claim may have been left there: `kind_spec::claims`).
   bool queued_seen() const noexcept { return queued_seen_; }
+  /// Whether a request of this operation may still run on a master after it ended: it took
+  /// more than one round, or a master of the last round did not answer it (a late acquire of a
+  /// writer may then leave a claim, dropped by the `leave` its end sends on every connection,
+  /// which runs after it).
+  bool stragglers_possible() const noexcept {
+    if (attempts_ > 1) return true;
+    for (const auto& r : table_.results())
+      if (r.status != master_status::granted && r.status != master_status::taken) return true;
+    return false;
+  }
   /// The answers of the last round (the one that decided the outcome).
   const round_table& table() const noexcept { return table_; }
   /// The same, mutable: the shell moves the results out once the operation completes.

@@ -116,16 +116,19 @@ inline constexpr script fence_acquire_script{
 if c and not (string.match(c,"^%d+$") and tonumber(c) < 9007199254740000) then
   return redis.error_reply("REDLOCK fence counter is not a counter")
 end
-local t = redis.call("time")
 if not redis.call("set",KEYS[1],ARGV[1],"nx","px",ARGV[2]) then
   if c then return {0,tonumber(c)} end
+  local t = redis.call("time")
   return {0,-(t[1]*1000000+t[2])}
 end
-if not c then return {1,-(t[1]*1000000+t[2])} end
+if not c then
+  local t = redis.call("time")
+  return {1,-(t[1]*1000000+t[2])}
+end
 local f = math.max(tonumber(c),tonumber(ARGV[3]))+1
 redis.call("set",KEYS[2],string.format("%d",f))
 return {1,f})",
-    "e216e638124b7c053a3c12fd44e73cd0d0fe3b31"};
+    "c76bb7dfb03bd925912b30c4ed12e1a183dcf332"};
 
 /// KEYS as for `fence_acquire_script`; ARGV[1] = token, ARGV[2] = the fence, ARGV[3] = "1" when the
 /// fence was checked against a majority of counters (only such a fence may create a missing

@@ -869,3 +869,35 @@ TEST(noscript, a_set_meets_no_noscript_but_a_fair_round_does) {
 }
 
 }  // namespace
+
+namespace {
+
+// A writer's claim may come from an answer that arrives after its round failed: it still counts,
+// so that the writer drops its claims when its acquisition ends.
+TEST(writer_claims, a_late_queued_answer_of_a_failed_round_is_seen) {
+  machine m{kind_rules(3)};
+  m.start(0ms);
+  const auto round = m.f.round();
+  EXPECT_EQ(m.refuse(1, 0, 1ms), waits);
+  EXPECT_EQ(m.refuse(2, 0, 2ms), sleep_until(2ms + delay));
+  EXPECT_FALSE(m.f.queued_seen());
+  EXPECT_EQ(m.reply_of_round(round, 0, script(-1, 0), 3ms), waits) << "too late to count for the round";
+  EXPECT_TRUE(m.f.queued_seen());
+  EXPECT_TRUE(m.f.stragglers_possible()) << "master 0 had not answered when the round failed";
+}
+
+TEST(writer_claims, a_first_round_every_master_answered_leaves_no_straggler) {
+  machine m{kind_rules(3)};
+  m.start(0ms);
+  m.grant(0, 0, 1ms);
+  m.refuse(1, 0, 2ms);
+  EXPECT_EQ(m.grant(2, 0, 3ms), completes({}, false));
+  EXPECT_FALSE(m.f.stragglers_possible());
+  machine n{kind_rules(3)};
+  n.start(0ms);
+  n.grant(0, 0, 1ms);
+  EXPECT_EQ(n.grant(1, 0, 2ms), completes({}, false));
+  EXPECT_TRUE(n.f.stragglers_possible()) << "master 2's request may still run";
+}
+
+}  // namespace
