@@ -172,8 +172,13 @@ struct lock_op final : op_base {
           if (st->spec->fence && !fsm.fence_verified()) c.note_unverified_fence(*st, fsm.table().results());
         }
         // A claim that holds new readers off (a writer's) is dropped when the acquisition ends:
-        // where a master said it queued, and wherever a late request of it could still claim.
-        if (st->spec->claims && (fsm.queued_seen() || fsm.stragglers_possible())) c.leave_claims(*st);
+        // where a master said it queued, and, after a retry or a failure, wherever a late request
+        // of it could still claim. (A writer granted at its first round sends none for a master
+        // that had not answered: its late request claims only where a stale reader is left, and
+        // that claim holds readers off one master, for one entry timeout, while the writer holds
+        // the lock anyway. The uncontended writer then costs no extra request.)
+        if (st->spec->claims && (fsm.queued_seen() || ((a.ec || fsm.attempts() > 1) && fsm.stragglers_possible())))
+          c.leave_claims(*st);
         if (!member.empty()) {
           if (fsm.queued()) c.leave_queues(*st, member, fsm.table().results());
           c.forget_waiter(member);

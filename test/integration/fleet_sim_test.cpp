@@ -430,7 +430,8 @@ class fleet {
           std::printf("   c%d round failed: %s\n", c, cl.lock->last_error().message().c_str());
         return;
       case core::lock_action::type::complete:
-        if (r.spec->claims && (cl.lock->queued_seen() || cl.lock->stragglers_possible())) {
+        if (r.spec->claims &&
+            (cl.lock->queued_seen() || ((a.ec || cl.lock->attempts() > 1) && cl.lock->stragglers_possible()))) {
           send_all(c, 0, 0, encode(c, step::leave, values(c, r)), now_ + 1s);
         }
         if (a.ec) {
