@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // Small measuring helpers shared by the benchmark programs.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // One connection's speed against one local redis-server, next to redis-benchmark on the same
 // server in the same run, so the figure that matters is a ratio measured under the same noise.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // Counts heap allocations while `bench::counting` is set, by replacing the global operator new and
 // delete (the benches' noise-free cost figures). Replacement functions cannot be inline: include

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Noise-free cost of one lock+unlock cycle in the client: heap allocations per cycle (counted by
 // this binary's operator new) and, when run under `valgrind --tool=callgrind`, instructions per
 // cycle. Both are taken as the difference between two runs of different lengths, so start-up and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // An independent floor for scenario (a): the Redlock round trips of one lock+unlock over N
 // masters, done with nothing but POSIX sockets and epoll on one thread. It uses no redlock code
 // (no library header, not even the RESP encoder), so what it measures is what the network, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The cost of holding many auto-extended locks: memory and CPU per lock, and the extension traffic
 // the masters see, against five local masters.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The lock kinds of issue 14 next to the plain lock, on five local masters started here:
 //
 //  (k1) uncontended acquire+release latency of each kind (one client, one lock at a time), the

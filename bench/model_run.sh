@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSL-1.0
 # Long runs of the script model (script_model_test) and the fleet simulation (fleet_sim_test):
 # more seeds and more steps than CI's short runs, against real redis-server processes.
 # Prints each kind's seeds, steps, steps per second and violations (0 expected).

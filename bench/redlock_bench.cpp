@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The lock benchmark: scenarios a-e and g of docs/benchmarks.md against five local masters (two
 // of them reachable through fault proxies for the slow-minority scenario), next to the round-trip
 // floor and the masters' ceiling measured in the same run. Peers are run by bench/run.sh against

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSL-1.0
 """Benchmark report: ratios of ours to the peers, the floor and the ceiling, from one run's JSON.
 
   report.py RESULTS_DIR                  print the comparison, write RESULTS_DIR/summary.md and plots

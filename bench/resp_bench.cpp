@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Micro-benchmarks of the sans-I/O codec on the lock path: encoding SET NX PX and the release
 // script call, and parsing their replies (Google Benchmark; noise-prone, compare within one run).
 

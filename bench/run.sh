@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSL-1.0
 # Runs every benchmark in one go on this machine: builds the release preset, installs the peers
 # (npm ci), runs ours (the four-process scenario g included), the independent floor and the peers
 # against the same five masters, the auto-extension cost, the instruction, allocation and

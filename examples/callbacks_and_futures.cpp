@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // callbacks_and_futures: the lock API without coroutines.
 //
 // Every operation of the library takes any Asio completion token. This program uses two:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Demonstration: six workers, each with its own Redlock client, contend for one lock over five
 // Redis masters. A master is killed mid-way (and restarted after more than one ttl, as Redlock's
 // delayed-restart rule asks); the others carry on, and no two workers ever hold the lock at once.

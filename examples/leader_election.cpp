@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // leader_election: one instance works, the others stand by and take over when it dies.
 //
 // Every instance campaigns for the lock "example:leader". The one that gets it is the leader: it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // lock_server: a TCP server whose request handlers take a Redlock lock around a read-modify-write.
 //
 // Each client connection gets its own coroutine. The protocol is one command per line:

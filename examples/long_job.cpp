@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // long_job: a job that runs much longer than its lock's ttl, under redlock::with_lock.
 //
 // with_lock acquires the lock, keeps it alive in the background (extending it before it expires)

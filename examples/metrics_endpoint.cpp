@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // metrics_endpoint: a service's lock counters where operators look, on a Prometheus /metrics page.
 //
 // A worker takes and releases a lock every 100 ms (standing in for the service's real lock

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSL-1.0
 # Installs everything building, testing, benchmarking and fuzzing need on Debian 12.
 # Does nothing (and needs no network) when every package is already installed.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSL-1.0
 # Builds and runs the demonstration. With no arguments it starts its own local Redis masters;
 # pass masters as host:port,host:port,... (or set REDLOCK_NODES) to use running ones.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSL-1.0
 # Builds and runs every test (unit and integration, against real redis-server processes that the
 # tests start themselves). Usage: scripts/run-tests.sh [PRESET...]   (default: dev; also asan, tsan)
 set -euo pipefail

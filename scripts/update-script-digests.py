@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSL-1.0
 """Rewrites the SHA-1 digest after each Lua script body in include/redlock/detail/scripts.hpp.
 
 After editing a script, run it; `core_test` (scripts.every_digest_is_the_sha1_of_its_body) checks

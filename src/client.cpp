@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The Redlock client's I/O shell. Every decision (what a reply means, quorum, validity, release,
 // retry, extension, keep-alive schedule, loss) is taken by the machines of redlock/core/; this
 // file carries out their actions: it encodes each payload once, queues it on every master's

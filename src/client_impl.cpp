@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The lock client's shared machinery (see detail/client_state.hpp): configuration checks, sending
 // to every master, background releases, the keep-alive timer queue, counters and log messages.
 

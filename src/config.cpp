@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Parsing of master lists (no I/O). Validation of a client configuration lives with the client.
 
 #include <redlock/config.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The I/O shell of one node connection. Decisions about which request a reply belongs to, what
 // times out and what a failure means for each request live in detail::multiplexer (with the read
 // path, detail::reply_reader), and the handshake's in core::handshake_fsm; this file moves bytes,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The names of the public enumerations, as the docs and the CLI's JSON spell them. Each switch
 // lists every enumerator without a default, so that -Wswitch (an error with REDLOCK_WERROR)
 // catches an enumerator added without a name.

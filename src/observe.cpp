@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Observability value types (histogram arithmetic, snapshots) and the logger's delivery.
 
 #include <redlock/detail/observe.hpp>

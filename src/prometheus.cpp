@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // client_stats in the Prometheus text exposition format (0.0.4).
 
 #include <redlock/client.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Shared harness for the peer drivers (node-redlock.mjs, redlock-universal.mjs): argument parsing,
 // the five ioredis clients, scenarios a-d, percentiles, the JSON result and a hard run-time bound.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Peer driver: node-redlock (npm `redlock`, 5.0.0-beta.2) on five ioredis clients, one per master,
 // as its README shows. Usage and scenarios: README.md beside this file.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Peer driver: redlock-universal's RedLock (createRedlock) with IoredisAdapter on five ioredis
 // clients, one per master, as its README shows. Usage and scenarios: README.md beside this file.
 //

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSL-1.0
 """Runs the peer drivers against the masters redlock_bench started (same masters, same run).
 
 redlock_bench calls this with REDLOCK_BENCH_MASTERS and REDLOCK_BENCH_SLOW_MASTERS set (host:port

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// The library's error codes (category "redlock") and the coarse conditions they map to.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// Opt-in `fmt` formatters for `redlock::master_status`, `redlock::master_result`,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// What happens to a held lock, as `lock::async_wait_event` reports it, and the error `with_lock`

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// The kinds of lock beyond plain Redlock, and how to ask for them (docs/api.md, "Lock kinds";

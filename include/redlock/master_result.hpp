@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// What one master answered to one request of a lock operation (acquire, extend, release).

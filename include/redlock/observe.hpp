@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// Observability: a user-supplied log sink with levels, and counters (requests, errors by kind,

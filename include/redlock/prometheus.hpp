@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// The counters of `client_stats` in the Prometheus text exposition format (version 0.0.4), for

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// Everything of redlock-asio in one include, except the opt-in fmt formatters of

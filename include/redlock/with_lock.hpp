@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// Scoped locking: acquire, run the work with the lock kept alive, cancel the work if the lock is

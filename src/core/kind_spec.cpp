@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The lock kinds' table (redlock/core/kind_spec.hpp): choosing a row, and encoding its steps.
 
 #include <redlock/core/kind_spec.hpp>

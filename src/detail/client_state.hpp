@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // The lock client's internals (private to src/): the shared state behind a lock handle, the
 // client-wide machinery the operations use (sending to every master, the keep-alive timer,

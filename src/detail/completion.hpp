@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // Completing a type-erased handler the Asio way (private to src/).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // Formatting of log messages, for the library's sources only (fmt is a private dependency).
 

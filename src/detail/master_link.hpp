@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // The lock client's private, non-type-erased path to one master's connection (private to src/).
 //

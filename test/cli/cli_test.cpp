@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The `redlock` tool as a real binary against real masters: exit statuses, mutual exclusion,
 // contention, unavailable masters, lock loss, signal forwarding, `status`, `nodes`, credentials
 // and command-line errors. Every run has a deadline: a bug fails a test instead of hanging it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The redlock tool's pure parts: durations, command lines, configuration files, the choice of
 // masters, JSON and text output.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSL-1.0
 # Every relative link in the repository's Markdown files must point at an existing file, so that
 # the README and docs/ do not rot as files move. External (http, mailto) and anchor links are skipped.
 set -euo pipefail

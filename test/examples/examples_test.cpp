@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The examples, run as a user runs them: real processes, masters from REDLOCK_NODES, output read
 // back and checked. Each run has a generous time limit: an example that hangs fails its test.
 

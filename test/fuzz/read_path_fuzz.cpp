@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // libFuzzer target for a connection's read path, without a socket: the bytes a node sends go
 // through the real read path of detail::multiplexer (read_space/commit_read/dispatch, with its
 // reply_reader: complete top-level replies only, RESP3 pushes out of band unless one confirms the

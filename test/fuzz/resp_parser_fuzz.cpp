@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // libFuzzer target for redlock::resp::parser. The input is parsed as a stream of replies three
 // ways (whole, in chunks whose sizes come from the input's first bytes, one byte at a time); the
 // results must be identical, well-formed, and stable when re-encoded and parsed again.

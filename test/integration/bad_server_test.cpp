@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // A master that misbehaves on the wire, for real: a scripted fake server answers with garbage,
 // truncated, oversized or deeply nested replies, replies of the wrong type, extra replies and
 // error replies, first to a single connection, then as the fifth master of a lock client whose

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The Redlock client against five real redis-server masters, with masters killed and stopped for
 // real. What the masters hold is checked on the masters themselves, not through the client.
 

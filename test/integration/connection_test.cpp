@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // One multiplexed connection against real redis-server processes, with faults injected for real
 // (SIGSTOP, kill -9 and restart, a resetting proxy).
 

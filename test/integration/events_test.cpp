@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Lock events (lock::async_wait_event), the loss reason, with_lock's lock_lost_error and its
 // background release, and the release that waits for every master, against three real masters
 // with faults injected for real (paused processes, keys deleted or overwritten behind our back).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Fair hand-over (docs/design.md, "Fair hand-over") against real redis-server masters: waiters
 // queue on every master and are woken by the release; what the masters hold (queues, expiries,
 // keys) is read from the masters themselves, not through the client. The `fair_processes` tests

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The lock's guarantees across masters, in a seeded simulation (docs/safety.md, "Shown by a
 // seeded simulation"). Several clients run the library's own machines (core::lock_fsm,
 // extend_fsm) against five real redis-server masters; the requests are the kinds' table's,

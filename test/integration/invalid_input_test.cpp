@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Bad input from the caller's side (issue 5, item 5): every invalid configuration and argument is
 // refused with its own error, which maps to condition::invalid_input, and it is refused before any
 // I/O. The lock-argument table therefore runs twice: against masters that refuse connections (the

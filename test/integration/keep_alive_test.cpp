@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Held locks kept alive by the background extension, and the loss signal, against five real
 // masters with majorities stopped for real.
 

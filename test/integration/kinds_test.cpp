@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Lock kinds (docs/design.md, "Lock kinds") against five real redis-server masters: what each kind
 // excludes, shares and leaves behind, read from the masters themselves.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The lock client's private path to one master (src/detail/master_link.hpp) against a real
 // redis-server: requests queued by a plain call on the shared strand, replies handed to a sink in
 // place, counted like public requests, and no allocation per request in steady state.

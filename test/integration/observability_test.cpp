@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The log sink and the counters against real redis-server masters (and a scripted fake server),
 // with masters killed, stopped and restarted for real: what is counted where, what is logged at
 // which level, what is never logged (passwords, full tokens), and that a misbehaving sink or many

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Read/write locks and counting semaphores (docs/design.md, "Lock kinds") against five real
 // redis-server masters: who shares, who is excluded, who waits, what each master holds (readers,
 // the writer's claim, the semaphore's holders, read from the masters themselves), and how both

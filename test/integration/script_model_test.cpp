@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Each lock kind's scripts against an executable model of one master (docs/safety.md, "What
 // every script guarantees"). Simulated clients make random calls as the lock client would (the
 // requests are encoded by the kinds' table, byte for byte): acquire, extend to longer and shorter

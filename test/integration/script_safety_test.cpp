@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The lock scripts' safety rules on real masters (docs/safety.md, "What each script guarantees"):
 // no script moves an expiry earlier, an error reply means the script wrote nothing, helper keys
 // cannot be named by users, fences increase even when masters' clocks disagree, the readers' keys

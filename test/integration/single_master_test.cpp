@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // One master (docs/api.md, "One master"; docs/safety.md, "One master"): a client_config with a
 // single master is the single-instance lock (quorum = majority(1) = 1). Everything works as with
 // N masters, there is no fault tolerance, and exclusion holds only while that master keeps its

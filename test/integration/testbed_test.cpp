@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The test bed itself, against real redis-server processes: if these fail, every other
 // integration test's verdict is suspect.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSL-1.0
 # Every installed header compiles on its own, in a translation unit that includes nothing else,
 # both with and without BOOST_ASIO_NO_DEPRECATED: the library is built with the macro, but it is
 # the user's choice, so no header may need it or break under it. Syntax checks only (no code is

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSL-1.0
 # Builds a tiny separate project (test/package/consumer) against redlock-asio the ways users do:
 # the installed CMake package, the installed pkg-config file, add_subdirectory and FetchContent.
 # Each consumer runs once and must report the outage of its unreachable master. The consumer uses

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // Liveness figures of the partition suite, from the critical sections the workers recorded (see
 // test/safety/checker.hpp): pure functions, so the arithmetic is tested on synthetic records.

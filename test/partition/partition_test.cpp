@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Liveness under real packet loss: the test process moves itself into a private network namespace
 // (before any thread exists), so the redis-server masters and the worker processes it starts live
 // there, and drops their packets with iptables rules that touch nothing outside it.

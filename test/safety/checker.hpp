@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // The safety checker: critical sections recorded by independent worker processes on the
 // system-wide monotonic clock (steady_clock is CLOCK_MONOTONIC on Linux, so processes on one

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Mutual exclusion under real faults: several worker processes, each with its own client, contend
 // for a few resources while masters are killed, stopped, delayed, blackholed, reset and
 // restarted; the checker proves no two critical sections on one resource overlapped and none ran

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // A worker process of the safety suite: contends for a few resources for a bounded time and
 // writes every critical section it ran (resource, token, enter, exit, validity deadline on the
 // system-wide monotonic clock, and the bitmask of the masters that granted it: bit i for master

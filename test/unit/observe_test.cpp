@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The observability value types (no server): histogram buckets and percentiles, snapshot
 // arithmetic, level filtering, the logger's delivery, and the text sanitizer.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The Prometheus text export of client_stats (no server): the exposition's grammar, values,
 // cumulative histogram buckets, escaping, names and options.
 

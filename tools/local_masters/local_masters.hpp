@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// Local `redis-server` masters on free loopback ports, each in a private directory, without

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// Detached sets of local `redis-server` masters for `redlock nodes`: `redlock nodes up` starts a

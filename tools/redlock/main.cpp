@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The `redlock` command-line tool: a Redlock distributed lock from the shell (like flock(1), but
 // across machines). See docs/cli.md.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // `redlock nodes [list | up N | down]`: local redis-server masters for trying things out.
 
 #include "commands.hpp"

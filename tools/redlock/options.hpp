@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// The `redlock` tool's command lines, durations, configuration file and the choice of masters.

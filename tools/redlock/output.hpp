@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// Output helpers of the `redlock` tool: a small JSON writer and text sanitising (pure).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // `redlock run`: acquire the lock, run the command with the lock kept alive, forward signals to
 // it, stop it if the lock is lost, release the lock when it exits, and exit with its status.
 

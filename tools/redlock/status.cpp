@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // `redlock status NAME`: asks every master for the resource's key (GET and PTTL pipelined in one
 // request, with a deadline) and says whether a majority agrees on a holder.
 

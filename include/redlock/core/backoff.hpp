@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// Capped, jittered exponential backoff: pure arithmetic, the randomness is passed in.

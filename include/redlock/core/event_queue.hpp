@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// The events of one held lock waiting for their reader, as a sans-I/O bounded queue: what is kept

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// The connection handshake as a sans-I/O state machine: which commands to send, how many replies

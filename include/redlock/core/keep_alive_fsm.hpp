@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// The keep-alive schedule of a held lock as a sans-I/O state machine: when to renew, when to

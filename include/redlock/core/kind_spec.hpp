@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// Every kind of lock in one table. A kind is the script each step sends, the keys (KEYS) and

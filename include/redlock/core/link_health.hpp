@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// When a connection counts as stalled, and how soon it tries again: pure arithmetic (the time and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// The acquisition of a Redlock lock as a sans-I/O state machine: rounds of `SET NX PX` on every

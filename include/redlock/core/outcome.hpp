@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// What one master's reply means for each command of the Redlock protocol, and the table of one

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// The quorum collector: counts the masters' votes and says as soon as the outcome is known.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// Which failures no retry can mend, and whether a quorum of masters is (or can still become)

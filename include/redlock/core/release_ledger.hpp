@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// Releases whose outcome on one master is unknown, kept to be sent again on the master's next

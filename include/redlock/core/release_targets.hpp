@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// Which masters a lock's releases go to, and which lost releases are worth sending again: the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// The retry schedule of a lock acquisition: bounded, with random delays. Randomness is passed in.

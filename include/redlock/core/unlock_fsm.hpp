@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// The release of a Redlock lock as a sans-I/O state machine: the check-the-token release script

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// Validity arithmetic of Redlock: how long a lock may be relied on. Times are passed in, never read.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// The reply queue of one node connection (sans-I/O): requests wait, are written in order, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// The machinery behind redlock/observe.hpp, shared by the library's sources (and their tests):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// The read side of one node connection (sans-I/O): the read buffer, the incremental parser and the

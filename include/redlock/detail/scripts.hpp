@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// The check-the-token Lua scripts, and their SHA-1 digests for `EVALSHA` (an integration test
@@ -108,9 +109,9 @@ return {status,ticket})",
 /// that the fence rarely needs confirming. A missing counter (first use, or a master restarted
 /// without its data) is not created here: the answer carries this master's clock in microseconds,
 /// negated, instead ({1, -clock} or {0, -clock}), and the client fixes the fence from what the
-/// other masters hold before the confirmation creates it (docs/safety.md, "Fencing tokens"). A counter that is not one (not
-/// decimal digits, or so large that a double could no longer count on from it) is an error reply
-/// before anything is written.
+/// other masters hold before the confirmation creates it (docs/safety.md, "Fencing tokens"). A counter that is not one
+/// (not decimal digits, or so large that a double could no longer count on from it) is an error reply before anything
+/// is written.
 inline constexpr script fence_acquire_script{
     R"(local c = redis.call("get",KEYS[2])
 if c and not (string.match(c,"^%d+$") and tonumber(c) < 9007199254740000) then

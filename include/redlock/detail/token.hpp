@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// Lock tokens: 20 bytes from the operating system's cryptographic random source, as 40 hex digits.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// RESP2/RESP3 reply values as a flat, pre-order list of nodes.

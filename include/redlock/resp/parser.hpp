@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// Incremental, sans-I/O parser of RESP2 and RESP3 replies.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// Encoding of commands as RESP arrays of bulk strings, several of them pipelined in one buffer.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The smallest useful program on redlock-asio: try a lock once and say what happened. With no
 // master listening it must report the outage (quorum_unavailable), which proves that headers,
 // library and dependencies link and run together. It also uses one of Asio's deprecated

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 /* A wall clock that a test can shift or stop, for a redis-server it starts (LD_PRELOAD). Only the
  * wall clock (CLOCK_REALTIME: gettimeofday, clock_gettime, time) changes: it is what Redis takes
  * key expiry and `TIME` from. The monotonic clocks stay real, so the server's event loop runs as

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #include "run_on.hpp"
 #include <redlock/detail/scripts.hpp>
 #include <redlock/resp/node.hpp>

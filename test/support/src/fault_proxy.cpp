@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #include "run_on.hpp"
 #include <redlock_test/fault_proxy.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 // Runs a function on an io_context's own thread and waits for it (private to the test bed): how
 // the proxy and the fake server apply a setting from the test's thread, so that it is in effect

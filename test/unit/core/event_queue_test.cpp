@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #include <redlock/core/event_queue.hpp>
 #include <redlock/lock_event.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #include "transcript.hpp"
 #include <redlock/core/extend_fsm.hpp>
 #include <redlock/error.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Fair hand-over in the acquisition machine (docs/design.md, "Fair hand-over"): when the first,
 // plain round finds the lock taken the waiter queues at once; its ticket is the highest any master
 // gave it; a majority of wake-ups starts the next round before the retry delay ends; a waiter that

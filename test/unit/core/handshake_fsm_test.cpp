@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Transcripts of the handshake machine: each test walks resume() step by step and asserts every
 // action, the bytes written and the outcome (boostorg/redis test_exec_fsm.cpp style).
 

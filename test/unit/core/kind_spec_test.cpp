@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The lock kinds' table (redlock/core/kind_spec.hpp): which row each set of options gets, what
 // each row holds, and every step of every kind encoded byte for byte. The expected bytes are
 // written out here with a RESP writer of the test's own, not with the library's encoder.

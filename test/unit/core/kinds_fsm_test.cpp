@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The lock kinds' rules in the sans-I/O machines (docs/design.md, "Lock kinds"): the semaphore's
 // quorum and why it excludes a holder too many, a quorum larger than a majority in `quorum`,
 // `lock_fsm` and `extend_fsm`, the fence and its confirmation, a writer that finds readers, and

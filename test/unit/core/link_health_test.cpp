@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #include <redlock/core/link_health.hpp>
 
 #include <gtest/gtest.h>

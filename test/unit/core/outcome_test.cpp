@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #include "transcript.hpp"
 #include <redlock/core/outcome.hpp>
 #include <redlock/core/quorum.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Which failures no retry can mend (core::is_hopeless), the readiness of a quorum of masters
 // (core::readiness), and an acquisition that stops retrying when no retry can help
 // (lock_fsm with the connections' causes).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // Which masters a lock's releases go to (redlock/core/release_targets.hpp): a failed round's
 // release skips the masters its request cannot have written to; a held lock's lost release is
 // sent again only where a key of it may be, and only when its outcome is unknown.

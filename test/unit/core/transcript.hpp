@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// Shared pieces of the state machines' transcript tests: a fixed time origin, replies built as

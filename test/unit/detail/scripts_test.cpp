@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 // The Lua scripts' digests (redlock/detail/scripts.hpp): every `EVALSHA` names the SHA-1 of the
 // script's body, as Redis computes it for `SCRIPT LOAD`. A wrong constant would not fail any
 // lock: each EVALSHA would meet NOSCRIPT and fall back to EVAL, quietly doubling the traffic. Here

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// The lock scripts as they were before an outside review found them faulty (docs/safety.md,

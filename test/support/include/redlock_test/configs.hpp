@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// Client configurations pointing at a test bed's masters, tuned for tests (short connect timeout

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// Running coroutine test bodies on an io_context, bounded in time (header-only, tests only).

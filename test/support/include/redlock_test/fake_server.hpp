@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// A scripted RESP server on loopback: it behaves like a tiny Redis (enough to be one master of a

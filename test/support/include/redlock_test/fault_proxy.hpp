@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// A TCP proxy in front of one upstream server that injects network faults: latency, a black

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// The wall clock of a test bed's redis-server, under the test's control: shifted by an offset, or

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// Reading the raw RESP2 replies of `redis_node::command`, for tests that check what the masters

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSL-1.0
 #pragma once
 /// @file
 /// Real `redis-server` processes for integration tests, benchmarks and the demonstration: each on
