@@ -133,6 +133,13 @@ class fleet {
     clients_.resize(wants_.size());
   }
 
+  // How often, per thousand steps, a client cancels and a master restarts empty.
+  struct fault_rates {
+    int cancels = 6;
+    int restarts = 1;
+  };
+  void faults(fault_rates r) { faults_ = r; }
+
   // Runs `steps` steps; returns the first violation (empty when none).
   string run(int steps) {
     for (step_ = 0; step_ < steps && failure_.empty(); ++step_) {
@@ -196,8 +203,8 @@ class fleet {
     const int roll = pick(1000);
     if (roll < 420) return run_request();
     if (roll < 800) return deliver_reply();
-    if (roll < 992) return client_move();
-    if (roll < 998) return cancel_some();
+    if (roll < 999 - faults_.cancels - faults_.restarts) return client_move();
+    if (roll < 999 - faults_.restarts) return cancel_some();
     if (roll < 999) return restart_some();
     return "idle";
   }
@@ -580,6 +587,7 @@ class fleet {
   std::mt19937 rng_;
   std::uint32_t seed_;
   overrides o_;
+  fault_rates faults_;
   std::vector<redlock::local::session> sessions_;
   std::vector<std::unique_ptr<redlock::test::master_clock>> clocks_;
   std::vector<int64_t> offsets_;
@@ -667,7 +675,13 @@ struct twin {
   std::string_view name;
   scenario who;
   overrides scripts_used;
+  fleet::fault_rates faults;
 };
+
+// Restarts hide a shortened expiry (a master that is down votes for nobody); fences need them.
+// Measured over seeds 1-30 with these rates, each twin is found in 35-70 % of seeds.
+constexpr fleet::fault_rates no_restarts{6, 0};
+constexpr fleet::fault_rates many_restarts{6, 5};
 
 // Each fault the review found in the scripts, or a name the client now refuses, put back: the
 // simulation finds a violation of the guarantee it breaks within a bounded number of seeds.
@@ -679,33 +693,43 @@ TEST(fleet_sim_twins, each_fault_of_the_review_put_back_is_found) {
   std::vector<twin> twins;
   overrides o;
   o.plain_extend = &b::old_extend;
-  twins.push_back({"an extension that shortens, then fails or is cancelled", all.at("plain"), o});
+  twins.push_back({"an extension that shortens, then fails or is cancelled", all.at("plain"), o, no_restarts});
   o = {};
   o.read_acquire = &b::old_read_acquire;
   o.read_release = &b::old_read_release;
   o.read_extend = &b::old_read_extend;
-  twins.push_back({"a reader's extension that moves its entry earlier", all.at("rw"), o});
+  // Two readers and two plain contenders: with one reader, or with writers queued behind, the
+  // fault shows in 3 % of seeds or fewer.
+  twins.push_back({"a reader's extension that moves its entry earlier",
+                   {want(k::reader, {"w"}), want(k::reader, {"w"}), want(k::plain, {"w"}), want(k::plain, {"w"})},
+                   o,
+                   no_restarts});
   o = {};
   o.semaphore_extend = &b::old_semaphore_extend;
-  twins.push_back({"a semaphore extension that shortens", all.at("semaphore"), o});
+  twins.push_back({"a semaphore extension that shortens", all.at("semaphore"), o, no_restarts});
   o = {};
   o.fence_acquire = &b::old_fence_acquire;
-  twins.push_back({"fence counters seeded from each master's clock", all.at("fenced"), {o}});
+  twins.push_back({"fence counters seeded from each master's clock", all.at("fenced"), o, many_restarts});
   // Names the client refuses today, let through: the simulation drives the machines directly.
   twins.push_back({"a plain lock named like a semaphore's permit count",
                    {want(k::semaphore, {"s"}, {}, 2), want(k::plain, {"s:redlock-permits"}),
                     want(k::plain, {"s:redlock-permits"}), want(k::plain, {"s:redlock-permits"})},
+                   {},
                    {}});
   twins.push_back({"an owner id equal to the readers' marker",
                    {want(k::reentrant, {"w"}, string{scripts::readers_marker}), want(k::reader, {"w"}),
                     want(k::reader, {"w"}), want(k::writer, {"w"})},
+                   {},
                    {}});
+  const char* only = std::getenv("REDLOCK_SIM_TWIN");  // a part of one twin's name
   for (const auto& t : twins) {
+    if (only && *only && t.name.find(only) == std::string_view::npos) continue;
     string found;
     std::uint32_t seed = 1;
     for (; seed <= 40 && found.empty(); ++seed) {
       fleet f{cluster, seed, t.scripts_used};
       f.scenario(t.who);
+      f.faults(t.faults);
       found = f.run(20000);
     }
     EXPECT_FALSE(found.empty()) << "not found: " << t.name;
