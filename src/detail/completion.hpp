@@ -8,6 +8,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/system_executor.hpp>
 
+#include <new>
 #include <utility>
 
 namespace redlock::detail {
@@ -36,5 +37,24 @@ void complete_without_client(Handler h, Args... args) {
     complete_handler(std::move(h), work, std::move(args)...);
   });
 }
+
+// A handler held where it may be move-assigned (a vector that erases from the middle). Boost
+// 1.81's any_completion_handler move *assignment* re-wraps the source instead of moving it
+// (unbounded recursion), so assignment here is destroy + move-construct.
+template <class Handler>
+struct handler_box {
+  Handler handler;
+  handler_box() = default;
+  explicit handler_box(Handler h) noexcept : handler(std::move(h)) {}
+  handler_box(handler_box&& o) noexcept : handler(std::move(o.handler)) {}
+  handler_box& operator=(handler_box&& o) noexcept {
+    if (this != &o) {
+      handler.~Handler();
+      new (&handler) Handler(std::move(o.handler));
+    }
+    return *this;
+  }
+  ~handler_box() = default;
+};
 
 }  // namespace redlock::detail

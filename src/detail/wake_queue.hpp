@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+// The keep-alive queue (private to src/, no I/O): when each watched lock wants to be woken, behind
+// a single timer. A min-heap of wake-ups with one live entry per item (the time the item records
+// as `scheduled`); an entry whose time no longer matches is stale and skipped. It says when the
+// one timer must fire; the caller owns the timer.
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace redlock::detail {
+
+/// `T` has a member `std::chrono::steady_clock::time_point scheduled`, initially `max()`, which
+/// only this queue writes, and is owned by a `std::shared_ptr` (`shared_from_this()`).
+template <class T>
+class wake_queue {
+ public:
+  using time_point = std::chrono::steady_clock::time_point;
+  static constexpr time_point never = time_point::max();
+
+  /// Moves `t`'s wake-up to `at` (`never`: none). Returns when the timer must now fire
+  /// (`never`: cancel it), or nothing when it stays as it is.
+  std::optional<time_point> schedule(T& t, time_point at) {
+    if (at == t.scheduled) return std::nullopt;
+    if (t.scheduled == never) ++live_;
+    if (at == never) --live_;
+    t.scheduled = at;
+    if (at == never) {
+      // Nothing left to wake: no timer stays armed behind the last item.
+      if (live_ > 0) return std::nullopt;
+      heap_.clear();
+      armed_ = never;
+      return never;
+    }
+    heap_.push_back({at, std::static_pointer_cast<T>(t.shared_from_this())});
+    std::push_heap(heap_.begin(), heap_.end(), later);
+    if (at >= armed_) return std::nullopt;
+    armed_ = at;
+    return at;
+  }
+
+  /// The timer fired at `now`: calls `wake(T&)` for every item due (which may schedule again:
+  /// that does not ask for the timer, this call's result says when it fires), and returns when
+  /// the timer must fire next (`never`: not at all).
+  template <class Wake>
+  time_point fired(time_point now, Wake&& wake) {
+    while (!heap_.empty() && heap_.front().at <= now) {
+      std::pop_heap(heap_.begin(), heap_.end(), later);
+      auto e = std::move(heap_.back());
+      heap_.pop_back();
+      auto t = e.item.lock();
+      if (!t || t->scheduled != e.at) continue;  // stale
+      t->scheduled = never;
+      --live_;
+      wake(*t);
+    }
+    if (live_ == 0) heap_.clear();
+    // A stale entry at the front may make the timer fire early; it is skipped then.
+    armed_ = heap_.empty() ? never : heap_.front().at;
+    return armed_;
+  }
+
+  /// Items with a wake-up due.
+  std::size_t live() const noexcept { return live_; }
+  /// Entries held, stale ones included.
+  std::size_t entries() const noexcept { return heap_.size(); }
+
+ private:
+  struct entry {
+    time_point at;
+    std::weak_ptr<T> item;
+  };
+  static bool later(const entry& a, const entry& b) noexcept { return a.at > b.at; }
+
+  std::vector<entry> heap_;
+  std::size_t live_ = 0;
+  time_point armed_ = never;  // when the caller's timer fires
+};
+
+}  // namespace redlock::detail

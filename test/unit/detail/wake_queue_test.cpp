@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: BSL-1.0
+// The keep-alive queue (src/detail/wake_queue.hpp): when the one timer fires, which items it wakes,
+// stale entries skipped, and no timer left behind the last item.
+
+#include "detail/wake_queue.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+using tp = clock_type::time_point;
+
+struct item : std::enable_shared_from_this<item> {
+  explicit item(int n) : id(n) {}
+  int id;
+  tp scheduled = tp::max();
+};
+using queue = redlock::detail::wake_queue<item>;
+
+const tp t0 = tp{} + 1h;
+
+TEST(wake_queue, arms_at_the_earliest_and_wakes_what_is_due) {
+  queue q;
+  auto a = std::make_shared<item>(1);
+  auto b = std::make_shared<item>(2);
+  EXPECT_EQ(q.schedule(*a, t0 + 10ms), t0 + 10ms);
+  EXPECT_EQ(q.schedule(*b, t0 + 20ms), std::nullopt) << "later than the armed time: the timer stays";
+  EXPECT_EQ(q.schedule(*b, t0 + 5ms), t0 + 5ms) << "earlier: re-armed";
+  EXPECT_EQ(q.live(), 2u);
+  std::vector<int> woken;
+  const auto next = q.fired(t0 + 5ms, [&](item& i) { woken.push_back(i.id); });
+  EXPECT_EQ(woken, std::vector<int>{2}) << "b's stale entry at 20 ms is not woken at all";
+  EXPECT_EQ(next, t0 + 10ms);
+  EXPECT_EQ(b->scheduled, tp::max());
+  woken.clear();
+  EXPECT_EQ(q.fired(t0 + 20ms, [&](item& i) { woken.push_back(i.id); }), queue::never);
+  EXPECT_EQ(woken, std::vector<int>{1});
+  EXPECT_EQ(q.live(), 0u);
+  EXPECT_EQ(q.entries(), 0u) << "stale entries go with the last live one";
+}
+
+TEST(wake_queue, unscheduling_the_last_item_cancels_the_timer) {
+  queue q;
+  auto a = std::make_shared<item>(1);
+  auto b = std::make_shared<item>(2);
+  (void)q.schedule(*a, t0 + 10ms);
+  (void)q.schedule(*b, t0 + 30ms);
+  EXPECT_EQ(q.schedule(*a, queue::never), std::nullopt) << "b is still due";
+  EXPECT_EQ(q.schedule(*a, queue::never), std::nullopt) << "twice is nothing";
+  EXPECT_EQ(q.schedule(*b, queue::never), queue::never);
+  EXPECT_EQ(q.entries(), 0u);
+  EXPECT_EQ(q.schedule(*a, t0 + 40ms), t0 + 40ms) << "a fresh start arms again";
+}
+
+TEST(wake_queue, an_item_woken_may_schedule_itself_again_and_a_gone_item_is_skipped) {
+  queue q;
+  auto a = std::make_shared<item>(1);
+  auto gone = std::make_shared<item>(2);
+  (void)q.schedule(*a, t0 + 10ms);
+  (void)q.schedule(*gone, t0 + 5ms);
+  gone.reset();
+  int wakes = 0;
+  const auto next = q.fired(t0 + 10ms, [&](item& i) {
+    ++wakes;
+    EXPECT_EQ(q.schedule(i, t0 + 50ms), std::nullopt) << "the result of fired() says when to fire";
+  });
+  EXPECT_EQ(wakes, 1);
+  EXPECT_EQ(next, t0 + 50ms);
+}
+
+}  // namespace
