@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+// One node connection's byte stream (private to src/): TCP or a Unix socket, with or without TLS.
+// It connects (by a race of probes to a suspect node), runs the TLS handshake (and finds out when
+// the port speaks plain RESP), and moves bytes; nothing outside this class knows whether TLS is
+// on. It decides nothing about the connection's life (core::link_fsm does) and knows nothing of
+// requests (detail::multiplexer does). Used on one strand only.
+
+#include "connection_counters.hpp"
+#include "tls_context.hpp"
+#include <redlock/connection.hpp>
+#include <redlock/detail/reply_reader.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/generic/stream_protocol.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+
+namespace redlock::detail {
+
+class stream {
+ public:
+  using strand_type = boost::asio::strand<boost::asio::any_io_executor>;
+  using socket_type = boost::asio::generic::stream_protocol::socket;
+  using error_code = boost::system::error_code;
+
+  /// A stream on `strand` for `cfg`, which must outlive it.
+  stream(const strand_type& strand, const connection_config& cfg);
+  ~stream();
+  stream(const stream&) = delete;
+  stream& operator=(const stream&) = delete;
+
+  /// Loads the TLS context when the configuration asks for TLS (see `make_tls_context`).
+  error_code load_tls(std::string* what);
+
+  // ---- connecting: one attempt at a time ---------------------------------------------------
+
+  /// Resolves the host and connects to its addresses in turn (a Unix socket: to its path). `race`:
+  /// to a single address, a fresh connect every `connect_probe_interval` while the earlier ones go
+  /// on; the first to complete wins, a refusal ends the race at once (see
+  /// `connection_config::connect_probe_interval`). Ends early with `operation_aborted` after
+  /// `abort()`.
+  boost::asio::awaitable<error_code> connect(bool race);
+  /// The TLS handshake on the connected socket (SNI, name or address check). A plain Redis port
+  /// takes the ClientHello for the start of an inline command and waits for more, so half-way
+  /// through the connect timeout a second connection asks `PING` in plain RESP; an answer ends the
+  /// handshake with `tls_not_offered`. Other failures are classified (`tls_certificate_untrusted`,
+  /// `tls_name_mismatch`...) with OpenSSL's words in `text`.
+  /// `owner` keeps the stream alive while the plain probe runs.
+  boost::asio::awaitable<error_code> handshake_tls(std::string& text, std::shared_ptr<void> owner);
+  /// The Redis handshake's writes and reads. A plain connection whose first answer is a TLS record
+  /// or a reset (a TLS port) fails with `tls_expected`.
+  boost::asio::awaitable<std::tuple<error_code, std::size_t>> handshake_write(boost::asio::const_buffer b);
+  boost::asio::awaitable<std::tuple<error_code, std::size_t>> handshake_read(boost::asio::mutable_buffer b);
+  /// An error of the handshake step in the words TLS gives it (passes others through).
+  error_code classify(error_code ec, std::string& text) const;
+  /// Over TLS, whether `ec` means the node closed the session before it answered anything.
+  bool hung_up_unanswered(const error_code& ec) const noexcept;
+  /// Ends the attempt in progress: closes the socket (the step in progress completes with an
+  /// error) and stops a race of probes.
+  void abort();
+
+  // ---- serving -----------------------------------------------------------------------------
+
+  /// From here on, synchronous writes never block.
+  void start_serving();
+  /// Reads into `b`; `h(ec, n)` runs on the strand, unless the stream was reset since.
+  ///
+  /// The plain path's completion handlers have no associated executor: the socket lives on the
+  /// strand's inner executor, so Asio calls them straight from the scheduler, and they enter the
+  /// strand here (inline when it is free). Binding them to the strand instead costs a heap
+  /// allocation per completion in Boost 1.81 (strand<any_io_executor>::execute queries its inner
+  /// executor's blocking property, and any_executor returns the result through `new`). TLS's are
+  /// bound: its reads and writes share OpenSSL state that two threads must not touch at once.
+  template <class Handler>
+  void read_some(boost::asio::mutable_buffer b, Handler&& h) {
+    if (tls_) {
+      tls_->async_read_some(
+          b, boost::asio::bind_executor(strand_, [this, g = generation_, keep = tls_, h = std::forward<Handler>(h)](
+                                                     error_code ec, std::size_t n) mutable {
+            if (g == generation_) h(ec, n);
+          }));
+      return;
+    }
+    socket_.async_read_some(
+        b, [this, g = generation_, h = std::forward<Handler>(h)](error_code ec, std::size_t n) mutable {
+          strand_.dispatch(
+              [this, g, ec, n, h = std::move(h)]() mutable {
+                if (g == generation_) h(ec, n);
+              },
+              std::allocator<void>{});
+        });
+  }
+  /// Writes what it can of `bytes` at once, without blocking, and returns how much; `ec` tells a
+  /// failed write. TLS writes nothing here (returns 0): a synchronous write would drive the TLS
+  /// stream's engine from a second operation while its read is pending, which Asio's SSL stream
+  /// does not support (they share the engine and its buffers; in tests it lost a pending read now
+  /// and then), so TLS always writes with `write_async`.
+  std::size_t write_now(std::string_view bytes, error_code& ec) {
+    ec.clear();
+    if (tls_) return 0;
+    const std::size_t n = socket_.write_some(boost::asio::buffer(bytes), ec);
+    if (ec == boost::asio::error::would_block || ec == boost::asio::error::try_again) ec.clear();
+    return n;
+  }
+  /// Writes `bytes` whole, asynchronously; they stay valid until the write ends. `writing()` is
+  /// true until `done(ec, n)` runs on the strand (not when the stream was reset since: then the
+  /// write's end is no news).
+  template <class Done>
+  void write_async(std::string_view bytes, Done&& done) {
+    writing_ = true;
+    if (tls_) {
+      ++tls_writes_;
+      boost::asio::async_write(
+          *tls_, boost::asio::buffer(bytes),
+          boost::asio::bind_executor(strand_, [this, g = generation_, keep = tls_, done = std::forward<Done>(done)](
+                                                  error_code ec, std::size_t n) mutable {
+            if (--tls_writes_ == 0) drained_.cancel();
+            if (g != generation_) return;
+            writing_ = false;
+            done(ec, n);
+          }));
+      return;
+    }
+    boost::asio::async_write(
+        socket_, boost::asio::buffer(bytes),
+        [this, g = generation_, done = std::forward<Done>(done)](error_code ec, std::size_t n) mutable {
+          strand_.dispatch(
+              [this, g, ec, n, done = std::move(done)]() mutable {
+                if (g != generation_) return;
+                writing_ = false;
+                done(ec, n);
+              },
+              std::allocator<void>{});
+        });
+  }
+  /// An asynchronous write is in progress.
+  bool writing() const noexcept { return writing_; }
+  /// Closes the socket; whatever is reading or writing ends with an error.
+  void close() noexcept;
+  /// Closes abortively (RST: unsent bytes are dropped, so that a queue the node never saw cannot
+  /// reach it late).
+  void abort_close() noexcept;
+  /// Closes, then waits until no TLS write refers to the socket any more (its next step would
+  /// write to the socket's next connection).
+  boost::asio::awaitable<void> close_and_drain();
+  /// Forgets the current connection: closed, TLS layer dropped, pending completions ignored.
+  void reset() noexcept;
+
+ private:
+  struct probe_race;
+  boost::asio::awaitable<error_code> probe_connect(const boost::asio::ip::tcp::endpoint& ep);
+  boost::asio::awaitable<void> probe_plain(std::uint64_t attempt, std::shared_ptr<void> owner);
+
+  using tls_stream = boost::asio::ssl::stream<socket_type&>;
+
+  strand_type strand_;
+  const connection_config& cfg_;
+  socket_type socket_;
+  std::shared_ptr<boost::asio::ssl::context> tls_ctx_;  // set when TLS is on
+  // The current connection's TLS layer, over a reference to the socket, so that every path that
+  // closes the socket aborts TLS operations too. A pending TLS operation keeps its own reference.
+  std::shared_ptr<tls_stream> tls_;
+  std::shared_ptr<probe_race> race_;          // the race of probes in progress, if any
+  std::shared_ptr<socket_type> plain_probe_;  // see handshake_tls()
+  boost::asio::steady_timer nudge_timer_;     // see handshake_tls()
+  boost::asio::steady_timer drained_;         // wakes close_and_drain()
+  std::uint64_t generation_ = 0;              // bumped when the stream resets
+  std::uint64_t attempt_ = 0;                 // bumped at each connect
+  std::size_t tls_writes_ = 0;                // TLS writes not completed yet
+  std::size_t handshake_bytes_read_ = 0;      // bytes of the current attempt's Redis handshake
+  bool aborted_ = false;                      // abort() since the attempt began
+  bool plain_port_ = false;                   // the TLS port answered PING in plain RESP
+  bool writing_ = false;
+};
+
+/// Carries out the Redis handshake over `s`: core::handshake_fsm decides everything, this writes
+/// and reads. Replies are read with `reader` (nothing else is in flight; push messages are
+/// skipped). On success `protocol` is the RESP version; on a refusal `server_text` has the node's
+/// words (the password redacted).
+boost::asio::awaitable<boost::system::error_code> redis_handshake(stream& s, reply_reader& reader,
+                                                                  const connection_config& cfg, const logger& log,
+                                                                  connection_counters& counters, int& protocol,
+                                                                  std::string& server_text);
+
+}  // namespace redlock::detail
