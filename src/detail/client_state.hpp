@@ -2,9 +2,12 @@
 #pragma once
 // The lock client's internals (private to src/): the shared state behind a lock handle, the
 // client-wide machinery the operations use (sending to every master, the keep-alive timer,
-// counters, logging), and the per-lock watcher. The operations themselves are in src/client.cpp.
+// counters, logging), and the per-lock watcher. The operations themselves are in src/client.cpp;
+// client_impl's members are defined by concern in src/client_*.cpp.
 
 #include "master_link.hpp"
+#include "waiter_list.hpp"
+#include "wake_queue.hpp"
 #include <redlock/client.hpp>
 #include <redlock/core/event_queue.hpp>
 #include <redlock/core/extend_fsm.hpp>
@@ -61,6 +64,11 @@ constexpr std::uint64_t eval_flag = std::uint64_t{1} << 16;
 constexpr std::uint64_t make_tag(std::uint64_t round, std::size_t master) noexcept { return round << 17 | master; }
 constexpr std::size_t master_of(std::uint64_t tag) noexcept { return static_cast<std::size_t>(tag & 0xffff); }
 constexpr std::uint64_t round_of(std::uint64_t tag) noexcept { return tag >> 17; }
+// Background releases (and the client's own requests: scripts, subscriptions) are tagged with this
+// round, which no acquisition round reaches.
+inline constexpr std::uint64_t release_round = 0x7fff'ffff'ffff;
+// The reply handed to a sink whose request a master refused at once.
+inline const resp::response no_reply{};
 
 // Something on the client's strand that `close()` must reach: an operation or a watcher. While it
 // runs it is linked into the client's list (intrusive: enrolling and retiring cost nothing, and a
@@ -78,6 +86,10 @@ struct op_base : reply_sink, std::enable_shared_from_this<op_base> {
 // "lock "orders:42" [1f2e3d4c]": the resource (made printable, cut) and the first 8 hex digits of
 // the token, never the whole token (it would let anyone release the lock).
 std::string lock_name(std::string_view resource, std::string_view token);
+// A master's answer in log messages.
+inline std::string_view status_text(master_status s) noexcept {
+  return s == master_status::server_error ? std::string_view{"server error"} : to_string(s);
+}
 // What each master answered: "1 granted 412 us, 2 taken 380 us, 3 server error "WRONGTYPE..."".
 std::string describe_masters(const std::vector<master_result>& results, std::string_view token);
 // The checks behind error::invalid_argument, each filling `what` with the reason when it fails
@@ -176,25 +188,6 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
 // Watches one held lock: its keep-alive machine, the extension it may be running, and whoever
 // waits for the loss. Woken by the client's single keep-alive timer.
 struct watch final : op_base {
-  template <class Handler>
-  struct waiter_of {
-    std::uint64_t id;
-    Handler handler;
-    waiter_of(std::uint64_t i, Handler h) noexcept : id(i), handler(std::move(h)) {}
-    waiter_of(waiter_of&& o) noexcept : id(o.id), handler(std::move(o.handler)) {}
-    // Boost 1.81's any_completion_handler move assignment recurses: destroy + construct instead.
-    waiter_of& operator=(waiter_of&& o) noexcept {
-      if (this != &o) {
-        id = o.id;
-        handler.~Handler();
-        new (&handler) Handler(std::move(o.handler));
-      }
-      return *this;
-    }
-  };
-  using waiter = waiter_of<lost_handler>;
-  using event_waiter = waiter_of<event_handler>;
-
   watch(const std::shared_ptr<lock_state>& st, std::chrono::milliseconds request_timeout, const client_config& cfg)
       : owner(st->owner),
         state(st),
@@ -211,11 +204,10 @@ struct watch final : op_base {
   std::chrono::milliseconds ext_ttl{0};                              // of the extension in progress
   clock_type::time_point scheduled = clock_type::time_point::max();  // in the client's timer queue
   bool cap_logged = false;
-  std::uint64_t last_waiter = 0;
-  std::vector<waiter> waiters;
+  waiter_list<void(error_code)> waiters;  // lock::async_wait_lost
   // Events (lock::async_wait_event): recorded once somebody asked for one; the final event always.
   core::event_queue<lock_event> events;
-  std::vector<event_waiter> event_waiters;
+  waiter_list<void(error_code, lock_event)> event_waiters;
   bool events_wanted = false;
 
   void keep(const keep_alive_options& opts);
@@ -402,7 +394,7 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
 
  private:
   void on_timer();
-  void arm_timer();
+  void arm_timer(clock_type::time_point at);
 
   asio::any_io_executor ex_;
   strand_type strand_;
@@ -441,14 +433,8 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   std::chrono::milliseconds entry_timeout_{0};
 
   // The keep-alive timer: one for every watched lock, armed at the earliest wake-up.
-  struct wake_entry {
-    clock_type::time_point at;
-    std::weak_ptr<watch> w;
-  };
-  std::vector<wake_entry> wakes_;
-  std::size_t live_watches_ = 0;  // watchers with a wake-up due  // a min-heap on `at`; stale entries are skipped
+  wake_queue<watch> wakes_;
   asio::steady_timer timer_;
-  clock_type::time_point timer_at_ = clock_type::time_point::max();
 };
 
 }  // namespace redlock::detail

@@ -1,0 +1,280 @@
+// SPDX-License-Identifier: BSL-1.0
+// Held locks that somebody watches: the keep-alive (one machine per lock, core::keep_alive_fsm;
+// one timer for all of them, detail::wake_queue), the loss and its waiters (detail::waiter_list),
+// and the events (lock::async_wait_event).
+#include "detail/client_state.hpp"
+#include "detail/completion.hpp"
+#include "detail/log.hpp"
+#include <redlock/core/extend_fsm.hpp>
+#include <redlock/core/keep_alive_fsm.hpp>
+#include <redlock/core/validity.hpp>
+#include <redlock/detail/token.hpp>
+#include <redlock/resp/request.hpp>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/container/small_vector.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <iterator>
+#include <set>
+
+namespace redlock {
+namespace detail {
+
+void watch::keep(const keep_alive_options& opts) {
+  auto st = state.lock();
+  if (!st) return;
+  fsm.keep(opts, clock_type::now());
+  st->owner->schedule(*this);
+}
+
+// ---- watching -----------------------------------------------------------------------------------
+
+watch* client_impl::watcher_of(const std::shared_ptr<lock_state>& st) {
+  if (st->watcher) return st->watcher->fsm.finished() ? nullptr : st->watcher.get();
+  if (!st->held || closed_) return nullptr;
+  st->watcher = std::make_shared<watch>(st, cfg_.request_timeout, cfg_);
+  enroll(*st->watcher);
+  schedule(*st->watcher);
+  return st->watcher.get();
+}
+
+void client_impl::stop_watching(lock_state& st, bool released) {
+  if (!st.watcher) return;
+  if (released) {
+    st.watcher->released();
+  } else {
+    st.watcher->cancel();
+  }
+}
+
+void client_impl::deadline_moved(lock_state& st, const std::vector<master_result>* round) {
+  if (!st.watcher) return;
+  auto& w = *st.watcher;
+  const bool was_finished = w.fsm.finished();
+  w.fsm.deadline_moved(st.get_deadline());
+  if (!was_finished && w.events_wanted) {
+    auto e = w.make_event(st, lock_event::type::extended);
+    if (round) e.masters = *round;
+    w.post_event(std::move(e));
+  }
+  schedule(w);
+}
+
+void client_impl::add_event_waiter(const std::shared_ptr<lock_state>& st, event_handler h) {
+  // A watcher that has finished still holds the final event: it is handed out again.
+  watch* w = st->watcher ? st->watcher.get() : watcher_of(st);
+  if (!w) {
+    const auto ec = closed_ ? make_error_code(asio::error::operation_aborted) : make_error_code(error::not_locked);
+    return complete_handler(std::move(h), st->ex, ec, lock_event{});
+  }
+  w->events_wanted = true;
+  if (w->event_waiters.empty() && !w->events.empty()) {
+    auto e = w->events.next();
+    return complete_handler(std::move(h), st->ex, error_code{}, std::move(*e));
+  }
+  if (w->fsm.finished() && w->events.empty()) {
+    // Stopped without a final event (the handle was dropped, or the client closed).
+    return complete_handler(std::move(h), st->ex, make_error_code(asio::error::operation_aborted), lock_event{});
+  }
+  w->event_waiters.add(std::move(h), strand_, std::weak_ptr<watch>(st->watcher), &watch::event_waiters, ex_);
+}
+
+void client_impl::add_waiter(const std::shared_ptr<lock_state>& st, lost_handler h) {
+  if (st->lost) return complete_handler(std::move(h), st->ex, error_code{});
+  watch* w = watcher_of(st);
+  if (!w) return complete_handler(std::move(h), st->ex, make_error_code(asio::error::operation_aborted));
+  w->waiters.add(std::move(h), strand_, std::weak_ptr<watch>(st->watcher), &watch::waiters, ex_);
+}
+
+// The keep-alive queue (detail::wake_queue) decides when the one timer fires.
+void client_impl::schedule(watch& w) {
+  const auto at = closed_ ? clock_type::time_point::max() : w.fsm.next_wake();
+  if (const auto when = wakes_.schedule(w, at)) arm_timer(*when);
+}
+
+void client_impl::arm_timer(clock_type::time_point at) {
+  if (at == clock_type::time_point::max()) {
+    timer_.cancel();
+    return;
+  }
+  timer_.expires_at(at);
+  timer_.async_wait([weak = weak_from_this()](error_code ec) {
+    if (auto self = weak.lock(); self && !ec) self->on_timer();
+  });
+}
+
+void client_impl::on_timer() {
+  const auto now = clock_type::now();
+  arm_timer(wakes_.fired(now, [now](watch& w) { w.wake(now); }));
+}
+
+// ---- watching and keep-alive: one machine per watched lock, one timer for all of them ----------
+
+core::step_values watch::values(const client_impl& c, const lock_state& st) const {
+  auto v = c.values(st);
+  v.ttl_ms = ext_ttl.count();
+  return v;
+}
+
+void watch::wake(clock_type::time_point now) {
+  auto st = state.lock();
+  if (!st) return;
+  auto& c = *st->owner;
+  const auto a = fsm.on_timer(now);
+  if (a.what == core::keep_alive_action::type::extend) {
+    ext.reset(a.ttl, fsm.deadline());
+    ++ext_round;
+    ext_ttl = a.ttl;
+    const auto e = ext.start(now);
+    if (e.what == core::extend_action::type::extend) {
+      // Encoded into the client's scratch buffer (the connections copy it): nothing per lock.
+      c.send_all(c.scratch_step(step::extend, *st, values(c, *st)), e.at, shared_from_this(), ext_round);
+    } else {
+      on_extension_done(*st, e.ec, now);
+    }
+  } else if (a.what == core::keep_alive_action::type::lost) {
+    declare_lost(*st, a.reason);
+  } else if (fsm.capped() && !cap_logged) {
+    cap_logged = true;
+    REDLOCK_LOG(c.log(), log_level::info,
+                "{}: keep-alive stopped at its cap ({} extension(s)); the lock will be lost at its deadline",
+                lock_name(st->resource, st->token), fsm.extensions());
+  }
+  c.schedule(*this);
+}
+
+void watch::on_reply(std::uint64_t tag, error_code ec, const resp::response& r) {
+  auto st = state.lock();
+  if (!st || round_of(tag) != ext_round || ext.done()) return;
+  auto& c = *st->owner;
+  if (c.eval_instead(tag, ec, r, *st, step::extend, values(c, *st), shared_from_this())) return;
+  const auto now = clock_type::now();
+  const auto e = ext.on_reply(master_of(tag), ec, r, now, c.down_cause(master_of(tag)));
+  if (e.what == core::extend_action::type::complete) {
+    on_extension_done(*st, e.ec, now);
+    c.schedule(*this);
+  }
+}
+
+void watch::on_extension_done(lock_state& st, error_code ec, clock_type::time_point now) {
+  auto& c = *st.owner;
+  if (!ec && !fsm.finished()) {
+    st.set_deadline(ext.validity_deadline());
+    ++st.extensions;
+  }
+  if (!fsm.finished()) c.note_extension(st, ec, ext_ttl, ext, true);
+  std::vector<master_result> round;  // for the event, copied only when somebody reads events
+  if (ext.decided()) {
+    if (events_wanted) round = ext.table().results();
+    // Moved, not copied: between extensions the watcher keeps no second copy of the results.
+    st.set_results(ext.table().take_results());
+  }
+  const auto a = fsm.on_extended(ec, ext.validity_deadline(), now);
+  if (a.what == core::keep_alive_action::type::lost) {
+    declare_lost(st, a.reason);
+    return;
+  }
+  using notice = core::keep_alive_action::notice;
+  if (a.tell == notice::extended || a.tell == notice::extend_failed) {
+    auto e = make_event(st, a.tell == notice::extended ? lock_event::type::extended : lock_event::type::extend_failed,
+                        a.cause);
+    e.masters = std::move(round);
+    post_event(std::move(e));
+  }
+  if (ec && !fsm.finished()) {
+    REDLOCK_LOG(c.log(), log_level::debug, "{}: keep-alive retrying in {}", lock_name(st.resource, st.token),
+                format_duration(fsm.options().retry_interval));
+  }
+}
+
+void watch::declare_lost(lock_state& st, error_code reason) {
+  auto detail = describe_loss(reason);
+  {
+    std::lock_guard guard{st.mutex};
+    st.loss_reason = reason;
+    st.loss_detail = detail;
+  }
+  st.lost = true;
+  owner->retire(*this);
+  st.owner->note_loss(st, reason);
+  finish_waiters({});  // the awaited event happened: success, as a timer's
+  auto e = make_event(st, lock_event::type::lost, reason);
+  e.detail = std::move(detail);
+  e.masters = st.results_copy();
+  post_event(std::move(e));
+}
+
+std::string watch::describe_loss(error_code reason) const {
+  if (reason == error::extension_limit) {
+    if (fsm.cap() == core::keep_alive_cap::max_hold)
+      return fmt::format("keep-alive cap reached: max_hold {}; the validity then ran out",
+                         format_duration(fsm.options().max_hold));
+    return fmt::format("keep-alive cap reached: max_extensions {}; the validity then ran out",
+                       fsm.options().max_extensions);
+  }
+  if (reason == error::not_owner)
+    return "taken: too many masters no longer hold our token for a majority to (it expired there, or the key was "
+           "deleted or overwritten)";
+  if (reason == error::quorum_unavailable)
+    return "no extension reached a majority (masters down or slow) before too little validity was left to try again";
+  if (reason == error::validity_expired) {
+    return fsm.keeping() ? "the validity ran out before an extension reached a majority"
+                         : "the validity ran out (the lock was not kept alive)";
+  }
+  return reason.message();
+}
+
+lock_event watch::make_event(const lock_state& st, lock_event::type t, error_code ec) const {
+  lock_event e;
+  e.what = t;
+  e.at = clock_type::now();
+  e.validity_deadline = st.get_deadline();
+  e.extensions = st.extensions.load();
+  e.error = ec;
+  return e;
+}
+
+void watch::post_event(lock_event e) {
+  // Until somebody reads events, only the final one is kept: a lock nobody observes pays nothing.
+  if (!events_wanted && !e.is_final()) return;
+  events.push(std::move(e));
+  deliver_events();
+}
+
+void watch::deliver_events() {
+  while (!event_waiters.empty() && !events.empty()) {
+    auto e = events.next();
+    // The final event goes to every reader.
+    if (e->is_final()) return event_waiters.complete_all(owner->executor(), error_code{}, *e);
+    event_waiters.complete_front(owner->executor(), error_code{}, std::move(*e));
+  }
+}
+
+void watch::finish_waiters(error_code ec) { waiters.complete_all(owner->executor(), ec); }
+
+watch::~watch() { owner->retire(*this); }
+
+void watch::cancel() {
+  fsm.stop();
+  finish_waiters(asio::error::operation_aborted);
+  event_waiters.complete_all(owner->executor(), make_error_code(asio::error::operation_aborted), lock_event{});
+  owner->retire(*this);
+  owner->schedule(*this);
+}
+
+void watch::released() {
+  const bool was_lost = fsm.lost();
+  fsm.stop();
+  finish_waiters(asio::error::operation_aborted);  // async_wait_lost: released first
+  if (auto st = state.lock(); st && !was_lost) post_event(make_event(*st, lock_event::type::released));
+  owner->retire(*this);
+  owner->schedule(*this);
+}
+}  // namespace detail
+}  // namespace redlock
+
+#undef REDLOCK_LOG
