@@ -12,7 +12,7 @@
 // Usage: cycle_cost_bench CYCLES [KIND]  (prints "cycles=N allocations=A failures=F handlers=H
 //                                  handlers_per_cycle=X handlers_per_reply=Y")
 //        KIND: plain (default), fence, reentrant, read, write, semaphore (2 permits), multi1,
-//        multi4, multi16 (async_lock_all of 1, 4, 16 resources): the lock kinds of issue 14.
+//        multi4, multi16 (async_lock_all of 1, 4, 16 resources): the lock kinds.
 //        bench/run.sh runs it twice under callgrind and divides.
 
 #include "counting_new.hpp"

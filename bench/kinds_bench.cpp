@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSL-1.0
-// The lock kinds of issue 14 next to the plain lock, on five local masters started here:
+// The lock kinds next to the plain lock, on five local masters started here:
 //
 //  (k1) uncontended acquire+release latency of each kind (one client, one lock at a time), the
 //       kinds interleaved round by round so that machine noise falls on all of them alike; p50,

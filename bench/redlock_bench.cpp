@@ -8,6 +8,9 @@
 //                      [--only a,b,c,c_no_fair,c_poll_2ms,d,e,g,floor,ceiling] [--hold-for-peers CMD]
 //                      [--floor-bench BIN] [--worker BIN] [--g-seconds S=40] [--g-no-fair-seconds S=20]
 //                      [--c-hold-ms H=0]
+// --json FILE: where the results go; by default bench/results/local/redlock_bench.json, relative
+// to the working directory (run it from the repository's root). Missing directories are created.
+// Git ignores bench/results/local/: the committed results are the ones bench/run.sh writes.
 // --only c runs (c) in its three configurations (c: the library's defaults, fair hand-over on;
 // c_no_fair: default retry, fairness off; c_poll_2ms: fairness off, 0-2 ms retry, the setting of
 // this benchmark before fair hand-over), each also selectable alone. Right before each, the
@@ -574,7 +577,7 @@ double redis_benchmark_all(setup& s, const std::vector<std::string>& command) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json_path = "redlock_bench.json", peers_cmd, floor_bin;
+  std::string json_path = "bench/results/local/redlock_bench.json", peers_cmd, floor_bin;
 #ifdef REDLOCK_WORKER_PATH
   std::string worker_bin = REDLOCK_WORKER_PATH;
 #else
@@ -603,6 +606,10 @@ int main(int argc, char** argv) {
       std::string item;
       while (std::getline(ss, item, ',')) only.insert(item);
     }
+  }
+  // floor_bench.json and the g/ records go next to the JSON, so its directory must exist first.
+  if (const auto dir = std::filesystem::path{json_path}.parent_path(); !dir.empty()) {
+    std::filesystem::create_directories(dir);
   }
   auto want = [&](const char* s) { return only.empty() || only.count(s); };
   if (want("g") && worker_bin.empty()) {

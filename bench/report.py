@@ -5,10 +5,10 @@
   report.py RESULTS_DIR                  print the comparison, write RESULTS_DIR/summary.md and plots
   report.py cycle-cost BINARY RESULTS_DIR   instructions (callgrind), allocations and scheduler passes
                                             per lock+unlock
-  report.py cycle-cost-kinds BINARY RESULTS_DIR   the same per lock kind (issue 14), next to the plain
+  report.py cycle-cost-kinds BINARY RESULTS_DIR   the same per lock kind, next to the plain
                                             lock; writes kinds_cost.json
   report.py tls-cost BINARY RESULTS_DIR     instructions and allocations per lock+unlock over TLS
-                                            next to plain TCP (tls_bench cost, issue 15); writes
+                                            next to plain TCP (tls_bench cost); writes
                                             tls_cost.json
 """
 

@@ -44,7 +44,7 @@ build/release/bench/connection_bench --json "${out}/connection_bench.json"
 build/release/bench/kinds_bench "${kinds[@]}" --json "${out}/kinds_bench.json"
 python3 bench/report.py cycle-cost build/release/bench/cycle_cost_bench "${out}"
 python3 bench/report.py cycle-cost-kinds build/release/bench/cycle_cost_bench "${out}"
-# TLS next to plain TCP on the same five servers (issue 15).
+# TLS next to plain TCP on the same five servers.
 if [ "$quick" = 1 ]; then tls=(--rounds 2 --cycles 1000); else tls=(--rounds 8 --cycles 3000); fi
 build/release/bench/tls_bench latency "${tls[@]}" --json "${out}/tls_latency.json"
 python3 bench/report.py tls-cost build/release/bench/tls_bench "${out}"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSL-1.0
-// How long an acquisition takes to fail when no retry can help (issue 15): the client uses the
+// How long an acquisition takes to fail when no retry can help: the client uses the
 // library's default configuration (what a new user gets), against three local masters that
 // require a password, in these scenarios:
 //

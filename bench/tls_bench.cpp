@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSL-1.0
-// TLS next to plain TCP (issue 15): the same client and the same five redis-server processes, each
+// TLS next to plain TCP: the same client and the same five redis-server processes, each
 // serving a plain port and a TLS port (certificates made at start with the `openssl` tool), so the
 // only difference between the two configurations is the TLS layer.
 //

@@ -7,7 +7,7 @@
 /// Major version: changes break source compatibility (0 while the API settles).
 #define REDLOCK_VERSION_MAJOR 0
 /// Minor version: new features; while the major is 0, a minor step may also break the API.
-#define REDLOCK_VERSION_MINOR 1
+#define REDLOCK_VERSION_MINOR 8
 /// Patch version: fixes only.
 #define REDLOCK_VERSION_PATCH 0
 
@@ -17,7 +17,7 @@
 namespace redlock {
 
 /// The version of the headers in use, `"major.minor.patch"`.
-inline constexpr const char* version_string = "0.1.0";
+inline constexpr const char* version_string = "0.8.0";
 
 /// The version the library was compiled as; differs from `version_string` only when headers and
 /// library binary come from different releases.

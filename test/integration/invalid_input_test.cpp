@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSL-1.0
-// Bad input from the caller's side (issue 5, item 5): every invalid configuration and argument is
+// Bad input from the caller's side: every invalid configuration and argument is
 // refused with its own error, which maps to condition::invalid_input, and it is refused before any
 // I/O. The lock-argument table therefore runs twice: against masters that refuse connections (the
 // check must not need them) and against real masters (which must never see one of these commands).

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSL-1.0
-// Readiness and failure causes (issue 15) against real redis-server processes:
+// Readiness and failure causes against real redis-server processes:
 // client::async_wait_ready, each master's real cause in a lock's results, the per-master report,
 // and acquisitions that stop retrying when no retry can help (wrong password, unknown host). Each
 // test names the wrong implementation it would catch.

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSL-1.0
-// TLS to the masters (issue 15, docs/api.md "TLS"): real redis-server processes with both a plain
+// TLS to the masters (docs/api.md, "TLS"): real redis-server processes with both a plain
 // port and a --tls-port, and certificates this test makes at run time with the `openssl` command
 // line tool (a private CA, a server certificate for 127.0.0.1 and localhost, one for another name,
 // an expired one, a client certificate, and a second CA that signed none of them). Each test names

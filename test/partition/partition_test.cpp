@@ -463,7 +463,7 @@ std::uint32_t mask_of(const std::vector<std::size_t>& ms) {
 
 // ---- the scenarios ---------------------------------------------------------------------------
 
-// The target for the holder-less time after a heal: 1 s plus one ttl.
+// The target for the holder-less time after a heal: 1 s plus one ttl.
 constexpr std::int64_t gap_bound_ns = 3'000'000'000;
 
 class partition : public ::testing::Test {

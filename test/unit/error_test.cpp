@@ -41,7 +41,7 @@ TEST(error, conditions_group_codes) {
 
 namespace {
 
-// TLS (issue 15): every TLS code has a message and a name of its own, and counts as a master
+// TLS: every TLS code has a message and a name of its own, and counts as a master
 // failure (the master could not be used), not as invalid input or a timeout.
 TEST(error, tls_codes_have_messages_names_and_a_condition) {
   for (int v = static_cast<int>(error::tls_not_offered); v <= static_cast<int>(error::tls_handshake_failed); ++v) {

@@ -4,7 +4,9 @@
 /// The acquisition of a Redlock lock as a sans-I/O state machine: rounds of `SET NX PX` on every
 /// master, the quorum decision, the validity check, release on every master after a failed round,
 /// and the bounded, randomised retry schedule. The I/O shell sends, sleeps and completes as told;
-/// every decision is here (see ../shared/redlock-spec.md, "Acquire on N masters").
+/// every decision is here. The algorithm is Redlock as Redis describes it
+/// (https://redis.io/docs/latest/develop/use/patterns/distributed-locks/); docs/safety.md states
+/// what this implementation adds to it.
 ///
 /// Fair hand-over (docs/design.md, "Fair hand-over"): the first round is plain `SET NX PX`; when it
 /// fails, the waiter queues at once with the fair acquire script, which grants the key only to the

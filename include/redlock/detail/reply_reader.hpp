@@ -5,7 +5,7 @@
 /// reply being assembled. The I/O layer reads into `read_space()`, reports the byte count with
 /// `commit_read()` and then takes complete replies with `next()` until it needs more bytes. It never
 /// looks at the bytes itself, so this class decides alone what a complete reply, a push message
-/// and a broken stream are (issue 11: the connection's read path and its fuzz target share it).
+/// and a broken stream are (the connection's read path and its fuzz target share it).
 
 #include <redlock/resp/node.hpp>
 #include <redlock/resp/parser.hpp>

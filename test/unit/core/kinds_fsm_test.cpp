@@ -253,7 +253,7 @@ TEST(semaphore_quorum, any_p_plus_one_quorums_share_a_master_and_one_fewer_would
   }
 }
 
-// The example: three masters, two permits. A majority (2) lets three holders in, on
+// An example: three masters, two permits. A majority (2) lets three holders in, on
 // {1,2}, {2,3} and {1,3}: each master admits only two of them, yet all three hold.
 TEST(semaphore_quorum, a_majority_would_let_three_holders_share_two_permits_on_three_masters) {
   const std::vector<unsigned> placement{0b011, 0b110, 0b101};
