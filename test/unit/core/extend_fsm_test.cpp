@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
-#include <source_location>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,12 +53,13 @@ class extend_script {
                          clock::duration old = old_deadline)
       : masters_(masters), ttl_(ext_ttl), old_(old) {}
 
-  extend_script& start(clock::duration t, std::source_location loc = std::source_location::current()) {
+  extend_script& start(clock::duration t,
+                       redlock::test::source_location loc = redlock::test::source_location::current()) {
     return push(
         "start", [t](extend_fsm& f) { return f.start(at(t)); }, loc);
   }
   extend_script& reply(std::size_t master, resp::response r, clock::duration t,
-                       std::source_location loc = std::source_location::current()) {
+                       redlock::test::source_location loc = redlock::test::source_location::current()) {
     push(
         "reply m" + std::to_string(master), [=](extend_fsm& f) { return f.on_reply(master, {}, r, at(t)); }, loc);
     steps_.back().as_failure = [=](extend_fsm& f) {
@@ -68,18 +68,18 @@ class extend_script {
     return *this;
   }
   extend_script& fail(std::size_t master, redlock::error e, clock::duration t,
-                      std::source_location loc = std::source_location::current()) {
+                      redlock::test::source_location loc = redlock::test::source_location::current()) {
     return push(
         "fail m" + std::to_string(master), [=](extend_fsm& f) { return f.on_reply(master, e, no_reply(), at(t)); },
         loc);
   }
-  extend_script& cancel(std::source_location loc = std::source_location::current()) {
+  extend_script& cancel(redlock::test::source_location loc = redlock::test::source_location::current()) {
     return push(
         "cancel", [](extend_fsm& f) { return f.cancel(); }, loc);
   }
   /// Reuses the machine for the next extension (no action of its own).
   extend_script& reset(std::chrono::milliseconds next_ttl, clock::duration next_old,
-                       std::source_location loc = std::source_location::current()) {
+                       redlock::test::source_location loc = redlock::test::source_location::current()) {
     return push(
         "reset",
         [=](extend_fsm& f) {
@@ -169,13 +169,14 @@ class extend_script {
   struct step {
     std::string label;
     std::function<extend_action(extend_fsm&)> event;
-    std::source_location loc;
+    redlock::test::source_location loc;
     extend_action expected{};
     std::function<void(const extend_fsm&)> check{};
     std::function<extend_action(extend_fsm&)> as_failure{};  // the same reply, lost with the connection
   };
 
-  extend_script& push(std::string label, std::function<extend_action(extend_fsm&)> event, std::source_location loc) {
+  extend_script& push(std::string label, std::function<extend_action(extend_fsm&)> event,
+                      redlock::test::source_location loc) {
     steps_.push_back({std::move(label), std::move(event), loc});
     return *this;
   }

@@ -10,7 +10,6 @@
 #include <cstddef>
 #include <functional>
 #include <optional>
-#include <source_location>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,7 +60,7 @@ class keep_script {
       : ttl_(lock_ttl), deadline_(lock_deadline) {}
 
   keep_script& keep(keep_alive_options o, clock::duration t,
-                    std::source_location loc = std::source_location::current()) {
+                    redlock::test::source_location loc = redlock::test::source_location::current()) {
     return push(
         "keep",
         [=](keep_alive_fsm& f) {
@@ -70,21 +69,23 @@ class keep_script {
         },
         loc);
   }
-  keep_script& timer(clock::duration t, std::source_location loc = std::source_location::current()) {
+  keep_script& timer(clock::duration t,
+                     redlock::test::source_location loc = redlock::test::source_location::current()) {
     return push(
         "timer " + describe(at(t)), [t](keep_alive_fsm& f) { return f.on_timer(at(t)); }, loc);
   }
   keep_script& extended(clock::duration new_deadline, clock::duration t,
-                        std::source_location loc = std::source_location::current()) {
+                        redlock::test::source_location loc = redlock::test::source_location::current()) {
     return push(
         "extended", [=](keep_alive_fsm& f) { return f.on_extended({}, at(new_deadline), at(t)); }, loc);
   }
   keep_script& extend_failed(error_code ec, clock::duration t,
-                             std::source_location loc = std::source_location::current()) {
+                             redlock::test::source_location loc = redlock::test::source_location::current()) {
     return push(
         "extend failed " + describe(ec), [=](keep_alive_fsm& f) { return f.on_extended(ec, {}, at(t)); }, loc);
   }
-  keep_script& moved(clock::duration new_deadline, std::source_location loc = std::source_location::current()) {
+  keep_script& moved(clock::duration new_deadline,
+                     redlock::test::source_location loc = redlock::test::source_location::current()) {
     return push(
         "deadline moved",
         [=](keep_alive_fsm& f) {
@@ -93,7 +94,7 @@ class keep_script {
         },
         loc);
   }
-  keep_script& stop(std::source_location loc = std::source_location::current()) {
+  keep_script& stop(redlock::test::source_location loc = redlock::test::source_location::current()) {
     return push(
         "stop",
         [](keep_alive_fsm& f) {
@@ -178,14 +179,14 @@ class keep_script {
   struct step {
     std::string label;
     std::function<keep_alive_action(keep_alive_fsm&)> event;
-    std::source_location loc;
+    redlock::test::source_location loc;
     keep_alive_action expected{};
     std::optional<clock::time_point> wake{};
     std::function<void(const keep_alive_fsm&)> check{};
   };
 
   keep_script& push(std::string label, std::function<keep_alive_action(keep_alive_fsm&)> event,
-                    std::source_location loc) {
+                    redlock::test::source_location loc) {
     steps_.push_back({std::move(label), std::move(event), loc});
     return *this;
   }

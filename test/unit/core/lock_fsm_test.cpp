@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
-#include <source_location>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,13 +87,14 @@ class lock_script {
  public:
   explicit lock_script(lock_rules r) : rules_(r) {}
 
-  lock_script& start(clock::duration t, std::source_location loc = std::source_location::current()) {
+  lock_script& start(clock::duration t,
+                     redlock::test::source_location loc = redlock::test::source_location::current()) {
     return push(
         "start", [t](lock_fsm& f) { return f.start(at(t)); }, loc);
   }
   /// A reply of the round in progress.
   lock_script& reply(std::size_t master, resp::response r, clock::duration t, double rnd = 0.5,
-                     std::source_location loc = std::source_location::current()) {
+                     redlock::test::source_location loc = redlock::test::source_location::current()) {
     push(
         "reply m" + std::to_string(master),
         [=](lock_fsm& f) { return f.on_reply(f.round(), master, {}, r, at(t), rnd); }, loc);
@@ -106,23 +106,24 @@ class lock_script {
   }
   /// A failure (no reply) of the round in progress.
   lock_script& fail(std::size_t master, redlock::error e, clock::duration t, double rnd = 0.5,
-                    std::source_location loc = std::source_location::current()) {
+                    redlock::test::source_location loc = redlock::test::source_location::current()) {
     return push(
         "fail m" + std::to_string(master),
         [=](lock_fsm& f) { return f.on_reply(f.round(), master, e, no_reply(), at(t), rnd); }, loc);
   }
   /// A reply carrying an explicit round number (a straggler of an earlier round).
   lock_script& reply_of_round(std::uint64_t round, std::size_t master, resp::response r, clock::duration t,
-                              std::source_location loc = std::source_location::current()) {
+                              redlock::test::source_location loc = redlock::test::source_location::current()) {
     return push(
         "reply of round " + std::to_string(round) + " m" + std::to_string(master),
         [=](lock_fsm& f) { return f.on_reply(round, master, {}, r, at(t), 0.5); }, loc);
   }
-  lock_script& timer(clock::duration t, std::source_location loc = std::source_location::current()) {
+  lock_script& timer(clock::duration t,
+                     redlock::test::source_location loc = redlock::test::source_location::current()) {
     return push(
         "timer", [t](lock_fsm& f) { return f.on_timer(at(t)); }, loc);
   }
-  lock_script& cancel(std::source_location loc = std::source_location::current()) {
+  lock_script& cancel(redlock::test::source_location loc = redlock::test::source_location::current()) {
     return push(
         "cancel", [](lock_fsm& f) { return f.cancel(); }, loc);
   }
@@ -242,14 +243,15 @@ class lock_script {
   struct step {
     std::string label;
     std::function<lock_action(lock_fsm&)> event;
-    std::source_location loc;
+    redlock::test::source_location loc;
     lock_action expected{};
     std::function<void(const lock_fsm&)> check{};
     std::optional<std::size_t> master{};                 // for replies of the round in progress
     std::function<lock_action(lock_fsm&)> as_failure{};  // the same reply, lost with the connection
   };
 
-  lock_script& push(std::string label, std::function<lock_action(lock_fsm&)> event, std::source_location loc) {
+  lock_script& push(std::string label, std::function<lock_action(lock_fsm&)> event,
+                    redlock::test::source_location loc) {
     steps_.push_back({std::move(label), std::move(event), loc});
     return *this;
   }

@@ -46,8 +46,32 @@ inline std::string describe(boost::system::error_code ec) {
   return std::string{ec.category().name()} + ":" + ec.message();
 }
 
+#if defined(__cpp_lib_source_location)
+using source_location = std::source_location;
+#else
+/// Clang 14 with libstdc++ 12 has no `std::source_location` (the library needs a builtin that
+/// compiler lacks): the part the transcripts use, from the builtins both compilers have.
+class source_location {
+ public:
+  constexpr source_location() noexcept = default;
+  static constexpr source_location current(const char* file = __builtin_FILE(),
+                                           unsigned line = __builtin_LINE()) noexcept {
+    source_location l;
+    l.file_ = file;
+    l.line_ = line;
+    return l;
+  }
+  constexpr const char* file_name() const noexcept { return file_; }
+  constexpr unsigned line() const noexcept { return line_; }
+
+ private:
+  const char* file_ = "";
+  unsigned line_ = 0;
+};
+#endif
+
 /// Adds the caller's line to assertion failures inside a transcript helper.
-inline ::testing::ScopedTrace trace_at(std::source_location loc) {
+inline ::testing::ScopedTrace trace_at(source_location loc) {
   return ::testing::ScopedTrace{loc.file_name(), static_cast<int>(loc.line()), "transcript step"};
 }
 

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
-#include <source_location>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,12 +45,13 @@ class unlock_script {
   explicit unlock_script(std::size_t masters, std::chrono::milliseconds timeout = 200ms, bool wait_for_all = false)
       : masters_(masters), timeout_(timeout), all_(wait_for_all) {}
 
-  unlock_script& start(clock::duration t, std::source_location loc = std::source_location::current()) {
+  unlock_script& start(clock::duration t,
+                       redlock::test::source_location loc = redlock::test::source_location::current()) {
     return push(
         "start", [t](unlock_fsm& f) { return f.start(at(t)); }, loc);
   }
   unlock_script& reply(std::size_t master, resp::response r, clock::duration t,
-                       std::source_location loc = std::source_location::current()) {
+                       redlock::test::source_location loc = redlock::test::source_location::current()) {
     push(
         "reply m" + std::to_string(master), [=](unlock_fsm& f) { return f.on_reply(master, {}, r, at(t)); }, loc);
     steps_.back().as_failure = [=](unlock_fsm& f) {
@@ -60,12 +60,12 @@ class unlock_script {
     return *this;
   }
   unlock_script& fail(std::size_t master, redlock::error e, clock::duration t,
-                      std::source_location loc = std::source_location::current()) {
+                      redlock::test::source_location loc = redlock::test::source_location::current()) {
     return push(
         "fail m" + std::to_string(master), [=](unlock_fsm& f) { return f.on_reply(master, e, no_reply(), at(t)); },
         loc);
   }
-  unlock_script& cancel(std::source_location loc = std::source_location::current()) {
+  unlock_script& cancel(redlock::test::source_location loc = redlock::test::source_location::current()) {
     return push(
         "cancel", [](unlock_fsm& f) { return f.cancel(); }, loc);
   }
@@ -150,13 +150,14 @@ class unlock_script {
   struct step {
     std::string label;
     std::function<unlock_action(unlock_fsm&)> event;
-    std::source_location loc;
+    redlock::test::source_location loc;
     unlock_action expected{};
     std::function<void(const unlock_fsm&)> check{};
     std::function<unlock_action(unlock_fsm&)> as_failure{};  // the same reply, lost with the connection
   };
 
-  unlock_script& push(std::string label, std::function<unlock_action(unlock_fsm&)> event, std::source_location loc) {
+  unlock_script& push(std::string label, std::function<unlock_action(unlock_fsm&)> event,
+                      redlock::test::source_location loc) {
     steps_.push_back({std::move(label), std::move(event), loc});
     return *this;
   }
