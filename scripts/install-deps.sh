@@ -12,6 +12,7 @@ packages=(
   clang libclang-rt-14-dev clang-format
   iptables iproute2
   doxygen
+  dpkg-dev file
 )
 
 missing=()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSL-1.0
 # Builds and runs every test (unit and integration, against real redis-server processes that the
-# tests start themselves). Usage: scripts/run-tests.sh [PRESET...]   (default: dev; also asan, tsan)
+# tests start themselves). Usage: scripts/run-tests.sh [PRESET...]   (default: dev; also asan, tsan,
+# deb: each preset runs the tests that find bugs there, docs/design.md "Tests and CI")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh

@@ -463,7 +463,7 @@ TEST_F(client_test, per_master_results_tell_contention_from_outage) {
   });
 }
 
-TEST_F(client_test, every_completion_token_kind_works) {
+TEST_F(client_test, every_completion_token_kind_works_with_the_context_on_another_thread) {
   asio::io_context ioc;
   redlock::client c{ioc.get_executor(), config()};
   std::thread runner{[&] {

@@ -80,7 +80,7 @@ struct connection_test : ::testing::Test {
   redlock::test::redis_node& node = cluster[0];
 };
 
-TEST_F(connection_test, many_coroutines_share_one_connection_and_each_gets_its_own_reply) {
+TEST_F(connection_test, many_coroutines_on_two_threads_share_one_connection_and_each_gets_its_own_reply) {
   run_test(
       [&](asio::io_context& ioc) -> asio::awaitable<void> {
         connection conn{ioc.get_executor(), config_for(node)};
