@@ -82,15 +82,9 @@ fake_server::responder on(std::string name, reply_action action) {
 // Polls `done` every few milliseconds; false (and a test failure saying `what`) after `limit`.
 template <class Pred>
 asio::awaitable<bool> eventually(Pred done, std::string_view what, clock_type::duration limit = 5s) {
-  const auto until = clock_type::now() + limit;
-  while (!done()) {
-    if (clock_type::now() > until) {
-      ADD_FAILURE() << "timed out waiting for: " << what;
-      co_return false;
-    }
-    co_await sleep_for(2ms);
-  }
-  co_return true;
+  const bool ok = co_await redlock::test::until(done, limit, 2ms);
+  if (!ok) ADD_FAILURE() << "timed out waiting for: " << what;
+  co_return ok;
 }
 
 // `levels` arrays, each holding the next, around one integer.

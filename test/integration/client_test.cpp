@@ -44,6 +44,7 @@ using redlock::error;
 using redlock::master_status;
 using redlock::test::run_test;
 using redlock::test::sleep_for;
+using redlock::test::until;
 using redlock::test::use_tuple;
 using clock_type = std::chrono::steady_clock;
 
@@ -72,21 +73,34 @@ struct client_test : ::testing::Test {
 
   // Waits (bounded) until every running master agrees with `holding(key, value) == want`.
   asio::awaitable<bool> eventually_holding(const std::string& key, const std::string& value, std::size_t want) {
-    for (int i = 0; i < 200; ++i) {
-      if (holding(key, value) == want) co_return true;
-      co_await sleep_for(5ms);
-    }
-    co_return false;
+    co_return co_await until([&] { return holding(key, value) == want; }, 1s);
   }
 
   asio::awaitable<void> wait_connected(redlock::client& c) {
-    for (int i = 0; i < 400; ++i) {
-      std::size_t up = 0;
-      for (const auto& s : c.masters()) up += s.state == redlock::connection_state::up;
-      if (up == c.masters().size()) co_return;
-      co_await sleep_for(5ms);
-    }
-    ADD_FAILURE() << "client did not connect to every master";
+    const bool up = co_await until(
+        [&] {
+          for (const auto& s : c.masters())
+            if (s.state != redlock::connection_state::up) return false;
+          return true;
+        },
+        2s);
+    if (!up) ADD_FAILURE() << "client did not connect to every master";
+  }
+
+  // Waits (bounded) until the client has seen master `i`'s connection go down.
+  static asio::awaitable<void> wait_master_down(redlock::client& c, std::size_t i) {
+    const bool down = co_await until([&] { return c.masters().at(i).state != redlock::connection_state::up; });
+    if (!down) ADD_FAILURE() << "client did not see master " << i << " go down";
+  }
+
+  // Whether master `i` has any value under `key`.
+  bool has_key(std::size_t i, const std::string& key) { return cluster[i].command({"EXISTS", key}) == ":1\r\n"; }
+
+  // Requests written so far to each master.
+  static std::vector<std::uint64_t> written(const redlock::client& c) {
+    std::vector<std::uint64_t> out;
+    for (const auto& m : c.stats().masters) out.push_back(m.written);
+    return out;
   }
 };
 
@@ -161,7 +175,8 @@ TEST_F(client_test, minority_down_still_locks_majority_down_fails_and_leaves_not
     co_await wait_connected(c);
     cluster[0].kill();
     cluster[1].kill();
-    co_await sleep_for(50ms);
+    co_await wait_master_down(c, 0);
+    co_await wait_master_down(c, 1);
     auto [ec, l] = co_await c.async_try_lock("res", 10s, use_tuple);
     EXPECT_FALSE(ec) << ec.message();
     EXPECT_EQ(l.masters().at(0).status, master_status::unreachable);
@@ -169,7 +184,7 @@ TEST_F(client_test, minority_down_still_locks_majority_down_fails_and_leaves_not
     co_await l.async_unlock(use_tuple);
 
     cluster[2].kill();
-    co_await sleep_for(50ms);
+    co_await wait_master_down(c, 2);
     auto [ec2, l2] = co_await c.async_try_lock("res2", 10s, use_tuple);
     EXPECT_EQ(ec2, error::quorum_unavailable);
     EXPECT_EQ(ec2, redlock::condition::master_failure);
@@ -204,7 +219,7 @@ TEST_F(client_test, stalled_minority_does_not_delay_the_decision) {
     cluster[3].resume();
     cluster[4].resume();
     // The stalled masters run the late SET and then the release queued behind it: nothing is left.
-    for (int i = 0; i < 200 && holding("stalled", "") != 5; ++i) co_await sleep_for(10ms);
+    EXPECT_TRUE(co_await until([&] { return holding("stalled", "") == 5; }, 2s)) << "a late SET stayed behind";
     EXPECT_EQ(holding("stalled", ""), 5u);
   });
 }
@@ -243,7 +258,7 @@ TEST_F(client_test, fifty_contenders_on_a_multithreaded_context_never_overlap_an
               },
               asio::detached);
         }
-        while (done != contenders) co_await sleep_for(10ms);
+        EXPECT_TRUE(co_await until([&] { return done == contenders; }, 110s)) << done << " contenders finished";
       },
       /*threads=*/4, 120s);
   EXPECT_EQ(max_inside.load(), 1);
@@ -320,10 +335,11 @@ TEST_F(client_test, cancellation_mid_acquire_leaves_no_key_behind) {
                    finished = true;
                    EXPECT_FALSE(l.owns_lock());
                  }));
-    co_await sleep_for(100ms);
+    // The two answering masters have granted; the decision still waits for the paused three.
+    EXPECT_TRUE(co_await until([&] { return has_key(0, "cancelled") && has_key(1, "cancelled"); }));
     EXPECT_FALSE(finished);
     sig.emit(asio::cancellation_type::terminal);
-    for (int i = 0; i < 100 && !finished; ++i) co_await sleep_for(2ms);
+    EXPECT_TRUE(co_await until([&] { return finished; }, 1s)) << "cancellation did not complete the lock";
     EXPECT_TRUE(finished);
     EXPECT_EQ(got, asio::error::operation_aborted);
     // The two answering masters granted, and are released at once.
@@ -420,10 +436,11 @@ TEST_F(client_test, close_aborts_waiting_lock_operations) {
       got = e;
       finished = true;
     });
-    co_await sleep_for(100ms);  // retrying against the holder
+    // Retrying against the holder.
+    EXPECT_TRUE(co_await until([&] { return waiter->stats().lock_attempts >= 2; })) << "the waiter did not retry";
     EXPECT_FALSE(finished);
     waiter->close();
-    for (int i = 0; i < 200 && !finished; ++i) co_await sleep_for(2ms);
+    EXPECT_TRUE(co_await until([&] { return finished; }, 1s)) << "close did not abort the waiting lock";
     EXPECT_TRUE(finished);
     EXPECT_EQ(got, asio::error::operation_aborted);
     EXPECT_EQ(holding("busy", l.token()), 5u);
@@ -441,7 +458,7 @@ TEST_F(client_test, per_master_results_tell_contention_from_outage) {
     cluster[1].kill();
     cluster[2].pause();
     cluster[3].pause();
-    co_await sleep_for(50ms);
+    co_await wait_master_down(c, 1);
     auto [ec, l] = co_await c.async_try_lock("diagnosed", 10s, use_tuple);
     EXPECT_EQ(ec, error::quorum_unavailable);
     const auto nodes = l.masters();
@@ -509,13 +526,20 @@ TEST_F(client_test, cancelled_unlock_still_releases) {
     asio::cancellation_signal sig;
     error_code got;
     bool finished = false;
+    const auto before = written(c);
     l.async_unlock(asio::bind_cancellation_slot(sig.slot(), [&](error_code e, std::size_t) {
       got = e;
       finished = true;
     }));
-    co_await sleep_for(20ms);
+    // The release is on its way to every master.
+    EXPECT_TRUE(co_await until([&] {
+      const auto now = written(c);
+      for (std::size_t i = 0; i < now.size(); ++i)
+        if (now[i] <= before.at(i)) return false;
+      return true;
+    })) << "the release was not written to every master";
     sig.emit(asio::cancellation_type::terminal);
-    for (int i = 0; i < 100 && !finished; ++i) co_await sleep_for(2ms);
+    EXPECT_TRUE(co_await until([&] { return finished; }, 1s)) << "cancellation did not complete the unlock";
     EXPECT_EQ(got, asio::error::operation_aborted);  // the caller stops waiting...
     for (std::size_t i = 0; i < 5; ++i) cluster[i].resume();
     EXPECT_TRUE(co_await eventually_holding("unlock-cancel", "", 5));  // ...the release does not
@@ -600,15 +624,12 @@ TEST_F(client_test, a_release_lost_with_a_stalled_connection_is_sent_again_on_th
     auto [uec, held] = co_await l.async_unlock(use_tuple);
     EXPECT_FALSE(uec) << uec.message();
     EXPECT_TRUE(co_await eventually_holding("swallowed", "", 4));
-    co_await sleep_for(700ms);  // the stall is detected, reconnects time out (the proxy swallows them)
+    // The stall is detected; reconnects time out (the proxy swallows them).
+    EXPECT_TRUE(co_await until([&] { return c.stats().masters[0].stalls >= 1; })) << "the stall was not detected";
     EXPECT_EQ(cluster[0].command({"GET", "swallowed"}), bulk(token)) << "the release must not have arrived";
     EXPECT_GE(c.stats().masters[0].stalls, 1u);
     proxy.set_blackhole(false);
-    bool gone = false;
-    for (int i = 0; i < 300 && !gone; ++i) {
-      gone = cluster[0].command({"GET", "swallowed"}) == nil;
-      if (!gone) co_await sleep_for(10ms);
-    }
+    const bool gone = co_await until([&] { return cluster[0].command({"GET", "swallowed"}) == nil; }, 3s);
     EXPECT_TRUE(gone) << "the deferred release was not re-sent on the new connection";
     EXPECT_GE(c.stats().releases_resent, 1u);
   });

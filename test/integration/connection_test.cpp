@@ -40,6 +40,7 @@ using clock_type = std::chrono::steady_clock;
 
 using redlock::test::run_test;
 using redlock::test::sleep_for;
+using redlock::test::until;
 using redlock::test::use_tuple;
 
 connection_config config_for(const redlock::test::redis_node& node) {
@@ -53,15 +54,15 @@ connection_config config_for(const redlock::test::redis_node& node) {
 
 // Waits until the connection reaches `want` (or fails the test after `limit`).
 asio::awaitable<void> wait_state(connection& c, connection_state want, clock_type::duration limit = 10s) {
-  const auto until = clock_type::now() + limit;
-  while (c.status().state != want) {
-    if (clock_type::now() > until) {
-      ADD_FAILURE() << "connection did not reach state " << static_cast<int>(want) << " (now "
-                    << static_cast<int>(c.status().state) << ", last error " << c.status().last_error.message() << ")";
-      co_return;
-    }
-    co_await sleep_for(5ms);
-  }
+  if (!co_await until([&] { return c.status().state == want; }, limit))
+    ADD_FAILURE() << "connection did not reach state " << static_cast<int>(want) << " (now "
+                  << static_cast<int>(c.status().state) << ", last error " << c.status().last_error.message() << ")";
+}
+
+// Waits until the connection has written `n` more requests than `before` (or fails the test).
+asio::awaitable<void> wait_written(connection& c, std::uint64_t before, std::uint64_t n = 1) {
+  if (!co_await until([&] { return c.stats().written >= before + n; }))
+    ADD_FAILURE() << "the connection wrote " << c.stats().written - before << " of " << n << " requests";
 }
 
 template <class... Args>
@@ -105,7 +106,8 @@ TEST_F(connection_test, many_coroutines_on_two_threads_share_one_connection_and_
               },
               asio::detached);
         }
-        while (finished != coroutines) co_await sleep_for(5ms);
+        EXPECT_TRUE(co_await until([&] { return finished == coroutines; }, 50s))
+            << finished << " of " << coroutines << " coroutines finished";
         EXPECT_EQ(failures.load(), 0);
         EXPECT_EQ(mismatches.load(), 0);
         EXPECT_EQ(conn.status().connects, 1u);
@@ -184,7 +186,7 @@ TEST_F(connection_test, stopped_server_fails_each_request_at_its_own_deadline_th
           },
           asio::detached);
     }
-    while (done != 3) co_await sleep_for(5ms);
+    EXPECT_TRUE(co_await until([&] { return done == 3; })) << done << " of 3 requests finished";
     for (std::size_t i = 0; i < timeouts.size(); ++i) {
       EXPECT_EQ(errors[i], error::master_timeout);
       EXPECT_GE(took[i], timeouts[i]);  // never before its deadline
@@ -240,19 +242,20 @@ TEST_F(connection_test, per_operation_cancellation_abandons_a_written_request_wi
     asio::cancellation_signal sig;
     error_code got;
     bool finished = false;
+    const auto written = conn.stats().written;
     conn.async_exec(make("ECHO", "cancelled"), 30s,
                     asio::bind_cancellation_slot(sig.slot(), [&](error_code ec, response) {
                       got = ec;
                       finished = true;
                     }));
-    co_await sleep_for(50ms);
+    co_await wait_written(conn, written);
     EXPECT_FALSE(finished);
     // Total cancellation cannot take back a written request: nothing happens.
     sig.emit(asio::cancellation_type::total);
     co_await sleep_for(50ms);
     EXPECT_FALSE(finished);
     sig.emit(asio::cancellation_type::terminal);
-    for (int i = 0; i < 100 && !finished; ++i) co_await sleep_for(5ms);
+    EXPECT_TRUE(co_await until([&] { return finished; }, 1s)) << "terminal cancellation did not complete it";
     EXPECT_TRUE(finished);
     EXPECT_EQ(got, asio::error::operation_aborted);
     node.resume();
@@ -275,15 +278,17 @@ TEST_F(connection_test, close_aborts_pending_requests_and_run) {
     co_await wait_state(conn, connection_state::up);
     node.pause();
     int aborted = 0, finished = 0;
+    const auto written = conn.stats().written;
     for (int i = 0; i < 5; ++i) {
       conn.async_exec(make("PING"), 30s, [&](error_code ec, response) {
         aborted += ec == asio::error::operation_aborted;
         ++finished;
       });
     }
-    co_await sleep_for(20ms);
+    co_await wait_written(conn, written, 5);
     conn.close();
-    for (int i = 0; i < 200 && (finished < 5 || !run_done); ++i) co_await sleep_for(5ms);
+    EXPECT_TRUE(co_await until([&] { return finished == 5 && run_done; }, 1s))
+        << finished << " of 5 requests finished, run " << (run_done ? "done" : "still running");
     EXPECT_EQ(aborted, 5);
     EXPECT_TRUE(run_done);
     EXPECT_EQ(run_ec, asio::error::operation_aborted);
@@ -335,7 +340,8 @@ TEST_F(connection_test, database_and_client_name_are_applied) {
     cfg.database = 999;  // beyond `databases 16`
     connection bad{ioc.get_executor(), cfg};
     bad.async_run(asio::detached);
-    co_await sleep_for(200ms);
+    EXPECT_TRUE(co_await until([&] { return bad.status().last_error == error::handshake_failed; }))
+        << bad.status().last_error.message();
     EXPECT_EQ(bad.status().last_error, error::handshake_failed);
     EXPECT_FALSE(bad.status().last_error_text.empty());
     bad.close();
@@ -349,7 +355,8 @@ TEST_F(connection_test, connect_timeout_when_the_node_accepts_but_never_answers)
     cfg.connect_timeout = 100ms;
     connection conn{ioc.get_executor(), cfg};
     conn.async_run(asio::detached);
-    co_await sleep_for(350ms);
+    EXPECT_TRUE(co_await until([&] { return conn.status().last_error == error::connect_timeout; }))
+        << conn.status().last_error.message();
     EXPECT_EQ(conn.status().last_error, error::connect_timeout);
     EXPECT_EQ(conn.status().connects, 0u);
     node.resume();
@@ -387,7 +394,8 @@ TEST_F(connection_test, a_stalled_connection_is_replaced_and_requests_fail_fast_
     EXPECT_EQ(conn.stats().stalls, 1u);
     EXPECT_EQ(conn.status().last_error, error::connection_stalled);
     // Still stopped: reconnect attempts time out, and requests are refused at once meanwhile.
-    co_await sleep_for(200ms);
+    EXPECT_TRUE(co_await until([&] { return conn.status().last_error == error::connect_timeout; }))
+        << "no reconnect attempt timed out: " << conn.status().last_error.message();
     for (int i = 0; i < 5; ++i) {
       const auto t0 = clock_type::now();
       auto [ec2, r2] = co_await exec(conn, make("PING"), 30s);
@@ -546,13 +554,14 @@ TEST_F(proxy_test, reset_mid_flight_loses_the_request_then_the_connection_recove
     proxy.set_blackhole(true);  // the request is written but never answered...
     bool finished = false;
     error_code got;
+    const auto written = conn.stats().written;
     conn.async_exec(make("ECHO", "lost"), 30s, [&](error_code ec, response) {
       got = ec;
       finished = true;
     });
-    co_await sleep_for(50ms);
+    co_await wait_written(conn, written);
     proxy.reset_all();  // ...then the connection dies under it
-    for (int i = 0; i < 200 && !finished; ++i) co_await sleep_for(5ms);
+    EXPECT_TRUE(co_await until([&] { return finished; })) << "the lost request never completed";
     EXPECT_TRUE(finished);
     EXPECT_EQ(got, error::connection_lost);  // outcome unknown, said so
     proxy.set_blackhole(false);

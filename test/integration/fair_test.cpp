@@ -44,6 +44,7 @@
 #include <signal.h>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 extern char** environ;
@@ -93,6 +94,26 @@ std::shared_ptr<pending_lock> start_lock(redlock::client& c, const std::string& 
 asio::awaitable<bool> until(const std::function<bool()>& pred, clock_type::duration limit = 10s,
                             clock_type::duration step = 2ms) {
   co_return co_await redlock::test::until(pred, limit, step);
+}
+
+// Each master's connection counter `field` (written, replies...) in `c`'s statistics.
+std::vector<std::uint64_t> per_master(const redlock::client& c, std::uint64_t redlock::connection_stats::*field) {
+  std::vector<std::uint64_t> out;
+  for (const auto& m : c.stats().masters) out.push_back(m.*field);
+  return out;
+}
+
+// Waits until `field` grew by at least `n` on every master since `before` (fails the test if not).
+asio::awaitable<void> grown_on_every_master(const redlock::client& c, std::uint64_t redlock::connection_stats::*field,
+                                            const std::vector<std::uint64_t>& before, std::uint64_t n,
+                                            std::string_view what) {
+  const bool grown = co_await until([&] {
+    const auto now = per_master(c, field);
+    for (std::size_t i = 0; i < now.size(); ++i)
+      if (now[i] < before.at(i) + n) return false;
+    return true;
+  });
+  if (!grown) ADD_FAILURE() << "timed out waiting for: " << what;
 }
 
 // Five masters and what they keep for a lock: its key, its waiter queue and the queue's expiries.
@@ -210,12 +231,14 @@ TEST_P(wake_up, the_release_wakes_the_waiter_long_before_its_retry_delay) {
     co_await held_everywhere("wake", la.token());
 
     const auto asked = clock_type::now();
+    const auto replies = per_master(b, &redlock::connection_stats::replies);
     auto pb = start_lock(b, "wake");
     if (fair) {
       co_await newcomer("wake", {});  // b's first round failed; it queued on every master
       EXPECT_EQ(b.stats().locks_queued, 1u);
     } else {
-      co_await sleep_for(300ms);  // b's first round failed; it sleeps 3 s
+      // b's first round failed (every master answered); it sleeps 3 s.
+      co_await grown_on_every_master(b, &redlock::connection_stats::replies, replies, 1, "b's first round");
       EXPECT_TRUE(fairness_keys().empty());
     }
     EXPECT_FALSE(pb->done);
@@ -646,10 +669,11 @@ asio::awaitable<void> end_a_waiter_mid_round(fair_base& bed, asio::io_context& i
   auto pw = start_lock(w, "mid-round");
   const auto name = co_await bed.newcomer("mid-round", {});
   const auto attempts = w.stats().lock_attempts;
+  const auto written = per_master(w, &redlock::connection_stats::written);
   for (std::size_t i = 0; i < bed.cluster.size(); ++i) bed.cluster[i].pause();
-  // Past its longest retry delay: its next round is in flight.
+  // Past its longest retry delay: its next round is in flight, written to every master.
   EXPECT_TRUE(co_await until([&] { return w.stats().lock_attempts > attempts; }, 1s));
-  co_await sleep_for(20ms);
+  co_await grown_on_every_master(w, &redlock::connection_stats::written, written, 1, "the next round written");
   if (close) {
     w.close();
   } else {
@@ -691,9 +715,11 @@ TEST_F(fair, closing_a_client_with_two_rounds_in_flight_releases_both) {
     redlock::client w{ioc.get_executor(), cfg};
     co_await wait_connected(w);
     for (std::size_t i = 0; i < cluster.size(); ++i) cluster[i].pause();
+    const auto written = per_master(w, &redlock::connection_stats::written);
     auto p1 = start_lock(w, "first");
     auto p2 = start_lock(w, "second");
-    co_await sleep_for(50ms);
+    // Both rounds are in flight: written to every master.
+    co_await grown_on_every_master(w, &redlock::connection_stats::written, written, 2, "both rounds written");
     w.close();
     EXPECT_TRUE(co_await until([&] { return p1->done && p2->done; }, 2s));
     for (std::size_t i = 0; i < cluster.size(); ++i) cluster[i].resume();  // the SETs run now, then the releases

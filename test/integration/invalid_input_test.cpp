@@ -409,13 +409,14 @@ struct real_masters : ::testing::Test {
   }
 
   asio::awaitable<void> wait_connected(redlock::client& c) {
-    for (int i = 0; i < 400; ++i) {
-      std::size_t up = 0;
-      for (const auto& s : c.masters()) up += s.state == redlock::connection_state::up;
-      if (up == c.masters().size()) co_return;
-      co_await redlock::test::sleep_for(5ms);
-    }
-    ADD_FAILURE() << "client did not connect to every master";
+    const bool up = co_await redlock::test::until(
+        [&] {
+          for (const auto& s : c.masters())
+            if (s.state != redlock::connection_state::up) return false;
+          return true;
+        },
+        2s);
+    if (!up) ADD_FAILURE() << "client did not connect to every master";
   }
 
   // How many times each master ran `command` (lower case, as INFO commandstats names it).
@@ -705,7 +706,7 @@ TEST(connection_arguments, async_run_twice_is_refused_and_the_first_run_goes_on)
     EXPECT_FALSE(first_done);  // the refusals did not disturb the running one
     EXPECT_NE(conn.status().state, redlock::connection_state::closed);
     conn.close();
-    for (int i = 0; i < 200 && !first_done; ++i) co_await redlock::test::sleep_for(5ms);
+    EXPECT_TRUE(co_await redlock::test::until([&] { return first_done; }, 1s)) << "close did not end the first run";
     EXPECT_TRUE(first_done);
     EXPECT_EQ(first, asio::error::operation_aborted);
 

@@ -26,6 +26,7 @@ using boost::system::error_code;
 using redlock::error;
 using redlock::test::run_test;
 using redlock::test::sleep_for;
+using redlock::test::until;
 using redlock::test::use_tuple;
 using clock_type = std::chrono::steady_clock;
 
@@ -183,7 +184,7 @@ TEST_F(keep_alive_test, key_taken_behind_our_back_is_a_loss_at_the_next_renewal)
     EXPECT_FALSE(wec);  // the awaited event: success
     EXPECT_EQ(l.loss_reason(), error::not_owner);
     stop_guarded.emit(asio::cancellation_type::terminal);
-    for (int i = 0; i < 100 && !guarded_done; ++i) co_await sleep_for(2ms);
+    EXPECT_TRUE(co_await until([&] { return guarded_done; }, 1s)) << "the guarded operation was not cancelled";
     EXPECT_EQ(guarded_ec, asio::error::operation_aborted);  // the bound operation was cancelled
     auto [uec, held] = co_await l.async_unlock(use_tuple);
     EXPECT_EQ(held, 0u);  // and the thief's keys are untouched
@@ -244,8 +245,9 @@ TEST_F(keep_alive_test, a_thousand_kept_alive_locks_on_four_threads_are_never_lo
               },
               asio::detached);
         }
-        while (done != count) co_await sleep_for(20ms);
-        co_await sleep_for(200ms);
+        EXPECT_TRUE(co_await until([&] { return done == count; }, 170s)) << done << " of " << count << " finished";
+        // Every release reaches every master, long before the keys' ttl (1.5 s) would remove them.
+        co_await until([&] { return keys_everywhere() == 0; }, 500ms);
         EXPECT_EQ(keys_everywhere(), 0u);  // every release reached every master
       },
       /*threads=*/4, 180s);

@@ -999,7 +999,12 @@ TEST_F(kinds, smoke_every_kind_locks_excludes_and_releases) {
     EXPECT_FALSE(s4);
     co_await p2.async_unlock(use_tuple);
     co_await p4.async_unlock(use_tuple);
-    co_await sleep_for(50ms);
+    // The releases reach every master (the unlocks complete at a majority).
+    co_await until([&] {
+      for (std::size_t i = 0; i < cluster.size(); ++i)
+        if (dbsize(i) != (counter(i, "f") > 0 ? 1 : 0)) return false;
+      return true;
+    });
   });
   // Only the fencing counters stay behind: on a majority at least (a master whose answers to both
   // fenced locks came after their release was sent never ran them).

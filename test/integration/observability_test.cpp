@@ -100,12 +100,7 @@ std::uint64_t formatted(const client_stats& s) {
 
 template <class Pred>
 asio::awaitable<bool> eventually(Pred pred, std::chrono::milliseconds limit = 15s) {
-  const auto until = clock_type::now() + limit;
-  while (clock_type::now() < until) {
-    if (pred()) co_return true;
-    co_await sleep_for(5ms);
-  }
-  co_return pred();
+  co_return co_await redlock::test::until(pred, limit);
 }
 
 asio::awaitable<void> wait_connected(redlock::client& c) {
@@ -608,7 +603,7 @@ TEST(observability_secrets, no_password_and_no_full_token_in_any_message) {
     EXPECT_FALSE(kec) << kec.message();
     tokens.push_back(kept.token());
     kept.keep_alive();
-    co_await sleep_for(500ms);  // at least one keep-alive extension
+    EXPECT_TRUE(co_await eventually([&] { return kept.extensions() >= 1; }, 2s)) << "no keep-alive extension";
     EXPECT_GE(kept.extensions(), 1u);
     {
       auto [dec, dropped] = co_await a.async_lock("secret-3", 2s, use_tuple);  // released in the background

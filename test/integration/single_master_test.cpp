@@ -306,7 +306,9 @@ TEST_F(single_master, a_killed_master_blocks_locking_until_it_restarts_then_the_
         EXPECT_TRUE(kept.lost());
         EXPECT_EQ(kept.loss_reason(), error::quorum_unavailable) << kept.loss_reason().message();
         EXPECT_LT(clock_type::now(), kept.validity_deadline());
-        co_await sleep_for(50ms);  // the client sees the connection close
+        // The client sees the connection close.
+        EXPECT_TRUE(co_await until([&] { return a.masters().at(0).state != redlock::connection_state::up; }))
+            << "the client did not see the master go";
         for (int i = 0; i < 3; ++i) {
           const auto t0 = clock_type::now();
           auto [ec, l] = co_await a.async_try_lock("job", 10s, use_tuple);

@@ -187,11 +187,12 @@ asio::awaitable<bool> held_everywhere(std::vector<tls_master>& masters, const st
 // Runs one connection with `cfg` until its first attempt failed or it came up; returns its status.
 asio::awaitable<redlock::connection_status> first_outcome(asio::io_context& io, redlock::connection_config cfg) {
   redlock::connection c{io.get_executor(), std::move(cfg)};
-  c.async_run(asio::detached);
+  auto ran = std::make_shared<bool>(false);
+  c.async_run([ran](boost::system::error_code) { *ran = true; });
   co_await until([&] { return c.status().state == connection_state::up || c.status().last_error; }, 10s);
   auto s = c.status();
   c.close();
-  co_await sleep_for(10ms);
+  if (!co_await until([&] { return *ran; })) ADD_FAILURE() << "the connection's run did not end after close";
   co_return s;
 }
 
