@@ -42,9 +42,17 @@ using work_result_t = typename awaitable_value<std::invoke_result_t<Work&, lock&
 template <class T>
 struct work_outcome {
   std::optional<T> value;
+  template <class... V>
+  void set(V&&... v) {
+    value.emplace(std::forward<V>(v)...);
+  }
 };
+// A member call, not `outcome.value` under `if constexpr`: Clang checks a discarded branch's
+// expressions that do not depend on the lambda's own parameters, and void has no value.
 template <>
-struct work_outcome<void> {};
+struct work_outcome<void> {
+  void set() noexcept {}
+};
 
 template <class Work>
 boost::asio::awaitable<work_result_t<Work>> with_lock_on_strand(client& c, std::string resource,
@@ -79,9 +87,7 @@ boost::asio::awaitable<work_result_t<Work>> with_lock_on_strand(client& c, std::
   }));
   auto on_done = [st](std::exception_ptr e, auto&&... v) {
     st->failure = e;
-    if constexpr (sizeof...(v) > 0) {
-      if (!e) st->outcome.value.emplace(std::forward<decltype(v)>(v)...);
-    }
+    if (!e) st->outcome.set(std::forward<decltype(v)>(v)...);
     st->done = true;
     st->wake.cancel();
   };

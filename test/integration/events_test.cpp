@@ -239,7 +239,7 @@ TEST_F(events_test, slow_consumer_misses_counted_extensions_but_never_the_end) {
     EXPECT_FALSE(wec);
     EXPECT_EQ(first.extensions, 1u);
     // Nobody reads while more extensions happen than the queue keeps.
-    EXPECT_TRUE(co_await until([&] { return l.extensions() >= 20; }, 20s));
+    EXPECT_TRUE(co_await until([&l = l] { return l.extensions() >= 20; }, 20s));
     auto [uec, held] = co_await l.async_unlock(use_tuple);
     EXPECT_FALSE(uec);
     (void)held;
