@@ -349,7 +349,7 @@ TEST_P(bad_master_test, quorum_of_good_masters_decides_and_the_bad_master_recove
         }
         // The lock rests on the four real masters (those still pending at the decision set it
         // shortly after).
-        co_await eventually([&] { return real_holders("bad:" + c.name, l.token()) == 4; }, "four real holders");
+        co_await eventually([&, &l = l] { return real_holders("bad:" + c.name, l.token()) == 4; }, "four real holders");
 
         // The fake behaves again: once its connection is back in step, it grants like the others.
         fake.set_responder({});
@@ -580,7 +580,7 @@ TEST_F(real_error_test, wrongtype_in_the_scripts_is_a_server_error_and_the_good_
         co_await wait_connected(locks);
         auto [ec, l] = co_await locks.async_try_lock("wt", 10s, use_tuple);
         EXPECT_FALSE(ec) << ec.message();
-        co_await eventually([&] { return real_holders("wt", l.token()) == 4; }, "four real holders");
+        co_await eventually([&, &l = l] { return real_holders("wt", l.token()) == 4; }, "four real holders");
         // Someone turns the lock key into a list on master 0: its scripts fail with WRONGTYPE.
         cluster[0].command({"DEL", "wt"});
         cluster[0].command({"LPUSH", "wt", "x"});
@@ -709,7 +709,7 @@ TEST_F(real_error_test, noscript_falls_back_to_eval_on_real_and_fake_masters) {
         co_await wait_connected(locks);
         auto [ec, l] = co_await locks.async_try_lock("ns", 10s, use_tuple);
         EXPECT_FALSE(ec) << ec.message();
-        co_await eventually([&] { return real_holders("ns", l.token()) == 4; }, "four real holders");
+        co_await eventually([&, &l = l] { return real_holders("ns", l.token()) == 4; }, "four real holders");
 
         flush_scripts();
         auto [eec] = co_await l.async_extend(30s, use_tuple);
@@ -731,7 +731,7 @@ TEST_F(real_error_test, noscript_falls_back_to_eval_on_real_and_fake_masters) {
         EXPECT_EQ(l.masters().at(0).status, master_status::granted);
         EXPECT_EQ(fake.commands_seen("EVAL"), 2u);
         EXPECT_FALSE(fake.value("ns"));
-        co_await eventually([&] { return real_holders("ns", l.token()) == 0; }, "released on the real masters");
+        co_await eventually([&, &l = l] { return real_holders("ns", l.token()) == 0; }, "released on the real masters");
       },
       1, test_limit);
 }

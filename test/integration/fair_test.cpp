@@ -774,7 +774,7 @@ TEST_P(resp2, waiters_still_get_the_lock_on_resp2_masters) {
     }
     auto [ea, la] = co_await a.async_lock("old", 10s, use_tuple);
     EXPECT_FALSE(ea) << ea.message();
-    EXPECT_TRUE(co_await until([&] { return count_nodes({"GET", "old"}, bulk(la.token())) == 5; }, 2s));
+    EXPECT_TRUE(co_await until([&, &la = la] { return count_nodes({"GET", "old"}, bulk(la.token())) == 5; }, 2s));
     const auto asked = clock_type::now();
     auto pb = start_lock(b, "old");
     // Queued on every master, RESP2 ones included.
@@ -803,7 +803,7 @@ TEST_P(resp2, waiters_still_get_the_lock_on_resp2_masters) {
     // subscribe mode, refusing everything else): every master takes the next lock and its release.
     auto [ec, l] = co_await b.async_try_lock("old", 10s, use_tuple);
     EXPECT_FALSE(ec) << ec.message();
-    EXPECT_TRUE(co_await until([&] { return count_nodes({"GET", "old"}, bulk(l.token())) == 5; }, 2s));
+    EXPECT_TRUE(co_await until([&, &l = l] { return count_nodes({"GET", "old"}, bulk(l.token())) == 5; }, 2s));
     co_await l.async_unlock(use_tuple);
     EXPECT_TRUE(co_await until([&] { return count_nodes({"GET", "old"}, nil) == 5; }, 2s));
     EXPECT_TRUE(co_await until([&] { return count_nodes({"EXISTS", queue_of("old")}, ":0\r\n") == 5; }, 2s));

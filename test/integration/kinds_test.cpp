@@ -187,7 +187,7 @@ TEST_F(kinds, lock_all_writes_nothing_on_a_master_where_one_resource_is_held) {
       EXPECT_EQ(get(i, "c"), std::nullopt) << "master " << i + 1;
       EXPECT_EQ(dbsize(i), 1) << "master " << i + 1 << ": " << all_keys(i);
     }
-    co_await until([&] { return holding("a", l.token()) == 3; });  // the quorum may have decided before the 3rd
+    co_await until([&, &l = l] { return holding("a", l.token()) == 3; });  // the quorum may have decided before the 3rd
     for (const auto& r : names("a,b,c")) EXPECT_EQ(holding(r, l.token()), 3u) << r;
 
     auto [eu, held] = co_await l.async_unlock(use_tuple);
@@ -299,10 +299,10 @@ TEST_F(kinds, sixteen_resources_are_extended_kept_alive_and_released_together) {
     if (ec) co_return;
     EXPECT_EQ(l.resources(), set);
     // The quorum decides at three masters; the other two's answers follow.
-    if (!co_await until([&] { return every_key(l.token(), 1, 1500); }, 1s)) every_key(l.token(), 1, 1500, true);
+    if (!co_await until([&, &l = l] { return every_key(l.token(), 1, 1500); }, 1s)) every_key(l.token(), 1, 1500, true);
     auto [ex] = co_await l.async_extend(20s, use_tuple);
     EXPECT_FALSE(ex) << ex.message();
-    if (!co_await until([&] { return every_key(l.token(), 15000, 20000); }, 1s))
+    if (!co_await until([&, &l = l] { return every_key(l.token(), 15000, 20000); }, 1s))
       every_key(l.token(), 15000, 20000, true);
     auto [eu, held] = co_await l.async_unlock(use_tuple);
     EXPECT_FALSE(eu) << eu.message();
@@ -512,7 +512,7 @@ TEST_F(kinds, a_reentrant_hold_never_shortens_the_key) {
     EXPECT_FALSE(e3) << e3.message();
     auto [x1] = co_await short1.async_extend(1s, use_tuple);
     EXPECT_FALSE(x1) << x1.message();
-    co_await until([&] {  // short3's hold landed everywhere
+    co_await until([&, &short3 = short3] {  // short3's hold landed everywhere
       for (std::size_t i = 0; i < cluster.size(); ++i)
         if (!hexists(i, holds_of("r"), short3.token())) return false;
       return true;

@@ -603,7 +603,8 @@ TEST(observability_secrets, no_password_and_no_full_token_in_any_message) {
     EXPECT_FALSE(kec) << kec.message();
     tokens.push_back(kept.token());
     kept.keep_alive();
-    EXPECT_TRUE(co_await eventually([&] { return kept.extensions() >= 1; }, 2s)) << "no keep-alive extension";
+    EXPECT_TRUE(co_await eventually([&, &kept = kept] { return kept.extensions() >= 1; }, 2s))
+        << "no keep-alive extension";
     EXPECT_GE(kept.extensions(), 1u);
     {
       auto [dec, dropped] = co_await a.async_lock("secret-3", 2s, use_tuple);  // released in the background

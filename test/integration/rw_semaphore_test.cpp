@@ -320,7 +320,7 @@ TEST_F(rw_semaphore, plain_lock_and_readers_exclude_each_other) {
     // A plain lock holds: readers and writers are refused, and the plain key is left alone.
     auto [e3, p3] = co_await b.async_try_lock("rw", 10s, use_tuple);
     EXPECT_FALSE(e3);
-    co_await settle([&] { return get_is("rw", p3.token()); }, "the plain lock's key");
+    co_await settle([&, &p3 = p3] { return get_is("rw", p3.token()); }, "the plain lock's key");
     auto [e4, r4] = co_await a.async_try_lock("rw", 10s, reader(), use_tuple);
     EXPECT_EQ(e4, error::not_acquired);
     auto [e5, w5] = co_await a.async_try_lock("rw", 10s, writer(), use_tuple);
@@ -489,7 +489,7 @@ TEST_F(rw_semaphore, reader_and_writer_extensions_reach_the_masters) {
     EXPECT_FALSE(x1) << x1.message();
     EXPECT_GT(r1.validity_deadline(), deadline + 5s);
     co_await settle(
-        [&] {
+        [&, &r1 = r1] {
           std::size_t n = 0;
           for (std::size_t m = 0; m < cluster.size(); ++m) {
             n += zscore(m, readers_of("rw"), r1.token()) > before[m] + 5000 && pttl(m, "rw") > 5000 &&
@@ -503,7 +503,7 @@ TEST_F(rw_semaphore, reader_and_writer_extensions_reach_the_masters) {
     // A writer: its plain key's ttl grows.
     auto [e2, w2] = co_await a.async_lock("rw", 1000ms, writer(), use_tuple);
     EXPECT_FALSE(e2);
-    co_await settle([&] { return get_is("rw", w2.token()); }, "the writer's key");
+    co_await settle([&, &w2 = w2] { return get_is("rw", w2.token()); }, "the writer's key");
     auto [x2] = co_await w2.async_extend(8000ms, use_tuple);
     EXPECT_FALSE(x2) << x2.message();
     co_await settle(
@@ -804,7 +804,7 @@ TEST_F(rw_semaphore, semaphore_extensions_need_its_quorum) {
     auto [x1] = co_await l1.async_extend(8000ms, use_tuple);
     EXPECT_FALSE(x1) << x1.message();
     co_await settle(
-        [&] {
+        [&, &l1 = l1] {
           std::size_t n = 0;
           for (std::size_t m = 0; m < cluster.size(); ++m) {
             n += zscore(m, "sem", l1.token()) > before[m] + 5000 && pttl(m, "sem") > 5000 &&

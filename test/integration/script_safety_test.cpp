@@ -200,7 +200,7 @@ TEST_F(script_safety, an_extension_to_a_shorter_ttl_keeps_the_expiry_and_the_dea
     auto [ee] = co_await la.async_extend(500ms, use_tuple);
     EXPECT_FALSE(ee) << ee.message();
     EXPECT_EQ(la.validity_deadline(), deadline);
-    co_await until([&] { return holding("sx", la.token()) == 5; });
+    co_await until([&, &la = la] { return holding("sx", la.token()) == 5; });
     for (std::size_t i = 0; i < cluster.size(); ++i) EXPECT_GT(pttl(i, "sx"), 8000) << "master " << i + 1;
     // A longer one still moves it later.
     auto [el] = co_await la.async_extend(20s, use_tuple);
@@ -222,8 +222,8 @@ TEST_F(script_safety, keep_alive_with_a_shorter_ttl_never_shortens_the_lock) {
     opts.ttl = 500ms;
     opts.renew_below = 20s;  // due at once, and again after every extension
     la.keep_alive(opts);
-    EXPECT_TRUE(co_await until([&] { return la.extensions() >= 1; }));
-    co_await until([&] { return holding("kx", la.token()) == 5; });
+    EXPECT_TRUE(co_await until([&, &la = la] { return la.extensions() >= 1; }));
+    co_await until([&, &la = la] { return holding("kx", la.token()) == 5; });
     for (std::size_t i = 0; i < cluster.size(); ++i) EXPECT_GT(pttl(i, "kx"), 8000) << "master " << i + 1;
     EXPECT_GE(la.validity_deadline(), deadline);
     co_await sleep_for(300ms);
