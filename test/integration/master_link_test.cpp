@@ -29,7 +29,13 @@
 
 // Counts every allocation of this test binary (the steady-state test reads it). Not under the
 // sanitizers: their runtimes allocate with their own operator new what ours would free.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+// GCC says so with __SANITIZE_*__, Clang with __has_feature.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define REDLOCK_TEST_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(REDLOCK_TEST_SANITIZED)
 #define REDLOCK_TEST_COUNTS_ALLOCATIONS 0
 #else
 #define REDLOCK_TEST_COUNTS_ALLOCATIONS 1
