@@ -24,9 +24,13 @@ step "cmake --install into a private prefix"
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
 test -f "$work/prefix/include/redlock/redlock.hpp"
 test -f "$work/prefix/include/redlock/version.hpp"
+# A shared library (BUILD_SHARED_LIBS) is installed without a run path, as packages want it: the
+# programs that cmake has not given one find it through LD_LIBRARY_PATH.
+pc_dir=$(dirname "$(find "$work/prefix" -name redlock.pc | head -n1)")
+libdir=$(dirname "$pc_dir")
 # The tool is installed when the build tree has it (REDLOCK_CLI, on by default).
 if [[ -f "$build/tools/redlock" ]]; then
-  "$work/prefix/bin/redlock" --version
+  LD_LIBRARY_PATH="$libdir" "$work/prefix/bin/redlock" --version
 fi
 
 step "each installed header compiles on its own, with and without BOOST_ASIO_NO_DEPRECATED"
@@ -39,11 +43,10 @@ cmake --build "$work/find_package"
 "$work/find_package/consumer"
 
 step "pkg-config --cflags --libs redlock"
-pc_dir=$(dirname "$(find "$work/prefix" -name redlock.pc | head -n1)")
 flags=$(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs redlock)
 # shellcheck disable=SC2086  # the flags are words
 c++ -std=c++20 "$consumer/main.cpp" -o "$work/pkg-config-consumer" $flags
-"$work/pkg-config-consumer"
+LD_LIBRARY_PATH="$libdir" "$work/pkg-config-consumer"
 
 step "add_subdirectory"
 cmake -S "$consumer" -B "$work/subdirectory" "${gen[@]}" -DREDLOCK_CONSUME=subdirectory \
