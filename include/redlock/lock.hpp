@@ -205,10 +205,12 @@ class lock {
   ///
   /// Handler: `void(boost::system::error_code, unlock_result)`. With `opts.wait_for_all`, it
   /// completes once every master answered or the `release_timeout` passed for those that did not
-  /// (a master that is down costs the whole timeout); otherwise at the first majority, as the
-  /// quick form. Errors as the quick form: `error::not_locked`, `error::quorum_unavailable` (fewer
-  /// than a majority answered cleanly; the counts still say what each did). `masters()` has each
-  /// master's answer. Like the quick form, the handle no longer owns the lock once called.
+  /// (a master that hangs, paused or partitioned, costs up to the whole timeout; one whose
+  /// connection is known to be down counts as unreachable at once); otherwise at the first
+  /// majority, as the quick form. Errors as the quick form: `error::not_locked`,
+  /// `error::quorum_unavailable` (fewer than a majority answered cleanly; the counts still say what
+  /// each did). `masters()` has each master's answer. Like the quick form, the handle no longer
+  /// owns the lock once called.
   ///
   /// @par Per-operation cancellation
   /// `terminal`, `partial`: completes at once with `operation_aborted` and empty counts; the
