@@ -8,6 +8,7 @@
 
 #include "detail/completion.hpp"
 #include "detail/connection_counters.hpp"
+#include "detail/failure_words.hpp"
 #include "detail/log.hpp"
 #include "detail/master_link.hpp"
 #include "detail/stream.hpp"
@@ -449,32 +450,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     const auto unsent = stats_.unsent() - unsent_before;
     reset_stream();
     if (f.was_up) notify_down();
-    const auto delay = detail::format_duration(f.delay);
-    const auto n = f.failed_attempts;
-    switch (f.words) {
-      case core::failure_words::down:
-        REDLOCK_LOG(log_, f.level,
-                    "connection down: {}; {} written request(s) failed (outcome unknown), {} not sent; reconnecting in "
-                    "{}",
-                    detail::describe(f.cause), lost, unsent, delay);
-        break;
-      case core::failure_words::tls_failed:
-        REDLOCK_LOG(log_, f.level, "TLS connect failed: {} ({}); {} request(s) not sent; retrying in {} (attempt {})",
-                    detail::describe(f.cause), server_text, unsent, delay, n);
-        break;
-      case core::failure_words::auth_refused:
-      case core::failure_words::hello_refused:
-        REDLOCK_LOG(
-            log_, f.level, "{}: {}; {} request(s) not sent; retrying in {} (attempt {})",
-            f.words == core::failure_words::auth_refused ? "authentication refused" : "handshake refused",
-            server_text.empty() ? detail::describe(f.cause) : detail::printable(server_text, 256, {cfg_.password}),
-            unsent, delay, n);
-        break;
-      case core::failure_words::connect_failed:
-        REDLOCK_LOG(log_, f.level, "connect failed: {}; {} request(s) not sent; retrying in {} (attempt {})",
-                    detail::describe(f.cause), unsent, delay, n);
-        break;
-    }
+    REDLOCK_LOG(log_, f.level, "{}", detail::failure_line(f, server_text, {lost, unsent}, cfg_.password));
   }
 
   void finish_run() {
