@@ -454,6 +454,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   }
 
   void finish_run() {
+    fsm_.on_run_ended();  // also when an exception ended the loop before the machine finished
     REDLOCK_LOG(log_, log_level::info, "connection closed");
     set_protocol(0);
     reset_stream();
@@ -551,7 +552,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
       error_code ec;
       const std::size_t n = stream_.write_now(bytes, ec);
       inc(stats_.bytes_written, n);
-      if (ec) return write_failed(ec);
+      if (ec) return write_failed_inline(ec);
       if (n == bytes.size()) return;
       bytes.remove_prefix(n);
     }
@@ -568,6 +569,15 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   void write_failed(error_code ec) {
     write_error_ = ec;
     carry_out(fsm_.on_write_failed());
+  }
+
+  // A write that failed inside submit() or a reply's dispatch: nothing may complete from inside
+  // those calls (master_link promises it), so only the stream is closed here (the reader notices);
+  // a connection closing after its writes closes in a pass of its own.
+  void write_failed_inline(error_code ec) {
+    write_error_ = ec;
+    stream_.close();
+    if (fsm_.closing_after_writes()) asio::post(strand_, [self = shared_from_this()] { self->close_on_strand(); });
   }
 
   // The reader: read, hand the bytes to the multiplexer, let it route what is complete. One reply

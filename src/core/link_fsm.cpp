@@ -38,7 +38,8 @@ link_step link_fsm::next_attempt() noexcept {
 
 link_step link_fsm::on_connected(error_code ec, double unit_random) noexcept {
   if (closing_) return finish();
-  if (ec) return attempt_failed(ec, {}, unit_random);
+  // A success that lost the race with the connect timeout is a timeout: the stream was closed.
+  if (ec || timed_out_) return attempt_failed(ec, {}, unit_random);
   link_step s;
   if (params_.tls) {
     step_ = step::tls;
@@ -52,7 +53,7 @@ link_step link_fsm::on_connected(error_code ec, double unit_random) noexcept {
 
 link_step link_fsm::on_tls_done(error_code ec, double unit_random) noexcept {
   if (closing_) return finish();
-  if (ec) return attempt_failed(ec, {}, unit_random);
+  if (ec || timed_out_) return attempt_failed(ec, {}, unit_random);
   step_ = step::handshake;
   link_step s;
   s.type = link_step::kind::handshake;
@@ -73,6 +74,7 @@ link_step link_fsm::on_handshake_done(error_code ec, bool tls_hung_up, double un
     }
     return attempt_failed(ec, {}, unit_random);
   }
+  if (timed_out_) return attempt_failed(ec, {}, unit_random);  // closed by the timeout meanwhile
   link_step s;
   s.type = link_step::kind::serve;
   s.first_up = !was_up_;
@@ -93,7 +95,7 @@ link_step link_fsm::attempt_failed(error_code ec, std::string_view text, double 
   // The connect timeout closed the stream, so the step reports an abort (or whatever the close
   // made of it); the attempt failed by timing out. A TLS port found to speak plain RESP ends the
   // attempt by closing it too, with its own error.
-  if (timed_out_ && ec != error::tls_not_offered) {
+  if ((timed_out_ && ec != error::tls_not_offered) || !ec) {
     ec = make_error_code(error::connect_timeout);
     text = {};
   }

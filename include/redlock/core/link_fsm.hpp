@@ -107,6 +107,9 @@ class link_fsm {
   link_step on_stream_ended(boost::system::error_code ec, double unit_random) noexcept;
   /// A `back_off` step's wait ended (or was cancelled by `close`).
   link_step on_backoff_done() noexcept;
+  /// The I/O layer's loop ended, by a `finish` step or by an exception: closed from now on, so
+  /// that nothing is accepted any more.
+  void on_run_ended() noexcept { (void)finish(); }
 
   /// The connect timeout of attempt `attempt` fired. While that attempt is in progress it fails
   /// with `connect_timeout`: `close_stream`.

@@ -177,6 +177,41 @@ TEST(link_fsm, an_attempt_that_times_out_fails_with_connect_timeout_and_retries_
   EXPECT_EQ(m.on_connect_timeout(m.attempt_id()), link_order::none) << "up: the attempt is over";
 }
 
+// The timer closed the stream, but the step's success was already on its way (both were queued on
+// the strand, the timer's first): the attempt timed out all the same, and the link does not come
+// up on a closed socket.
+TEST(link_fsm, a_success_that_lost_the_race_with_the_connect_timeout_is_a_timeout) {
+  for (int at = 0; at < 3; ++at) {
+    link_fsm m{tls()};
+    ASSERT_TRUE(m.start());
+    auto s = m.next_attempt();
+    if (at > 0) s = m.on_connected({}, 0.5);
+    if (at > 1) s = m.on_tls_done({}, 0.5);
+    EXPECT_EQ(m.on_connect_timeout(m.attempt_id()), link_order::close_stream);
+    s = at == 0 ? m.on_connected({}, 0.5) : at == 1 ? m.on_tls_done({}, 0.5) : m.on_handshake_done({}, false, 0.5);
+    ASSERT_EQ(s.type, kind::back_off) << "step " << at;
+    EXPECT_EQ(s.failure.cause, error::connect_timeout) << "step " << at;
+    EXPECT_EQ(m.state(), connection_state::down);
+    EXPECT_TRUE(m.suspect());
+    EXPECT_FALSE(m.accepting_votes());
+  }
+}
+
+// The loop can end without a finish step (an exception escaped it): the machine is closed all the
+// same, and nothing is accepted any more.
+TEST(link_fsm, the_end_of_the_loop_closes_the_machine) {
+  link_fsm m{plain()};
+  bring_up(m);
+  ASSERT_TRUE(m.accepting_votes());
+  m.on_run_ended();
+  EXPECT_EQ(m.state(), connection_state::closed);
+  EXPECT_TRUE(m.closing());
+  EXPECT_FALSE(m.accepting());
+  EXPECT_FALSE(m.accepting_votes());
+  EXPECT_FALSE(m.writable());
+  EXPECT_EQ(m.on_close(), link_order::none);
+}
+
 TEST(link_fsm, tls_failures_are_errors_and_a_hang_up_after_the_handshake_is_a_refused_certificate) {
   link_fsm m{tls()};
   ASSERT_TRUE(m.start());
