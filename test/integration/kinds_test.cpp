@@ -410,11 +410,16 @@ TEST_F(kinds, reentrant_holds_are_counted_on_the_masters_and_the_last_release_fr
       EXPECT_EQ(hlen(i, holds_of("r")), 3) << "master " << i + 1;
       for (const auto* h : {&h1, &h2, &h3}) EXPECT_TRUE(hexists(i, holds_of("r"), h->token())) << "master " << i + 1;
     }
+    // The third hold counts 3 where the second had landed first, 2 on a master still behind (the
+    // second lock returned at its quorum, and two connections do not order the masters' work).
+    // The second's quorum and the third's share a master, which counted 3.
+    int threes = 0;
     for (const auto& m : h3.masters()) {
-      if (m.status == master_status::granted) {
-        EXPECT_EQ(m.value, 3);
-      }
+      if (m.status != master_status::granted) continue;
+      EXPECT_TRUE(m.value == 2 || m.value == 3) << m.value;
+      threes += m.value == 3;
     }
+    EXPECT_GE(threes, 1);
 
     // Excluded: another owner, and a plain lock.
     auto [eo, other] = co_await b.async_lock("r", 10s, owned_by("host-2/1/task-1"), use_tuple);
