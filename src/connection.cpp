@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <random>
@@ -354,8 +355,23 @@ class connection::impl : public std::enable_shared_from_this<impl> {
 
   double unit_random() { return std::uniform_real_distribution<double>{0.0, 1.0}(rng_); }
 
+  // The run loop destroyed before it finished, with no exception in flight: its io_context was
+  // destroyed while the loop waited, and nothing on this strand will run again. The queued
+  // requests are dropped without completing them, as Asio destroys every handler it will never
+  // run: their sinks may own the lock client that owns this connection, a cycle that only the
+  // strand (close()) breaks otherwise.
+  struct abandon_guard {
+    impl& self;
+    bool finished = false;
+    int exceptions = std::uncaught_exceptions();
+    ~abandon_guard() {
+      if (!finished && std::uncaught_exceptions() == exceptions) self.mux_.fail_all({}, {}, [](auto&&...) {});
+    }
+  };
+
   // Carries out core::link_fsm's steps, each resumed with its outcome, until it finishes.
   asio::awaitable<void> run_loop() {
+    abandon_guard guard{*this};
     std::string server_text;  // the node's own words about the current attempt's failure
     core::link_step s = fsm_.next_attempt();
     for (;;) {
@@ -404,6 +420,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
           break;
         case core::link_step::kind::finish:
           attempt_timer_.cancel();
+          guard.finished = true;
           co_return;
       }
     }

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <future>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -515,6 +516,52 @@ TEST_F(client_test, every_completion_token_kind_works_with_the_context_on_anothe
   c.close();
   runner.join();
   EXPECT_TRUE(ioc.stopped()) << "the context ran out of work once the client closed";
+}
+
+// The clients connected to master `i` (the test bed's own probe connection included).
+int clients_on(redlock::test::redis_cluster& cluster, std::size_t i) {
+  const auto info = cluster[i].command({"INFO", "clients"});
+  const auto at = info.find("connected_clients:");
+  return at == std::string::npos ? -1 : std::atoi(info.c_str() + at + 18);
+}
+
+// A context stopped for good while releases are still unanswered (two masters paused), then the
+// client and the context destroyed: the client's connections are freed with it, their sockets
+// closed. Before, the operations waiting in the connections' queues kept the client, and so the
+// connections, alive: the sockets stayed open (and LeakSanitizer reported the memory).
+TEST_F(client_test, a_context_destroyed_with_releases_in_flight_frees_the_client) {
+  const int before = clients_on(cluster, 0);
+  {
+    asio::io_context ioc;
+    auto c = std::make_unique<redlock::client>(ioc.get_executor(), config());
+    std::optional<redlock::lock> held;
+    c->async_lock("stopped-context", 10s, [&](error_code ec, redlock::lock l) {
+      EXPECT_FALSE(ec) << ec.message();
+      held = std::move(l);
+    });
+    while (!held && ioc.run_one_for(5s) > 0) {
+    }
+    ASSERT_TRUE(held && held->owns_lock());
+    EXPECT_EQ(clients_on(cluster, 0), before + 1) << "the client's connection to master 1";
+    cluster[3].pause();
+    cluster[4].pause();
+    bool unlocked = false;
+    held->async_unlock([&](error_code, std::size_t) { unlocked = true; });
+    while (!unlocked && ioc.run_one_for(5s) > 0) {
+    }
+    ASSERT_TRUE(unlocked) << "a majority answered the release";
+    held.reset();
+    c.reset();  // close() is posted to a context that will never run again
+  }
+  cluster[3].resume();
+  cluster[4].resume();
+  const auto deadline = clock_type::now() + 3s;
+  int now = clients_on(cluster, 0);
+  while (now != before && clock_type::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+    now = clients_on(cluster, 0);
+  }
+  EXPECT_EQ(now, before) << "the client's connection to master 1 is still open";
 }
 
 TEST_F(client_test, cancelled_unlock_still_releases) {
