@@ -47,6 +47,7 @@ using redlock::test::run_test;
 using redlock::test::sleep_for;
 using redlock::test::until;
 using redlock::test::use_tuple;
+using redlock::test::wait_connected;
 using clock_type = std::chrono::steady_clock;
 
 // The raw RESP reply a master gives to GET key, e.g. "$40\r\n<token>\r\n" or "$-1\r\n".
@@ -75,17 +76,6 @@ struct client_test : ::testing::Test {
   // Waits (bounded) until every running master agrees with `holding(key, value) == want`.
   asio::awaitable<bool> eventually_holding(const std::string& key, const std::string& value, std::size_t want) {
     co_return co_await until([&] { return holding(key, value) == want; }, 1s);
-  }
-
-  asio::awaitable<void> wait_connected(redlock::client& c) {
-    const bool up = co_await until(
-        [&] {
-          for (const auto& s : c.masters())
-            if (s.state != redlock::connection_state::up) return false;
-          return true;
-        },
-        2s);
-    if (!up) ADD_FAILURE() << "client did not connect to every master";
   }
 
   // Waits (bounded) until the client has seen master `i`'s connection go down.

@@ -44,6 +44,7 @@ using redlock::connection_config;
 using redlock::error;
 using redlock::test::run_test;
 using redlock::test::use_tuple;
+using redlock::test::wait_connected;
 using ms = std::chrono::milliseconds;
 
 // Every error of this file is caller input: retrying cannot help, and nothing else may claim it.
@@ -406,17 +407,6 @@ struct real_masters : ::testing::Test {
     auto cfg = redlock::test::client_config_for(cluster, request_timeout);
     cfg.max_resource_length = name_limit;
     return cfg;
-  }
-
-  asio::awaitable<void> wait_connected(redlock::client& c) {
-    const bool up = co_await redlock::test::until(
-        [&] {
-          for (const auto& s : c.masters())
-            if (s.state != redlock::connection_state::up) return false;
-          return true;
-        },
-        2s);
-    if (!up) ADD_FAILURE() << "client did not connect to every master";
   }
 
   // How many times each master ran `command` (lower case, as INFO commandstats names it).

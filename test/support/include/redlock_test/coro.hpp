@@ -3,6 +3,8 @@
 /// @file
 /// Running coroutine test bodies on an io_context, bounded in time (header-only, tests only).
 
+#include <redlock/client.hpp>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -55,6 +57,18 @@ inline boost::asio::awaitable<bool> until(const std::function<bool()>& pred,
     co_await sleep_for(step);
   }
   co_return true;
+}
+
+/// Waits (2 s at most) until every master of `c` is connected; a test failure when not.
+inline boost::asio::awaitable<void> wait_connected(redlock::client& c) {
+  const bool up = co_await until(
+      [&] {
+        for (const auto& s : c.masters())
+          if (s.state != redlock::connection_state::up) return false;
+        return true;
+      },
+      std::chrono::seconds{2});
+  if (!up) ADD_FAILURE() << "client did not connect to every master";
 }
 
 }  // namespace redlock::test
