@@ -25,7 +25,7 @@
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 namespace {

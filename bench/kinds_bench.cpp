@@ -45,7 +45,7 @@ namespace {
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 constexpr auto tuple = asio::as_tuple(asio::use_awaitable);
 
 struct kind_spec {

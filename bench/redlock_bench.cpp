@@ -72,7 +72,7 @@
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 namespace {
@@ -223,7 +223,7 @@ std::pair<stats, stats> floor_rtt(asio::io_context& ioc, const redlock::client_c
       int answered = 0;
       double at_majority = 0;
       const auto s = clock_type::now();
-      asio::steady_timer done{co_await asio::this_coro::executor, clock_type::time_point::max()};
+      redlock::timer done{co_await asio::this_coro::executor, clock_type::time_point::max()};
       for (auto& c : conns) {
         redlock::resp::request r;
         r.push("PING");
@@ -385,7 +385,7 @@ contention_result contention(asio::io_context& ioc, redlock::client& c, setup& s
               ++r.after_deadline;
             }
             if (hold > clock_type::duration::zero()) {
-              asio::steady_timer t{co_await asio::this_coro::executor, hold};
+              redlock::timer t{co_await asio::this_coro::executor, hold};
               co_await t.async_wait(use_tuple);
             }
             released = clock_type::now();

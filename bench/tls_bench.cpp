@@ -49,7 +49,7 @@ namespace {
 namespace asio = boost::asio;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 constexpr auto tuple = asio::as_tuple(asio::use_awaitable);
 constexpr std::size_t masters = 5;
 

@@ -34,7 +34,7 @@
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 using boost::system::error_code;
 
 namespace {

@@ -46,7 +46,7 @@
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 using namespace asio::experimental::awaitable_operators;  // a || b: run both, the first to finish cancels the other
-using clock_type = std::chrono::steady_clock;             // CLOCK_MONOTONIC on Linux
+using clock_type = redlock::clock;                        // CLOCK_MONOTONIC on Linux
 using std::chrono::milliseconds;
 
 // With as_tuple an operation's error is returned as a value instead of thrown.
@@ -93,7 +93,7 @@ long long ms_left(const redlock::lock& l) {
 // cancelled (the lock was lost). It acts only while the lock is certainly valid: a leader that
 // cannot prove it still leads must not act as one.
 asio::awaitable<void> lead(const redlock::lock& l, const options& o, clock_type::time_point end, int term) {
-  asio::steady_timer tick{co_await asio::this_coro::executor};
+  redlock::timer tick{co_await asio::this_coro::executor};
   for (int beat = 1; clock_type::now() < end && clock_type::now() < l.validity_deadline(); ++beat) {
     say("{} is leader: heartbeat {} of term {} (extended {} times, valid for {} ms more)", o.name, beat, term,
         l.extensions(), ms_left(l));
@@ -104,7 +104,7 @@ asio::awaitable<void> lead(const redlock::lock& l, const options& o, clock_type:
 }
 
 asio::awaitable<void> campaign(redlock::client& locks, const options& o) {
-  asio::steady_timer pause{co_await asio::this_coro::executor};
+  redlock::timer pause{co_await asio::this_coro::executor};
   const auto end = clock_type::now() + o.run_for;
   int term = 0;
   bool standby = false;

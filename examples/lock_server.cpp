@@ -58,7 +58,7 @@
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using namespace std::chrono_literals;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 using boost::system::error_code;
 
 // With as_tuple an operation's error is returned as a value instead of thrown: right for outcomes
@@ -116,7 +116,7 @@ std::string masters_down(const redlock::client& locks) {
 }
 
 asio::awaitable<void> sleep_for(clock_type::duration d) {
-  asio::steady_timer t{co_await asio::this_coro::executor, d};
+  redlock::timer t{co_await asio::this_coro::executor, d};
   co_await t.async_wait(use_tuple);
 }
 
@@ -286,7 +286,7 @@ asio::awaitable<int> self_test(std::list<server>& servers, const options& o) {
              name, servers.size(), o.use_lock ? "" : " WITHOUT the lock");
   tally t;
   int running = o.self_test;
-  asio::steady_timer all_done{ex, clock_type::time_point::max()};
+  redlock::timer all_done{ex, clock_type::time_point::max()};
   for (int i = 0; i < o.self_test; ++i) {
     auto& s = *std::next(servers.begin(), i % static_cast<int>(servers.size()));  // spread over the instances
     asio::co_spawn(ex, client_session(s.acceptor.local_endpoint(), name, o.requests, t), [&](std::exception_ptr e) {
@@ -442,7 +442,7 @@ int main(int argc, char** argv) {
       fmt::print("try:  printf 'INCR account:7\\nGET account:7\\nQUIT\\n' | nc 127.0.0.1 {}\n", port);
       if (o.run_for.count() > 0) {
         // Stop after --for: drop the open sessions too (a lock still held expires with its ttl).
-        auto stop = std::make_shared<asio::steady_timer>(ioc, o.run_for);
+        auto stop = std::make_shared<redlock::timer>(ioc, o.run_for);
         stop->async_wait([stop, &ioc](error_code) { ioc.stop(); });
       }
     }

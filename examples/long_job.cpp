@@ -45,7 +45,7 @@
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 using std::chrono::milliseconds;
 
 // With as_tuple an operation's error is returned as a value instead of thrown.

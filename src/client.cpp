@@ -12,6 +12,7 @@
 #include "detail/client_state.hpp"
 #include "detail/completion.hpp"
 #include "detail/log.hpp"
+#include "detail/timer.hpp"
 #include <redlock/client.hpp>
 #include <redlock/core/extend_fsm.hpp>
 #include <redlock/core/keep_alive_fsm.hpp>
@@ -21,7 +22,6 @@
 #include <redlock/detail/token.hpp>
 
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/system_executor.hpp>
 
@@ -65,9 +65,9 @@ struct lock_op final : op_base {
   std::shared_ptr<lock_state> st;
   std::optional<lock_handler> handler;
   core::lock_fsm fsm;
-  asio::steady_timer timer;  // the retry delay
-  std::string member;        // the waiter's name in the masters' queues, once it queued
-  std::int64_t ticket = 0;   // sent with the fair round in progress
+  redlock::detail::timer timer;  // the retry delay
+  std::string member;            // the waiter's name in the masters' queues, once it queued
+  std::int64_t ticket = 0;       // sent with the fair round in progress
 
   void start() {
     auto& c = *owner;

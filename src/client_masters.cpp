@@ -132,7 +132,7 @@ struct ready_op final : op_base {
   std::weak_ptr<client_impl> owner;  // weak: the client keeps its waiters
   asio::any_io_executor ex;
   std::optional<ready_handler> handler;
-  asio::steady_timer timer;
+  redlock::detail::timer timer;
 
   void on_reply(std::uint64_t, error_code, const resp::response&) override {}
   void cancel() override { finish(asio::error::operation_aborted); }

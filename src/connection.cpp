@@ -12,6 +12,7 @@
 #include "detail/log.hpp"
 #include "detail/master_link.hpp"
 #include "detail/stream.hpp"
+#include "detail/timer.hpp"
 #include <redlock/connection.hpp>
 #include <redlock/core/link_fsm.hpp>
 #include <redlock/core/link_health.hpp>
@@ -23,7 +24,6 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -63,9 +63,9 @@ struct pending {
   detail::handler_box<handler_type> box;     // empty for an internal request
   std::shared_ptr<detail::reply_sink> sink;  // set for an internal request
   std::uint64_t tag = 0;
-  std::chrono::steady_clock::time_point start;  // reached the strand: its latency counts from here
-  pending(handler_type h, std::chrono::steady_clock::time_point t) noexcept : box(std::move(h)), start(t) {}
-  pending(std::shared_ptr<detail::reply_sink> s, std::uint64_t t, std::chrono::steady_clock::time_point at) noexcept
+  redlock::boot_clock::time_point start;  // reached the strand: its latency counts from here
+  pending(handler_type h, redlock::boot_clock::time_point t) noexcept : box(std::move(h)), start(t) {}
+  pending(std::shared_ptr<detail::reply_sink> s, std::uint64_t t, redlock::boot_clock::time_point at) noexcept
       : sink(std::move(s)), tag(t), start(at) {}
 };
 
@@ -669,11 +669,11 @@ class connection::impl : public std::enable_shared_from_this<impl> {
 
   detail::stream stream_;
   core::link_fsm fsm_;
-  asio::steady_timer serve_done_;      // wakes serve() when the reader stops
-  asio::steady_timer deadline_timer_;  // the earliest request deadline
-  asio::steady_timer attempt_timer_;   // bounds a connect attempt
-  asio::steady_timer backoff_timer_;   // the wait before the next attempt
-  asio::steady_timer flush_timer_;     // bounds close_after_writes
+  redlock::detail::timer serve_done_;      // wakes serve() when the reader stops
+  redlock::detail::timer deadline_timer_;  // the earliest request deadline
+  redlock::detail::timer attempt_timer_;   // bounds a connect attempt
+  redlock::detail::timer backoff_timer_;   // the wait before the next attempt
+  redlock::detail::timer flush_timer_;     // bounds close_after_writes
   detail::multiplexer<pending> mux_;
   std::minstd_rand rng_;
   std::optional<run_handler> run_handler_;

@@ -3,6 +3,7 @@
 /// @file
 /// The Redlock client: distributed locks over N independent Redis masters.
 
+#include <redlock/clock.hpp>
 #include <redlock/config.hpp>
 #include <redlock/connection.hpp>
 #include <redlock/lock.hpp>
@@ -47,7 +48,7 @@ class client {
   /// The type of the executor given to the constructor (`get_executor()`).
   using executor_type = boost::asio::any_io_executor;
   /// The clock of validity deadlines (monotonic).
-  using clock = std::chrono::steady_clock;
+  using clock = redlock::boot_clock;
 
   /// Starts connecting to every master. An invalid `cfg` does not throw: every operation then
   /// completes with `error::invalid_config` (see `validate`).

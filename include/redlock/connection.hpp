@@ -3,6 +3,7 @@
 /// @file
 /// One multiplexed, pipelined connection to one Redis node.
 
+#include <redlock/clock.hpp>
 #include <redlock/core/backoff.hpp>
 #include <redlock/error.hpp>
 #include <redlock/observe.hpp>
@@ -165,7 +166,7 @@ class connection {
   /// The type of the executor given to the constructor (`get_executor()`).
   using executor_type = boost::asio::any_io_executor;
   /// The clock of request deadlines (monotonic).
-  using clock = std::chrono::steady_clock;
+  using clock = redlock::boot_clock;
 
   /// @param ex executor the connection's I/O runs on (through its own strand); also the default
   /// executor of completion handlers that have no associated executor.

@@ -3,6 +3,7 @@
 /// @file
 /// A held (or failed) Redlock lock, and what each master said about it.
 
+#include <redlock/clock.hpp>
 #include <redlock/config.hpp>
 #include <redlock/error.hpp>
 #include <redlock/lock_event.hpp>
@@ -63,7 +64,7 @@ struct unlock_result {
 class lock {
  public:
   /// The clock of `validity_deadline()` (monotonic).
-  using clock = std::chrono::steady_clock;
+  using clock = redlock::boot_clock;
   /// The type of `get_executor()`.
   using executor_type = boost::asio::any_io_executor;
 

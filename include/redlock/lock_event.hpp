@@ -4,6 +4,7 @@
 /// What happens to a held lock, as `lock::async_wait_event` reports it, and the error `with_lock`
 /// throws when the lock is lost during the work.
 
+#include <redlock/clock.hpp>
 #include <redlock/error.hpp>
 #include <redlock/master_result.hpp>
 
@@ -22,7 +23,7 @@ namespace redlock {
 /// One thing that happened to a held lock (`lock::async_wait_event`).
 struct lock_event {
   /// The clock of `at` and `validity_deadline` (the client's).
-  using clock = std::chrono::steady_clock;
+  using clock = redlock::boot_clock;
 
   /// The kinds of event.
   enum class type : std::uint8_t {

@@ -6,6 +6,7 @@
 // client_impl's members are defined by concern in src/client_*.cpp.
 
 #include "master_link.hpp"
+#include "timer.hpp"
 #include "waiter_list.hpp"
 #include "wake_queue.hpp"
 #include <redlock/client.hpp>
@@ -23,7 +24,6 @@
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
 #include <atomic>
@@ -42,7 +42,7 @@ namespace redlock::detail {
 
 namespace asio = boost::asio;
 using boost::system::error_code;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::boot_clock;
 using strand_type = asio::strand<asio::any_io_executor>;
 using lock_handler = asio::any_completion_handler<void(error_code, lock)>;
 using unlock_handler = asio::any_completion_handler<void(error_code, std::size_t)>;
@@ -434,7 +434,7 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
 
   // The keep-alive timer: one for every watched lock, armed at the earliest wake-up.
   wake_queue<watch> wakes_;
-  asio::steady_timer timer_;
+  redlock::detail::timer timer_;
 };
 
 }  // namespace redlock::detail

@@ -3,6 +3,7 @@
 // A node connection's counters and status (private to src/): written on the connection's strand,
 // read by `connection::stats()` / `status()` from any thread.
 
+#include <redlock/clock.hpp>
 #include <redlock/connection.hpp>
 #include <redlock/detail/multiplexer.hpp>
 #include <redlock/detail/observe.hpp>
@@ -22,7 +23,7 @@ inline void inc(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept { b
 
 struct connection_counters {
   using counter = std::atomic<std::uint64_t>;
-  using clock = std::chrono::steady_clock;
+  using clock = redlock::boot_clock;
   counter requests{0}, ok{0}, server_errors{0}, timeouts{0}, not_connected{0}, connection_lost{0}, protocol_errors{0},
       cancelled{0}, aborted{0}, invalid{0};
   counter written{0}, replies{0}, dropped_replies{0}, pushes{0}, bytes_written{0}, bytes_read{0};

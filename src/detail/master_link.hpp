@@ -8,6 +8,7 @@
 // request is queued by a plain call and its reply is handed to the operation by a plain call from
 // the connection's read path, in the same scheduler pass as the socket read that produced it.
 
+#include <redlock/clock.hpp>
 #include <redlock/connection.hpp>
 #include <redlock/resp/node.hpp>
 
@@ -66,7 +67,7 @@ class link_observer {
 /// strand it was given (shared with the client's operations).
 class master_link {
  public:
-  using clock = std::chrono::steady_clock;
+  using clock = redlock::boot_clock;
   using strand_type = boost::asio::strand<boost::asio::any_io_executor>;
 
   /// Builds the connection on `strand` (which must be a strand: every call below runs on it).

@@ -27,7 +27,7 @@ namespace redlock::detail {
 
 namespace asio = boost::asio;
 using boost::system::error_code;
-using clock = std::chrono::steady_clock;
+using clock = redlock::boot_clock;
 
 namespace {
 
@@ -121,7 +121,7 @@ struct stream::probe_race {
   std::vector<std::unique_ptr<socket_type>> sockets;
   std::optional<std::size_t> winner;
   error_code refused;
-  asio::steady_timer wake;
+  redlock::detail::timer wake;
 };
 
 stream::stream(const strand_type& strand, const connection_config& cfg)

@@ -7,6 +7,7 @@
 // requests (detail::multiplexer does). Used on one strand only.
 
 #include "connection_counters.hpp"
+#include "timer.hpp"
 #include "tls_context.hpp"
 #include <redlock/connection.hpp>
 #include <redlock/detail/reply_reader.hpp>
@@ -19,7 +20,6 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/stream.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/system/error_code.hpp>
@@ -179,8 +179,8 @@ class stream {
   std::shared_ptr<tls_stream> tls_;
   std::shared_ptr<probe_race> race_;          // the race of probes in progress, if any
   std::shared_ptr<socket_type> plain_probe_;  // see handshake_tls()
-  boost::asio::steady_timer nudge_timer_;     // see handshake_tls()
-  boost::asio::steady_timer drained_;         // wakes close_and_drain()
+  redlock::detail::timer nudge_timer_;        // see handshake_tls()
+  redlock::detail::timer drained_;            // wakes close_and_drain()
   std::uint64_t generation_ = 0;              // bumped when the stream resets
   std::uint64_t attempt_ = 0;                 // bumped at each connect
   std::size_t tls_writes_ = 0;                // TLS writes not completed yet

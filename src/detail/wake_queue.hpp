@@ -5,6 +5,8 @@
 // as `scheduled`); an entry whose time no longer matches is stale and skipped. It says when the
 // one timer must fire; the caller owns the timer.
 
+#include <redlock/clock.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -15,12 +17,12 @@
 
 namespace redlock::detail {
 
-/// `T` has a member `std::chrono::steady_clock::time_point scheduled`, initially `max()`, which
+/// `T` has a member `redlock::boot_clock::time_point scheduled`, initially `max()`, which
 /// only this queue writes, and is owned by a `std::shared_ptr` (`shared_from_this()`).
 template <class T>
 class wake_queue {
  public:
-  using time_point = std::chrono::steady_clock::time_point;
+  using time_point = redlock::boot_clock::time_point;
   static constexpr time_point never = time_point::max();
 
   /// Moves `t`'s wake-up to `at` (`never`: none). Returns when the timer must now fire

@@ -52,7 +52,7 @@ using redlock::resp::node;
 using redlock::resp::parser_limits;
 using redlock::resp::response;
 using redlock::resp::type;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 using id_type = std::uint64_t;
 
 // Small limits so that short inputs reach them.

@@ -47,7 +47,7 @@ using redlock::test::reply_action;
 using redlock::test::run_test;
 using redlock::test::sleep_for;
 using redlock::test::use_tuple;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 
 // Bounds every test body: a misbehaving node must never make anything hang.
 constexpr auto test_limit = 30s;

@@ -48,7 +48,7 @@ using redlock::test::sleep_for;
 using redlock::test::until;
 using redlock::test::use_tuple;
 using redlock::test::wait_connected;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 
 // The raw RESP reply a master gives to GET key, e.g. "$40\r\n<token>\r\n" or "$-1\r\n".
 std::string bulk(const std::string& v) { return "$" + std::to_string(v.size()) + "\r\n" + v + "\r\n"; }

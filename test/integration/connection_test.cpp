@@ -36,7 +36,7 @@ using redlock::error;
 using redlock::resp::request;
 using redlock::resp::response;
 using redlock::resp::type;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 
 using redlock::test::run_test;
 using redlock::test::sleep_for;

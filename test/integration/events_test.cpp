@@ -30,7 +30,7 @@ using redlock::test::run_test;
 using redlock::test::sleep_for;
 using redlock::test::until;
 using redlock::test::use_tuple;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 using type = lock_event::type;
 
 struct events_test : ::testing::Test {

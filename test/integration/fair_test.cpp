@@ -58,7 +58,7 @@ using redlock::error;
 using redlock::test::run_test;
 using redlock::test::sleep_for;
 using redlock::test::use_tuple;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 using ms = std::chrono::milliseconds;
 
 using redlock::test::bulk;

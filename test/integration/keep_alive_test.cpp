@@ -28,7 +28,7 @@ using redlock::test::run_test;
 using redlock::test::sleep_for;
 using redlock::test::until;
 using redlock::test::use_tuple;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 
 struct keep_alive_test : ::testing::Test {
   redlock::test::redis_cluster cluster{5};

@@ -41,7 +41,7 @@ using redlock::test::run_test;
 using redlock::test::sleep_for;
 using redlock::test::until;
 using redlock::test::use_tuple;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 using ms = std::chrono::milliseconds;
 
 // "a,b,c" -> {"a", "b", "c"} (GCC 12 cannot build braced lists of strings inside coroutines).

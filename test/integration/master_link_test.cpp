@@ -83,7 +83,7 @@ using redlock::detail::master_link;
 using redlock::detail::reply_sink;
 using redlock::resp::request;
 using redlock::resp::response;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 
 struct call {
   std::uint64_t tag;

@@ -43,7 +43,7 @@ using redlock::master_status;
 using redlock::test::run_test;
 using redlock::test::sleep_for;
 using redlock::test::use_tuple;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 
 // A thread-safe sink that keeps every message.
 class capture {

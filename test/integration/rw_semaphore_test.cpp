@@ -46,7 +46,7 @@ using redlock::test::run_test;
 using redlock::test::sleep_for;
 using redlock::test::until;
 using redlock::test::use_tuple;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 using ms = std::chrono::milliseconds;
 
 // ---- options (built outside coroutine bodies) -----------------------------------------------------

@@ -45,7 +45,7 @@ using redlock::test::run_test;
 using redlock::test::sleep_for;
 using redlock::test::until;
 using redlock::test::use_tuple;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 using ms = std::chrono::milliseconds;
 
 std::string suffixed(const std::string& key, std::string_view suffix) { return key + std::string{suffix}; }

@@ -33,7 +33,7 @@ using redlock::test::run_test;
 using redlock::test::sleep_for;
 using redlock::test::until;
 using redlock::test::use_tuple;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 
 constexpr auto limit = std::chrono::seconds{20};  // per test body; none should come close
 

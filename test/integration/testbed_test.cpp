@@ -2,6 +2,7 @@
 // The test bed itself, against real redis-server processes: if these fail, every other
 // integration test's verdict is suspect.
 
+#include <redlock/clock.hpp>
 #include <redlock_test/fault_proxy.hpp>
 #include <redlock_test/master_clock.hpp>
 #include <redlock_test/redis_cluster.hpp>
@@ -155,9 +156,9 @@ bool process_gone(pid_t pid) { return ::kill(pid, 0) == -1 && errno == ESRCH; }
 
 /// Polls `condition` until it holds or `timeout` passes (for effects that are asynchronous).
 bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 5s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = redlock::clock::now() + timeout;
   while (!condition()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (redlock::clock::now() >= deadline) return false;
     std::this_thread::sleep_for(5ms);
   }
   return true;
@@ -558,10 +559,10 @@ TEST_F(fault_proxy_test, latency_delays_each_direction_and_keeps_order) {
   client c(proxy_.port());
   ASSERT_EQ(c.request({"PING"}), "+PONG\r\n");
   proxy_.set_latency(100ms);
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = redlock::clock::now();
   EXPECT_EQ(c.request({"PING"}), "+PONG\r\n");
   // Only a lower bound: the injected delay, once per direction.
-  EXPECT_GE(std::chrono::steady_clock::now() - start, 200ms);
+  EXPECT_GE(redlock::clock::now() - start, 200ms);
 
   // Separate writes become separate delayed chunks; their order must hold.
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(c.send(encode({"INCR", "n"})));

@@ -64,7 +64,7 @@ extern char** environ;
 namespace {
 
 using namespace std::chrono_literals;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 using redlock::test::section;
 namespace pa = redlock::test::partition;
 

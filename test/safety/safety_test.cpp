@@ -40,7 +40,7 @@ namespace {
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 using redlock::test::check;
 using redlock::test::section;
 

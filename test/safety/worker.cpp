@@ -74,7 +74,7 @@
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 using redlock::lock_options;
 
@@ -121,12 +121,12 @@ std::int64_t ns(clock_type::time_point t) {
 }
 
 asio::awaitable<void> sleep_for(clock_type::duration d) {
-  asio::steady_timer t{co_await asio::this_coro::executor, d};
+  redlock::timer t{co_await asio::this_coro::executor, d};
   co_await t.async_wait(use_tuple);
 }
 
 asio::awaitable<void> sleep_until(clock_type::time_point at) {
-  asio::steady_timer t{co_await asio::this_coro::executor, at};
+  redlock::timer t{co_await asio::this_coro::executor, at};
   co_await t.async_wait(use_tuple);
 }
 

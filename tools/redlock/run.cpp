@@ -44,7 +44,7 @@ namespace {
 
 namespace asio = boost::asio;
 using boost::system::error_code;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 using std::chrono::milliseconds;
 
 // ---- before fork: the command, its environment, the descriptors it inherits --------------------

@@ -25,7 +25,7 @@ namespace {
 
 namespace asio = boost::asio;
 using boost::system::error_code;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 using std::chrono::milliseconds;
 
 /// What one master said.

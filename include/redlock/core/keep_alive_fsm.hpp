@@ -6,6 +6,7 @@
 /// always declared at the latest `notify_margin` before the validity deadline, whatever an
 /// extension in progress is doing: the shell only has to wake the machine at `next_wake()`.
 
+#include <redlock/clock.hpp>
 #include <redlock/error.hpp>
 
 #include <boost/asio/error.hpp>
@@ -39,7 +40,7 @@ struct keep_alive_options {
 
 namespace core {
 
-using clock = std::chrono::steady_clock;
+using clock = redlock::boot_clock;
 
 /// The loss is signalled this long before the deadline when nothing else was said: a twentieth of
 /// the ttl, at least 2 ms.

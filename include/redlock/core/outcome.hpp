@@ -4,6 +4,7 @@
 /// What one master's reply means for each command of the Redlock protocol, and the table of one
 /// round's answers (one per master) with the quorum over them. Pure: times are passed in.
 
+#include <redlock/clock.hpp>
 #include <redlock/core/quorum.hpp>
 #include <redlock/error.hpp>
 #include <redlock/master_result.hpp>
@@ -26,7 +27,7 @@ namespace redlock::core {
 
 /// The clock of every deadline and validity in the cores (monotonic: wall-clock jumps do not
 /// shorten or stretch a lock).
-using clock = std::chrono::steady_clock;
+using clock = redlock::boot_clock;
 
 /// The commands of the protocol: each has its own "yes" and "no".
 enum class command : std::uint8_t {

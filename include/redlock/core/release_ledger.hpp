@@ -4,6 +4,8 @@
 /// Releases whose outcome on one master is unknown, kept to be sent again on the master's next
 /// connection (sans-I/O: the caller passes the time). Used by the lock client, one per master.
 
+#include <redlock/clock.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -23,7 +25,7 @@ namespace redlock::core {
 class release_ledger {
  public:
   /// The clock of every time given and kept (monotonic).
-  using clock = std::chrono::steady_clock;
+  using clock = redlock::boot_clock;
 
   /// One release in doubt.
   struct entry {

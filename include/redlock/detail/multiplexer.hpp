@@ -14,6 +14,7 @@
 /// confirmation as its reply, so the stream stays in step across a SUBSCRIBE; every other push
 /// (`message`, client tracking...) is out of band and goes to the I/O layer with its content.
 
+#include <redlock/clock.hpp>
 #include <redlock/detail/reply_reader.hpp>
 #include <redlock/error.hpp>
 #include <redlock/resp/node.hpp>
@@ -96,7 +97,7 @@ inline bool is_subscription_push(const resp::response& msg) noexcept {
 template <class Completion>
 class multiplexer {
  public:
-  using clock = std::chrono::steady_clock;
+  using clock = redlock::boot_clock;
   using id_type = std::uint64_t;
 
   /// @param limits bounds on each reply (see `resp::parser_limits`).

@@ -4,6 +4,7 @@
 /// The machinery behind redlock/observe.hpp, shared by the library's sources (and their tests):
 /// live counters, the logger, and helpers that keep secrets and untrusted bytes out of messages.
 
+#include <redlock/clock.hpp>
 #include <redlock/observe.hpp>
 
 #include <boost/system/error_code.hpp>
@@ -38,7 +39,7 @@ inline std::uint64_t read(const std::atomic<std::uint64_t>& c) noexcept { return
 template <bool SingleWriter>
 class live_histogram {
  public:
-  void record(std::chrono::steady_clock::duration d) noexcept {
+  void record(redlock::boot_clock::duration d) noexcept {
     const auto us = d.count() <= 0
                         ? std::uint64_t{0}
                         : static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());

@@ -34,8 +34,8 @@ int main(int argc, char** argv) {
   try {
     auto lock = result.get();
     std::printf("redlock %s: acquired, validity until +%lld ms\n", redlock::version_string,
-                static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                           lock.validity_deadline() - std::chrono::steady_clock::now())
+                static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(lock.validity_deadline() -
+                                                                                             redlock::clock::now())
                                            .count()));
     lock.async_unlock(boost::asio::use_future).get();
   } catch (const boost::system::system_error& e) {

@@ -17,7 +17,7 @@ using redlock::detail::multiplexer;
 using redlock::resp::node;
 using redlock::resp::response;
 using redlock::resp::type;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 using boost::system::error_code;
 
 struct done {

@@ -13,7 +13,7 @@
 namespace {
 
 using namespace std::chrono_literals;
-using clock_type = std::chrono::steady_clock;
+using clock_type = redlock::clock;
 using tp = clock_type::time_point;
 
 struct item : std::enable_shared_from_this<item> {

@@ -26,7 +26,7 @@ inline constexpr auto use_tuple = boost::asio::as_tuple(boost::asio::use_awaitab
 /// Runs the coroutine `body(ioc)` on `threads` threads of a fresh io_context. A body that does
 /// not finish within `limit` fails the test instead of hanging the suite.
 template <class Body>
-void run_test(Body body, int threads = 1, std::chrono::steady_clock::duration limit = std::chrono::seconds{60}) {
+void run_test(Body body, int threads = 1, redlock::clock::duration limit = std::chrono::seconds{60}) {
   boost::asio::io_context ioc{threads};
   std::atomic<bool> finished{false};
   std::exception_ptr failure;
@@ -42,18 +42,18 @@ void run_test(Body body, int threads = 1, std::chrono::steady_clock::duration li
   if (failure) std::rethrow_exception(failure);
 }
 
-inline boost::asio::awaitable<void> sleep_for(std::chrono::steady_clock::duration d) {
+inline boost::asio::awaitable<void> sleep_for(redlock::clock::duration d) {
   boost::asio::steady_timer t{co_await boost::asio::this_coro::executor, d};
   co_await t.async_wait(use_tuple);
 }
 
 /// Waits, bounded, until `pred()` holds, checking every `step`; false if it never did.
 inline boost::asio::awaitable<bool> until(const std::function<bool()>& pred,
-                                          std::chrono::steady_clock::duration limit = std::chrono::seconds{5},
-                                          std::chrono::steady_clock::duration step = std::chrono::milliseconds{5}) {
-  const auto end = std::chrono::steady_clock::now() + limit;
+                                          redlock::clock::duration limit = std::chrono::seconds{5},
+                                          redlock::clock::duration step = std::chrono::milliseconds{5}) {
+  const auto end = redlock::clock::now() + limit;
   while (!pred()) {
-    if (std::chrono::steady_clock::now() >= end) co_return false;
+    if (redlock::clock::now() >= end) co_return false;
     co_await sleep_for(step);
   }
   co_return true;
