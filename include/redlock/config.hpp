@@ -7,6 +7,7 @@
 #include <redlock/core/keep_alive_fsm.hpp>
 #include <redlock/core/retry.hpp>
 #include <redlock/core/validity.hpp>
+#include <redlock/hazard.hpp>
 #include <redlock/lock_options.hpp>
 #include <redlock/observe.hpp>
 
@@ -61,9 +62,13 @@ struct client_config {
   std::size_t max_resource_length = 64 * 1024;
   /// Most resources one `async_lock_all` takes (each is a key in one script call per master).
   std::size_t max_resources = 1024;
-  /// Longest ttl accepted (at most 366 days). A lock meant to last longer is kept alive with
-  /// `lock::keep_alive` instead; a ttl of years is almost always a unit mistake.
-  std::chrono::milliseconds max_ttl = std::chrono::hours{24};
+  /// Longest ttl of one request (acquire or extension; at most 366 days). It bounds how long a
+  /// restarted master stays quarantined (`guard.quarantine`), so keep it short: a lock meant to
+  /// last longer is kept alive with `lock::keep_alive`. Every client of a fleet should use the
+  /// same value (or a larger quarantine). 60 s by default (24 h before 0.9.0).
+  std::chrono::milliseconds max_ttl = std::chrono::seconds{60};
+  /// The hazard guards: restarted masters and wall-clock jumps (docs/safety.md).
+  hazard_guard_options guard{};
   /// Log sink and level for the client's messages (lock acquired, failed, extended, lost,
   /// released; off by default). Each master whose own `connection_config::logging` has no sink
   /// logs through this one too, its messages prefixed "master N (address)".

@@ -105,6 +105,10 @@ struct connection_config {
   std::chrono::milliseconds connect_probe_interval{200};
   /// Limits on what the node may send; a reply over them fails the connection, never the process.
   resp::parser_limits limits{};
+  /// For a Redlock master: the node keeps its keys across restarts (AOF with `appendfsync
+  /// always`), so the restart quarantine (`hazard_guard_options`) is skipped for it. Clock jumps
+  /// are still guarded. Ignored by a plain connection.
+  bool durable = false;
   /// Log sink and level for this connection's messages (off by default). A `client` gives each
   /// master without a sink of its own the client's `logging`, prefixed "master N (address)".
   log_options logging{};
