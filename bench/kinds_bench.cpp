@@ -128,6 +128,7 @@ int main(int argc, char** argv) {
     m.port = cluster[i].port();
     cfg.masters.push_back(m);
   }
+  cfg.guard.restarts = redlock::restart_detection::off;  // masters this run just started: no restart to guard
 
   // ---- (k1)/(k2): uncontended latency per kind ---------------------------------------------------
   const auto specs = kinds();

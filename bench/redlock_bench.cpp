@@ -141,6 +141,9 @@ struct setup {
       m.port = (slow_minority && i < proxies.size()) ? proxies[i]->port() : cluster[i].port();
       cfg.masters.push_back(m);
     }
+    cfg.guard.restarts = redlock::restart_detection::off;  // masters this run just started: no restart to guard
+    // REDLOCK_BENCH_NO_CLOCK_CHECK=1: without TIME behind each vote, to measure what it costs.
+    if (const char* v = std::getenv("REDLOCK_BENCH_NO_CLOCK_CHECK"); v && *v == '1') cfg.guard.clock_jumps = false;
     return cfg;
   }
   std::string list(bool slow_minority) {

@@ -106,6 +106,7 @@ redlock::client_config config_for(std::vector<server>& servers, const certificat
     if (tls) m.tls.ca_file = c.file("ca.crt");
     cfg.masters.push_back(m);
   }
+  cfg.guard.restarts = redlock::restart_detection::off;  // masters this run just started: no restart to guard
   return cfg;
 }
 

@@ -40,6 +40,7 @@
 #include <cstdlib>
 #include <exception>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -219,6 +220,12 @@ redlock::client_config load_config(std::string list) {
   if (redlock::parse_masters(list, cfg.masters, &problem)) usage(problem);
   if (const char* password = std::getenv("REDLOCK_PASSWORD"); password && *password) {
     for (auto& m : cfg.masters) m.password = password;
+  }
+  // REDLOCK_RESTART_GUARD=off for masters that were just started and have held no lock (tests,
+  // demos): else the first locks wait out the restart quarantine (docs/safety.md).
+  if (const char* guard = std::getenv("REDLOCK_RESTART_GUARD"); guard && *guard) {
+    if (!redlock::parse_restart_detection(guard, cfg.guard.restarts))
+      throw std::invalid_argument("REDLOCK_RESTART_GUARD: expected run_id, reconnect or off");
   }
   return cfg;
 }

@@ -130,10 +130,12 @@ struct lock_op final : op_base {
           }
           c.ensure_inbox();  // queued on each connection before the round: no wake-up is missed
           ticket = a.ticket;
-          return c.send_all(c.scratch_step(step::fair_acquire, *st, values()), a.at, shared_from_this(), fsm.round());
+          note_sent();
+          return c.send_votes(c.scratch_step(step::fair_acquire, *st, values()), a.at, shared_from_this(), fsm.round());
         }
         st->fence_floor = a.fence;
-        return c.send_all(c.scratch_step(step::acquire, *st, values()), a.at, shared_from_this(), fsm.round());
+        note_sent();
+        return c.send_votes(c.scratch_step(step::acquire, *st, values()), a.at, shared_from_this(), fsm.round());
       case core::lock_action::type::confirm:
         // The granting masters disagree on the fence: those behind are raised to it while they
         // still hold our key (docs/safety.md, "Fencing tokens").
@@ -192,6 +194,8 @@ struct lock_op final : op_base {
 
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override {
     if (client_impl::is_release(tag)) return;  // a failed round's release: nobody waits for it
+    // A TIME answer is a sample only with its own round's send time.
+    ec = owner->vote_reply(master_of(tag), ec, r, round_of(tag) == sent_round ? sent_at : clock_type::time_point{});
     if (!(tag & eval_flag) && core::is_noscript(ec, r)) {
       // The master's script cache was empty (the scripts are loaded first on every connection, but
       // requests queued while it was being made go before them): the request again with EVAL,
@@ -206,6 +210,14 @@ struct lock_op final : op_base {
     act(fsm.on_reply(round_of(tag), master_of(tag), ec, r, clock_type::now(), owner->unit_random(),
                      owner->down_cause(master_of(tag))));
   }
+
+  // When the round in progress was sent (the hazard guard's TIME samples).
+  void note_sent() {
+    sent_at = clock_type::now();
+    sent_round = fsm.round();
+  }
+  clock_type::time_point sent_at{};
+  std::uint64_t sent_round = 0;
 
   // The values of this operation's requests: the lock's, and the round's waiter, ticket and fence.
   core::step_values values() const {
@@ -322,6 +334,7 @@ struct extend_op final : op_base {
   std::optional<extend_handler> handler;
   std::chrono::milliseconds ttl;
   core::extend_fsm fsm;
+  clock_type::time_point sent_at{};  // when the extension was sent (the hazard guard's TIME sample)
 
   core::step_values values() const {
     auto v = st->owner->values(*st);
@@ -343,7 +356,8 @@ struct extend_op final : op_base {
       case core::extend_action::type::wait:
         return;
       case core::extend_action::type::extend:
-        return c.send_all(c.scratch_step(step::extend, *st, values()), a.at, shared_from_this(), 0);
+        sent_at = clock_type::now();
+        return c.send_votes(c.scratch_step(step::extend, *st, values()), a.at, shared_from_this(), 0);
       case core::extend_action::type::complete:
         if (a.ec != asio::error::operation_aborted) {
           if (fsm.decided()) st->set_results(fsm.table().results());
@@ -359,6 +373,7 @@ struct extend_op final : op_base {
   }
 
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override {
+    ec = st->owner->vote_reply(master_of(tag), ec, r, sent_at);
     if (st->owner->eval_instead(tag, ec, r, *st, step::extend, values(), shared_from_this())) return;
     act(fsm.on_reply(master_of(tag), ec, r, clock_type::now(), st->owner->down_cause(master_of(tag))));
   }
@@ -525,6 +540,7 @@ client::executor_type client::get_executor() const noexcept { return impl_->exec
 const client_config& client::config() const noexcept { return impl_->config(); }
 std::vector<connection_status> client::masters() const { return impl_->statuses(); }
 client_stats client::stats() const { return impl_->stats(); }
+std::vector<master_hazard> client::hazards() const { return impl_->hazards(); }
 void client::close() { impl_->close(); }
 
 void client::start_wait_ready(ready_handler h, std::optional<std::chrono::milliseconds> timeout) {

@@ -52,8 +52,37 @@ boost::system::error_code validate(const client_config& cfg, std::string* what) 
   if (cfg.max_resource_length == 0) return bad("max_resource_length is 0");
   if (cfg.max_ttl <= std::chrono::milliseconds::zero() || cfg.max_ttl > std::chrono::hours{24 * 366})
     return bad("max_ttl outside (0, 366 days]");
+  if (cfg.guard.restarts != restart_detection::run_id && cfg.guard.restarts != restart_detection::reconnect &&
+      cfg.guard.restarts != restart_detection::off)
+    return bad("guard.restarts is not a restart_detection value");
+  if (cfg.guard.quarantine < std::chrono::milliseconds::zero()) return bad("guard.quarantine is negative");
+  if (cfg.guard.quarantine > std::chrono::milliseconds::zero() && cfg.guard.quarantine < cfg.max_ttl)
+    return bad("guard.quarantine is shorter than max_ttl: a lock granted before a restart could outlive it");
+  if (cfg.guard.clock_probe_interval < std::chrono::milliseconds::zero())
+    return bad("guard.clock_probe_interval is negative");
   if (what) what->clear();
   return {};
+}
+
+bool parse_restart_detection(std::string_view text, restart_detection& out) noexcept {
+  if (text == "run_id") {
+    out = restart_detection::run_id;
+  } else if (text == "reconnect") {
+    out = restart_detection::reconnect;
+  } else if (text == "off") {
+    out = restart_detection::off;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+std::chrono::milliseconds restart_quarantine(const client_config& cfg) noexcept {
+  if (cfg.guard.quarantine > std::chrono::milliseconds::zero()) return cfg.guard.quarantine;
+  // A key set just before the restart lives max_ttl on a master whose clock may run a little
+  // fast against ours; then a second for uptime's whole-second precision.
+  return cfg.max_ttl + std::chrono::ceil<std::chrono::milliseconds>(core::drift(cfg.max_ttl, cfg.drift)) +
+         std::chrono::seconds{1};
 }
 
 std::chrono::milliseconds queue_entry_timeout(const client_config& cfg) noexcept {
@@ -120,7 +149,8 @@ error_code check_ttl_of(const client_config& cfg, std::chrono::milliseconds ttl,
     if (ttl <= std::chrono::milliseconds::zero()) {
       *what = fmt::format("ttl {} ms is not positive", ttl.count());
     } else if (ttl > cfg.max_ttl) {
-      *what = fmt::format("ttl {} ms is above max_ttl ({} ms)", ttl.count(), cfg.max_ttl.count());
+      *what = fmt::format("ttl {} ms is above max_ttl ({} ms): keep a lock longer with keep_alive", ttl.count(),
+                          cfg.max_ttl.count());
     } else {
       *what = fmt::format("ttl {} ms leaves no validity: drift {} + request_timeout {} ms", ttl.count(),
                           format_duration(core::drift(ttl, cfg.drift)), cfg.request_timeout.count());

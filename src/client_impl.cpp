@@ -54,6 +54,7 @@ client_impl::client_impl(asio::any_io_executor ex, client_config cfg)
       cfg_(std::move(cfg)),
       log_(cfg_.logging),
       rng_(std::random_device{}()),
+      probe_timer_(strand_),
       timer_(strand_) {
   config_error_ = validate(cfg_, &config_problem_);
   if (config_error_) {
@@ -84,6 +85,7 @@ client_impl::client_impl(asio::any_io_executor ex, client_config cfg)
     links_.push_back(std::make_unique<master_link>(strand_, std::move(m)));
   }
   health_ = core::readiness{links_.size()};
+  init_guards();
   REDLOCK_LOG(log_, log_level::info, "client started: {} masters, quorum {}", size(), size() / 2 + 1);
 }
 
@@ -92,9 +94,10 @@ client_impl::~client_impl() = default;
 void client_impl::start() {
   const std::weak_ptr<link_observer> self = std::static_pointer_cast<link_observer>(shared_from_this());
   for (std::size_t i = 0; i < links_.size(); ++i) {
-    links_[i]->observe(self, i);
+    links_[i]->observe(self, i, cfg_.guard.restarts == restart_detection::run_id, cfg_.guard.clock_jumps);
     links_[i]->run();
   }
+  post([self = shared_from_this()] { self->arm_probes(); });
 }
 
 void client_impl::close() {
@@ -109,6 +112,7 @@ void client_impl::close() {
     for (auto& op : ops) op->cancel();
     self->waiters_.clear();
     self->timer_.cancel();  // every watcher was cancelled: none is scheduled any more
+    self->probe_timer_.cancel();
     // The cancelled operations queued releases (and queue exits): written before the sockets close.
     for (auto& l : self->links_) l->close_after_writes(self->cfg_.release_timeout);
   });
@@ -147,6 +151,9 @@ client_stats client_impl::stats() const {
   s.locks_queued = read(c.queued);
   s.fence_confirmations = read(c.confirmations);
   s.fences_unverified = read(c.unverified_fences);
+  s.votes_quarantined = read(c.votes_quarantined);
+  s.client_pauses = read(c.client_pauses);
+  s.hazards = hazards();
   s.acquire_latency = c.acquire_latency.snapshot();
   s.log_messages = log_.messages();
   s.log_sink_errors = log_.sink_errors();

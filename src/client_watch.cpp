@@ -27,7 +27,17 @@ namespace detail {
 void watch::keep(const keep_alive_options& opts) {
   auto st = state.lock();
   if (!st) return;
-  fsm.keep(opts, clock_type::now());
+  // Every request's ttl is bounded by max_ttl, the keep-alive's too: the restart quarantine
+  // (docs/safety.md) rests on it. A longer one is cut to max_ttl and said.
+  auto bounded = opts;
+  const auto max_ttl = st->owner->config().max_ttl;
+  if (bounded.ttl > max_ttl) {
+    REDLOCK_LOG(st->owner->log(), log_level::warning,
+                "{}: keep-alive ttl {} ms is above max_ttl: extending by {} ms instead",
+                lock_name(st->resource, st->token), bounded.ttl.count(), max_ttl.count());
+    bounded.ttl = max_ttl;
+  }
+  fsm.keep(bounded, clock_type::now());
   st->owner->schedule(*this);
 }
 
@@ -132,7 +142,8 @@ void watch::wake(clock_type::time_point now) {
     const auto e = ext.start(now);
     if (e.what == core::extend_action::type::extend) {
       // Encoded into the client's scratch buffer (the connections copy it): nothing per lock.
-      c.send_all(c.scratch_step(step::extend, *st, values(c, *st)), e.at, shared_from_this(), ext_round);
+      ext_sent = now;
+      c.send_votes(c.scratch_step(step::extend, *st, values(c, *st)), e.at, shared_from_this(), ext_round);
     } else {
       on_extension_done(*st, e.ec, now);
     }
@@ -151,6 +162,7 @@ void watch::on_reply(std::uint64_t tag, error_code ec, const resp::response& r) 
   auto st = state.lock();
   if (!st || round_of(tag) != ext_round || ext.done()) return;
   auto& c = *st->owner;
+  ec = c.vote_reply(master_of(tag), ec, r, ext_sent);
   if (c.eval_instead(tag, ec, r, *st, step::extend, values(c, *st), shared_from_this())) return;
   const auto now = clock_type::now();
   const auto e = ext.on_reply(master_of(tag), ec, r, now, c.down_cause(master_of(tag)));

@@ -193,9 +193,11 @@ class connection::impl : public std::enable_shared_from_this<impl> {
 
   connection_stats stats() const { return stats_.snapshot(log_); }
 
-  void observe(std::weak_ptr<detail::link_observer> o, std::size_t index) {
+  void observe(std::weak_ptr<detail::link_observer> o, std::size_t index, bool identify, bool ask_time) {
     observer_ = std::move(o);
     observer_index_ = index;
+    facts_.identify = identify;
+    facts_.ask_time = ask_time;
   }
 
  private:
@@ -394,8 +396,8 @@ class connection::impl : public std::enable_shared_from_this<impl> {
         }
         case core::link_step::kind::handshake: {
           int protocol = 0;
-          error_code ec =
-              co_await detail::redis_handshake(stream_, mux_.reader(), cfg_, log_, stats_, protocol, server_text);
+          error_code ec = co_await detail::redis_handshake(stream_, mux_.reader(), cfg_, log_, stats_, protocol,
+                                                           server_text, facts_);
           if (!ec) set_protocol(protocol);
           const bool hung_up = ec && stream_.hung_up_unanswered(ec);
           if (ec) ec = stream_.classify(ec, server_text);
@@ -533,6 +535,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
     reading_ = true;
     read_error_ = {};
     stream_.start_serving();
+    if (auto o = observer_.lock()) o->on_link_identified(observer_index_, facts_);
     notify_up();                           // may queue requests (re-sent releases)
     start_write();                         // what was queued while connecting
     if (auto perr = dispatch_replies()) {  // bytes that came with the handshake
@@ -684,6 +687,7 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   std::uint64_t deadline_generation_ = 0;
   std::weak_ptr<detail::link_observer> observer_;
   std::size_t observer_index_ = 0;
+  detail::node_facts facts_;  // what the last handshake learnt of the node (for the hazard guard)
   std::atomic<std::uint64_t> next_id_{0};
   std::atomic<bool> run_requested_{false};  // master_link::run() was called
   std::atomic<int> protocol_{0};            // RESP version of the current connection, 0 when none
@@ -728,7 +732,9 @@ master_link::~master_link() {
 
 void master_link::run() { impl_->run_detached(); }
 
-void master_link::observe(std::weak_ptr<link_observer> o, std::size_t index) { impl_->observe(std::move(o), index); }
+void master_link::observe(std::weak_ptr<link_observer> o, std::size_t index, bool identify, bool ask_time) {
+  impl_->observe(std::move(o), index, identify, ask_time);
+}
 
 void master_link::close() { impl_->close(); }
 

@@ -80,6 +80,11 @@ class error_category_impl final : public boost::system::error_category {
         return "the TLS handshake with the master failed";
       case error::script_mismatch:
         return "the master's digest of a lock script is not the script's SHA-1: the master is not used";
+      case error::master_quarantined:
+        return "the master restarted or its clock jumped lately: its votes do not count until its quarantine ends";
+      case error::restart_guard_refused:
+        return "the master refused INFO, which the restart guard needs: its votes do not count (allow INFO, or "
+               "choose restart_detection::reconnect or off)";
     }
     return "unknown redlock error " + std::to_string(ev);
   }
@@ -109,6 +114,8 @@ class error_category_impl final : public boost::system::error_category {
       case error::tls_refused:
       case error::tls_handshake_failed:
       case error::script_mismatch:
+      case error::master_quarantined:
+      case error::restart_guard_refused:
         return make_error_condition(condition::master_failure);
       case error::invalid_config:
       case error::invalid_argument:

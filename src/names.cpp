@@ -110,6 +110,10 @@ std::string_view to_string(error e) noexcept {
       return "tls_handshake_failed";
     case error::script_mismatch:
       return "script_mismatch";
+    case error::master_quarantined:
+      return "master_quarantined";
+    case error::restart_guard_refused:
+      return "restart_guard_refused";
   }
   return "unknown";
 }

@@ -146,6 +146,8 @@ void each_counter(client_stats& a, const client_stats& b, Op op) {
   op(a.locks_queued, b.locks_queued);
   op(a.fence_confirmations, b.fence_confirmations);
   op(a.fences_unverified, b.fences_unverified);
+  op(a.votes_quarantined, b.votes_quarantined);
+  op(a.client_pauses, b.client_pauses);
   op(a.log_messages, b.log_messages);
   op(a.log_sink_errors, b.log_sink_errors);
 }

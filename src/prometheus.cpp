@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <iterator>
+#include <limits>
 #include <string_view>
 
 namespace redlock {
@@ -83,6 +84,10 @@ class writer {
   }
   void sample(std::string_view name, std::string_view extra, double value) {
     begin(name, extra);
+    if (value == std::numeric_limits<double>::infinity()) {
+      out_ += " +Inf\n";  // the exposition format's spelling
+      return;
+    }
     fmt::format_to(std::back_inserter(out_), " {}\n", value);
   }
 
@@ -200,6 +205,31 @@ void write_masters(writer& w, const client_stats& s, const prometheus_options& o
   per_master("master_log_messages_total", "counter", "Log messages formatted by the master's connection.",
              [](const connection_stats& m) { return m.log_messages; });
 
+  // The hazard guards (docs/safety.md, "Restarts and clock jumps"), when the snapshot has them.
+  if (s.hazards.size() == n) {
+    const auto now = clock::now();
+    const auto per_guard = [&](std::string_view name, std::string_view type, std::string_view help, auto field) {
+      w.family(name, type, help);
+      for (std::size_t i = 0; i < n; ++i) w.sample(name, label[i], field(s.hazards[i]));
+    };
+    per_guard("master_quarantine_seconds", "gauge",
+              "Seconds until the master's votes count again (restarted or clock jumped; 0: they count; +Inf: "
+              "INFO refused).",
+              [&](const master_hazard& h) {
+                if (h.cause == hazard_cause::info_refused) return std::numeric_limits<double>::infinity();
+                return h.quarantined_until > now ? std::chrono::duration<double>(h.quarantined_until - now).count()
+                                                 : 0.0;
+              });
+    per_guard("master_unguarded", "gauge",
+              "1 when the master is not guarded against restarts (restart_detection::off) or clock jumps (TIME "
+              "refused, or clock checks off).",
+              [](const master_hazard& h) { return std::uint64_t{h.unguarded ? 1u : 0u}; });
+    per_guard("master_restarts_total", "counter", "Restarts of the master the client detected.",
+              [](const master_hazard& h) { return h.restarts; });
+    per_guard("master_clock_jumps_total", "counter", "Forward jumps of the master's wall clock the client detected.",
+              [](const master_hazard& h) { return h.clock_jumps; });
+  }
+
   w.family("master_request_duration_seconds", "histogram",
            "From a request reaching the connection to its reply, for requests answered.");
   for (std::size_t i = 0; i < n; ++i)
@@ -263,6 +293,9 @@ void append_prometheus(std::string& out, const client_stats& s, const prometheus
             s.fence_confirmations);
   w.counter("fences_unverified_total", "Fenced locks whose fence rests on the masters' clocks alone.",
             s.fences_unverified);
+  w.counter("votes_quarantined_total",
+            "Grants and extensions not counted: their master was quarantined or refused INFO.", s.votes_quarantined);
+  w.counter("client_pauses_total", "Times the client's own clock was found to have stood still.", s.client_pauses);
   w.counter("log_messages_total", "Log messages formatted by the client itself.", s.log_messages);
   w.counter("log_sink_errors_total", "Exceptions thrown by the log sink (client and masters).",
             s.log_sink_errors + s.total().log_sink_errors);

@@ -64,6 +64,10 @@ class client {
   const client_config& config() const noexcept;
   /// Each master's connection state, in the order of `client_config::masters`.
   std::vector<connection_status> masters() const;
+  /// What the hazard guards say of each master (docs/safety.md, "Restarts and clock jumps"), in
+  /// the order of `client_config::masters`: whether its votes count, and if not why and until
+  /// when. From any thread.
+  std::vector<master_hazard> hazards() const;
   /// A snapshot of the client's counters (lock outcomes, extensions, losses, releases, acquire
   /// latency) and of every master's connection counters, in the order of `client_config::masters`.
   /// Cheap enough to call periodically from any thread.

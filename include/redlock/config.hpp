@@ -88,6 +88,13 @@ boost::system::error_code validate_lock(const client_config& cfg, std::string_vi
                                         std::chrono::milliseconds ttl, const lock_options& opts = {},
                                         std::string* what = nullptr);
 
+/// Reads `run_id`, `reconnect` or `off` into `out`; false (and `out` unchanged) for anything else.
+bool parse_restart_detection(std::string_view text, restart_detection& out) noexcept;
+
+/// How long a restarted (or jumped) master's votes do not count under `cfg`
+/// (`hazard_guard_options::quarantine`, or the value derived from `max_ttl` when that is zero).
+std::chrono::milliseconds restart_quarantine(const client_config& cfg) noexcept;
+
 /// The lifetime of a waiter's queue entry under `cfg` (`fairness_options::entry_timeout`, or the
 /// value derived from the retry schedule when that is zero).
 std::chrono::milliseconds queue_entry_timeout(const client_config& cfg) noexcept;

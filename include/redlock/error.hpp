@@ -103,6 +103,14 @@ enum class error {
   /// scripts cannot be trusted to be ours (a proxy that rewrites them, say), so the lock client
   /// stops using that master.
   script_mismatch,
+  /// The master restarted (and may have forgotten its keys) or its wall clock jumped forward, less
+  /// than the hazard guard's quarantine ago: its grants and extensions do not count until then
+  /// (`client::hazards()` says until when and why).
+  master_quarantined,
+  /// The master refused `INFO`, which the restart guard (`restart_detection::run_id`) needs: its
+  /// votes do not count. Allow `INFO` to the client's ACL user, or choose
+  /// `restart_detection::reconnect` (or `off`) for such masters.
+  restart_guard_refused,
 };
 
 /// Coarse groups of errors, for tests such as `ec == redlock::condition::timeout`.

@@ -66,6 +66,8 @@ struct master_hazard {
   std::uint64_t clock_jumps = 0;  ///< forward jumps detected since the client started
   bool unguarded = false;         ///< restarts not detected (`off`) or its clock not checked (`TIME` refused)
   bool durable = false;           ///< declared durable (`connection_config::durable`): no restart quarantine
+  /// Member by member.
+  friend bool operator==(const master_hazard&, const master_hazard&) = default;
 };
 
 /// A short phrase for `c` ("restarted", "clock jumped", ...).

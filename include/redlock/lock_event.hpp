@@ -38,6 +38,12 @@ struct lock_event {
     lost,
     /// The lock was released by `async_unlock`. The last event, as `lost`.
     released,
+    /// A master that granted the lock restarted (and may have forgotten the key) or its wall clock
+    /// jumped forward (the key may expire early): `master` names it, `error` is
+    /// `master_quarantined`, `detail` says what was seen. The lock is not given up: its validity
+    /// still rests on the other masters, and an extension is counted without this one. For
+    /// programs that prefer to stop early, and for fleets whose other clients do not quarantine.
+    master_hazard,
   };
 
   /// What happened.
@@ -55,6 +61,8 @@ struct lock_event {
   /// What each master answered to the extension behind `extended` or `extend_failed`, in the
   /// order of `client_config::masters` (empty when no round was decided by the masters).
   std::vector<master_result> masters;
+  /// `master_hazard`: the master, in the order of `client_config::masters`.
+  std::size_t master = 0;
   /// Events dropped just before this one because nobody waited for them in time (only
   /// `extended` and `extend_failed` are ever dropped: see `lock::async_wait_event`).
   std::size_t missed = 0;
@@ -74,6 +82,8 @@ constexpr std::string_view to_string(lock_event::type t) noexcept {
       return "lost";
     case lock_event::type::released:
       return "released";
+    case lock_event::type::master_hazard:
+      return "master_hazard";
   }
   return "unknown";
 }

@@ -9,6 +9,8 @@
 /// Counters are relaxed atomics updated on the connection's own strand; reading them takes a
 /// snapshot, a plain value type (`connection_stats`, `client_stats`). See docs/observability.md.
 
+#include <redlock/hazard.hpp>
+
 #include <boost/system/error_code.hpp>
 
 #include <array>
@@ -279,6 +281,15 @@ struct client_stats {
   /// master answered, none with a counter); docs/safety.md, "Fencing tokens". Each is logged as
   /// a warning.
   std::uint64_t fences_unverified = 0;
+  /// Grants and extensions not counted because their master was quarantined (restarted, or its
+  /// clock jumped) or refused `INFO` (docs/safety.md, "Restarts and clock jumps").
+  std::uint64_t votes_quarantined = 0;
+  /// Times the masters' clocks all moved ahead of the client's at once: the client's own clock
+  /// stood still (a frozen machine), and the validity of its held locks was shortened by that much.
+  std::uint64_t client_pauses = 0;
+  /// What the hazard guards say of each master, in the order of `client_config::masters`: the
+  /// cause and end of its quarantine, whether it is unguarded, restarts and clock jumps seen.
+  std::vector<master_hazard> hazards;
 
   /// Successful `async_lock`/`async_try_lock`: from the call to the lock, retries included.
   latency_histogram acquire_latency;

@@ -12,6 +12,7 @@
 #include <redlock/client.hpp>
 #include <redlock/core/event_queue.hpp>
 #include <redlock/core/extend_fsm.hpp>
+#include <redlock/core/hazard_guard.hpp>
 #include <redlock/core/keep_alive_fsm.hpp>
 #include <redlock/core/kind_spec.hpp>
 #include <redlock/core/lock_fsm.hpp>
@@ -202,6 +203,7 @@ struct watch final : op_base {
   core::extend_fsm ext;  // reused by every extension
   std::uint64_t ext_round = 0;
   std::chrono::milliseconds ext_ttl{0};                              // of the extension in progress
+  clock_type::time_point ext_sent{};                                 // when it was sent
   clock_type::time_point scheduled = clock_type::time_point::max();  // in the client's timer queue
   bool cap_logged = false;
   waiter_list<void(error_code)> waiters;  // lock::async_wait_lost
@@ -236,6 +238,7 @@ struct client_counters {
       validity_expired{0}, aborted{0}, rejected{0};
   counter extensions{0}, extension_failures{0}, lost{0}, releases{0}, release_failures{0}, background_releases{0},
       releases_resent{0}, releases_expired{0}, wakeups{0}, queued{0}, confirmations{0}, unverified_fences{0};
+  counter votes_quarantined{0}, client_pauses{0};
   live_histogram<true> acquire_latency;
 };
 
@@ -291,8 +294,21 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   void defer_release(std::size_t i, std::string_view payload, std::chrono::milliseconds ttl,
                      clock_type::time_point until = clock_type::time_point::min());
   void on_link_up(std::size_t i) override;
+  void on_link_identified(std::size_t i, const node_facts& facts) override;
   void on_link_down(std::size_t i) override;
   void on_link_failed(std::size_t i, error_code cause) override;
+
+  // ---- hazard guards (client_guard.cpp) ------------------------------------------------------
+  // Queues a vote (acquire, extend) on every master as send_all does, with TIME behind it where
+  // clocks are checked.
+  void send_votes(std::string_view payload, clock_type::time_point deadline, const std::shared_ptr<reply_sink>& sink,
+                  std::uint64_t round);
+  // Master `i`'s answer to a vote sent at `sent`, before a machine sees it: takes TIME's sample,
+  // and returns the vote's own error, or `master_quarantined` / `restart_guard_refused` for a
+  // clean answer that does not count.
+  error_code vote_reply(std::size_t i, error_code ec, const resp::response& r, clock_type::time_point sent);
+  // What the guards say of every master (any thread).
+  std::vector<master_hazard> hazards() const;
 
   // ---- readiness (client::async_wait_ready) and failure causes ------------------------------
   // For an answer `not_connected` from master `i`: why its connection last failed (empty if it
@@ -431,6 +447,28 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   std::unordered_map<std::uint64_t, op_base*> waiters_;                // waiting lock operations by number
   std::unordered_map<std::string, clock_type::time_point> contended_;  // lock key -> hint's end
   std::chrono::milliseconds entry_timeout_{0};
+
+  // Hazard guards: one per master (strand), and a copy for hazards() (any thread).
+  friend struct probe_sink;
+  core::guard_rules guard_rules_for(std::size_t i) const;
+  void init_guards();
+  bool take_time(std::size_t i, const resp::response& r, std::size_t at, clock_type::time_point sent);
+  void note_jump(std::size_t i, const core::guard_change& change, clock_type::time_point now);
+  std::vector<std::shared_ptr<watch>> watched_locks();
+  void shorten_held_locks(std::chrono::microseconds by, clock_type::time_point now);
+  void tell_holders(std::size_t i, hazard_cause cause, clock_type::time_point now);
+  void arm_probes();
+  void probe();
+  void publish_hazards();
+  std::vector<core::hazard_guard> guards_;
+  std::vector<bool> time_refused_;                  // TIME refused: clock not checked
+  std::vector<clock_type::time_point> probe_sent_;  // a probe in flight since (else zero)
+  std::vector<std::pair<clock_type::time_point, std::chrono::microseconds>> jumps_seen_;  // last jump
+  std::string vote_buf_;                                                                  // a vote with TIME behind it
+  std::shared_ptr<reply_sink> probe_sink_;
+  redlock::detail::timer probe_timer_;
+  mutable std::mutex hazards_mutex_;
+  std::vector<master_hazard> hazards_;
 
   // The keep-alive timer: one for every watched lock, armed at the earliest wake-up.
   wake_queue<watch> wakes_;

@@ -8,6 +8,7 @@
 // request is queued by a plain call and its reply is handed to the operation by a plain call from
 // the connection's read path, in the same scheduler pass as the socket read that produced it.
 
+#include "node_facts.hpp"
 #include <redlock/clock.hpp>
 #include <redlock/connection.hpp>
 #include <redlock/resp/node.hpp>
@@ -44,6 +45,9 @@ class link_observer {
   /// after a timeout came after all; `submit` is accepted from here on (also inside this call:
   /// what it queues is written right after).
   virtual void on_link_up(std::size_t index) = 0;
+  /// Just before `on_link_up` of a new connection: what its handshake's `INFO server` and `TIME`
+  /// said, when `observe` asked for them.
+  virtual void on_link_identified(std::size_t /*index*/, const node_facts& /*facts*/) {}
   /// A connection attempt failed (refused, timed out, the host name did not resolve, the
   /// handshake was refused: `cause`), or an established connection broke (then `on_link_down`
   /// follows). Called before the requests that waited for the connection complete with
@@ -79,8 +83,9 @@ class master_link {
   /// Starts connecting (and reconnecting) in the background; from any thread.
   void run();
   /// Sets who hears of connects and disconnects (weakly held), and the index it is told. Before
-  /// `run()`.
-  void observe(std::weak_ptr<link_observer> o, std::size_t index);
+  /// `run()`. `identify`, `ask_time`: every handshake also asks `INFO server`, `TIME`
+  /// (`link_observer::on_link_identified`).
+  void observe(std::weak_ptr<link_observer> o, std::size_t index, bool identify = false, bool ask_time = false);
   /// Closes the socket; every accepted request completes with `operation_aborted`. From any thread.
   void close();
   /// As `close`, once every request accepted before this call has been written (or after `limit`,

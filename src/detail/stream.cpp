@@ -392,8 +392,9 @@ asio::awaitable<error_code> read_replies(stream& s, reply_reader& reader, connec
 
 asio::awaitable<error_code> redis_handshake(stream& s, reply_reader& reader, const connection_config& cfg,
                                             const logger& log, connection_counters& counters, int& protocol,
-                                            std::string& server_text) {
-  core::handshake_fsm fsm{{cfg.username, cfg.password, cfg.client_name, cfg.database}};
+                                            std::string& server_text, node_facts& facts) {
+  core::handshake_fsm fsm{{cfg.username, cfg.password, cfg.client_name, cfg.database, facts.identify, facts.ask_time}};
+  clock::time_point sent{};  // when the last write began: TIME runs between it and the read
   resp::response replies;
   error_code ec;
   bool fallback_logged = false;
@@ -407,6 +408,7 @@ asio::awaitable<error_code> redis_handshake(stream& s, reply_reader& reader, con
     }
     switch (a.type) {
       case core::handshake_action::kind::write: {
+        sent = clock::now();
         auto [wec, n] = co_await s.handshake_write(asio::buffer(a.bytes));
         inc(counters.bytes_written, n);
         ec = wec;
@@ -418,6 +420,11 @@ asio::awaitable<error_code> redis_handshake(stream& s, reply_reader& reader, con
         break;
       case core::handshake_action::kind::done:
         if (!a.ec) protocol = a.protocol;
+        if (!a.ec && (facts.identify || facts.ask_time)) {
+          facts.identity = fsm.identity();
+          facts.time.reset();
+          if (auto t = fsm.time_us()) facts.time = core::time_sample{sent, clock::now(), *t};
+        }
         server_text = a.server_text;
         co_return a.ec;
     }

@@ -7,6 +7,7 @@
 // requests (detail::multiplexer does). Used on one strand only.
 
 #include "connection_counters.hpp"
+#include "node_facts.hpp"
 #include "timer.hpp"
 #include "tls_context.hpp"
 #include <redlock/connection.hpp>
@@ -193,10 +194,10 @@ class stream {
 /// Carries out the Redis handshake over `s`: core::handshake_fsm decides everything, this writes
 /// and reads. Replies are read with `reader` (nothing else is in flight; push messages are
 /// skipped). On success `protocol` is the RESP version; on a refusal `server_text` has the node's
-/// words (the password redacted).
+/// words (the password redacted). `facts`: `identify` asks the node about itself.
 boost::asio::awaitable<boost::system::error_code> redis_handshake(stream& s, reply_reader& reader,
                                                                   const connection_config& cfg, const logger& log,
                                                                   connection_counters& counters, int& protocol,
-                                                                  std::string& server_text);
+                                                                  std::string& server_text, node_facts& facts);
 
 }  // namespace redlock::detail

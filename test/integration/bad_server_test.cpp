@@ -301,6 +301,7 @@ struct five_masters : ::testing::Test {
     for (const auto& p : proxies) cfg.masters.push_back(node_config(p->host(), p->port()));
     cfg.masters.push_back(node_config(fake.host(), fake.port()));
     cfg.request_timeout = 200ms;
+    cfg.guard.restarts = redlock::restart_detection::off;  // fresh masters (see configs.hpp)
     return cfg;
   }
 

@@ -901,7 +901,7 @@ TEST_F(fair_processes, four_processes_share_one_lock) {
     outs.push_back((dir / fmt::format("worker-{}.txt", w)).string());
     ws.push_back(std::make_unique<worker_process>(std::vector<std::string>{
         "--masters", masters(), "--resources", "shared", "--seconds", "8", "--ttl-ms", "2000", "--out", outs.back(),
-        "--seed", std::to_string(w + 1), "--defaults", "--hold-ms", "20-300"}));
+        "--seed", std::to_string(w + 1), "--defaults", "--no-restart-guard", "--hold-ms", "20-300"}));
   }
   for (auto& w : ws) EXPECT_TRUE(w->wait()) << "a worker failed";
   std::vector<redlock::test::section> all;
@@ -960,9 +960,13 @@ TEST_P(stuck_waiter, a_stopped_or_killed_waiter_holds_up_the_next_one_only_until
   const ms entry = redlock::queue_entry_timeout(w1_cfg);
   std::printf("W1's entry timeout: %lld ms\n", static_cast<long long>(entry.count()));
   // Built outside the coroutine: g++ 12 rejects this braced list in a coroutine's body.
-  std::vector<std::string> args{"--masters",  masters(),       "--resources", "stuck", "--seconds",
-                                "60",         "--ttl-ms",      "10000",       "--out", (dir / "w1.txt").string(),
-                                "--defaults", "--max-wait-ms", "60000"};
+  std::vector<std::string> args{"--masters",     masters(),
+                                "--resources",   "stuck",
+                                "--seconds",     "60",
+                                "--ttl-ms",      "10000",
+                                "--out",         (dir / "w1.txt").string(),
+                                "--defaults",    "--no-restart-guard",
+                                "--max-wait-ms", "60000"};
   if (param.w1_entry_timeout_ms > 0) {
     args.push_back("--entry-timeout-ms");
     args.push_back(std::to_string(param.w1_entry_timeout_ms));

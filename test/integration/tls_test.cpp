@@ -159,6 +159,7 @@ redlock::client_config client_config_for(std::vector<tls_master>& masters) {
   for (auto& m : masters) cfg.masters.push_back(tls_config(m));
   cfg.request_timeout = 500ms;
   cfg.retry.max_attempts = 3;
+  cfg.guard.restarts = redlock::restart_detection::off;  // fresh masters (see configs.hpp)
   return cfg;
 }
 

@@ -64,6 +64,8 @@ constexpr std::string_view common_usage = R"(Masters and settings (run, status):
       --prefix PREFIX      prepended to the resource name to make the key (else REDLOCK_PREFIX)
       --request-timeout DURATION
                            deadline of one master's answer (default 250ms)
+      --restart-guard MODE run_id (default), reconnect or off: how a restarted master is told
+                           (else REDLOCK_RESTART_GUARD; off for the local nodes)
       --tls                every TCP master over TLS (as if listed rediss://)
       --tls-ca-file FILE   CA certificates (PEM) to trust (default: the system's store)
       --tls-ca-dir DIR     directory of hashed CA certificates to trust

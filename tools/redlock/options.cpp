@@ -118,6 +118,11 @@ bool common_option(arg_walker& w, common_options& o) {
   } else if (n == "--request-timeout") {
     o.request_timeout = w.duration();
     if (o.request_timeout->count() <= 0) throw usage_error("option --request-timeout must be positive");
+  } else if (n == "--restart-guard") {
+    o.restart_guard = w.value();
+    restart_detection mode{};
+    if (!parse_restart_detection(*o.restart_guard, mode))
+      throw usage_error("option --restart-guard: expected run_id, reconnect or off");
   } else if (n == "--tls") {
     w.flag();
     o.tls = true;
@@ -647,6 +652,18 @@ resolved_config resolve(const common_options& opts, const env_lookup& env, const
     r.client.request_timeout = *file.request_timeout;
   }
   if (file.release_timeout) r.client.release_timeout = *file.release_timeout;
+
+  // The restart guard: flag > environment > the local nodes' default (off: 'redlock nodes up'
+  // started them for experiments, and the guard would hold every first lock for a minute).
+  if (opts.restart_guard) {
+    (void)parse_restart_detection(*opts.restart_guard, r.client.guard.restarts);
+  } else if (auto e = env("REDLOCK_RESTART_GUARD")) {
+    if (!parse_restart_detection(*e, r.client.guard.restarts))
+      throw config_error(fmt::format("REDLOCK_RESTART_GUARD '{}': expected run_id, reconnect or off", *e));
+  } else if (r.origin == masters_origin::local) {
+    r.client.guard.restarts = restart_detection::off;
+    r.notes.push_back("restart guard off for the local nodes (--restart-guard run_id to turn it on)");
+  }
 
   // Credentials: environment > file. The password itself never enters a message.
   std::string password;

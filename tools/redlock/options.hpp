@@ -65,6 +65,7 @@ struct common_options {
   std::optional<std::string> config_file;                    ///< --config FILE
   std::optional<std::string> prefix;                         ///< --prefix PREFIX
   std::optional<std::chrono::milliseconds> request_timeout;  ///< --request-timeout DUR
+  std::optional<std::string> restart_guard;                  ///< --restart-guard run_id|reconnect|off
   bool tls = false;                                          ///< --tls (every TCP master over TLS)
   std::optional<std::string> tls_ca_file;                    ///< --tls-ca-file FILE
   std::optional<std::string> tls_ca_dir;                     ///< --tls-ca-dir DIR

@@ -712,6 +712,10 @@ class runner {
           return;
         case lock_event::type::released:
           return;
+        case lock_event::type::master_hazard:
+          // Not acted upon (the lock still rests on the other masters): said, for the operator.
+          if (phase_ == phase::running) on_master_hazard(e);
+          break;
       }
       wait_events();
     });
@@ -735,6 +739,13 @@ class runner {
 
   /// A keep-alive extension failed while the lock is still valid: a warning (said also without
   /// --verbose: an operator wants to know that masters are failing before the lock is lost).
+  void on_master_hazard(const lock_event& e) {
+    say(fmt::format("{}: {}", subject_, e.detail));
+    auto j = event("master_hazard");
+    j.field("master", e.master).field("detail", e.detail);
+    emit(j);
+  }
+
   void on_extend_failed(const lock_event& e) {
     const auto validity = validity_of(e);
     say(fmt::format("extending {} failed ({}); retrying while the lock is valid ({} left)", subject_, e.error.message(),

@@ -7,12 +7,15 @@
 ///
 /// The exchange: `HELLO 3 [AUTH user pass] [SETNAME name]` (RESP3, one round trip). A server older
 /// than Redis 6 refuses HELLO (`NOPROTO`, or "unknown command"): then plain RESP2 with
-/// `AUTH [user] pass` and `CLIENT SETNAME name`, pipelined. Last, `SELECT db` when `db != 0`.
+/// `AUTH [user] pass` and `CLIENT SETNAME name`, pipelined. Last, `SELECT db` when `db != 0`, and
+/// for a lock client's master `INFO server` and `TIME` in the same write (the hazard guard's view
+/// of the process and its clock; a refused `INFO` does not fail the handshake).
 /// Refusals are sorted: credentials (`WRONGPASS`, `NOAUTH`, `NOPERM`, "ERR invalid password")
 /// give `error::auth_failed`, anything else `error::handshake_failed`. A server may echo the
 /// command's arguments, the password among them, in its error: every server text this machine
 /// hands out has the password replaced by "***".
 
+#include <redlock/core/hazard_guard.hpp>
 #include <redlock/error.hpp>
 #include <redlock/resp/node.hpp>
 #include <redlock/resp/request.hpp>
@@ -20,6 +23,7 @@
 #include <boost/system/error_code.hpp>
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -31,6 +35,8 @@ struct handshake_params {
   std::string_view password{};     ///< empty: no authentication
   std::string_view client_name{};  ///< empty: no SETNAME
   int database = 0;                ///< 0: no SELECT
+  bool info = false;               ///< also `INFO server` (see `identity()`)
+  bool time = false;               ///< also `TIME` (see `time_us()`)
 };
 
 /// What the I/O layer must do next.
@@ -107,13 +113,18 @@ class handshake_fsm {
       case state::select_written:
         return read(state::select_read);
       case state::select_read:
-        if (const resp::node* e = first_error(replies)) return fail(error::handshake_failed, e->value);
-        return succeed();
+        return finish_select(replies);
       case state::finished:
         break;
     }
     return done(ec_);
   }
+
+  /// What `INFO server` said (`asked` false when not identifying), after `done`.
+  const node_identity& identity() const noexcept { return identity_; }
+  /// The node's wall clock from `TIME`, microseconds since the epoch, read in the last exchange
+  /// (between its `write` and its `read`); nothing when not asked or unreadable.
+  std::optional<std::int64_t> time_us() const noexcept { return time_us_; }
 
   /// RESP version chosen so far (3 until the server refuses HELLO).
   int protocol() const noexcept { return protocol_; }
@@ -176,10 +187,41 @@ class handshake_fsm {
   }
 
   handshake_action select() {
-    if (params_.database == 0) return succeed();
+    if (params_.database == 0 && !params_.info && !params_.time) return succeed();
     request_.clear();
-    request_.push("SELECT", params_.database);
+    if (params_.database != 0) request_.push("SELECT", params_.database);
+    if (params_.info) request_.push("INFO", "server");
+    if (params_.time) request_.push("TIME");
     return write(state::select_written);
+  }
+
+  // The answers to `select()`'s commands, in order: SELECT's must not be an error; INFO's and
+  // TIME's are read for the hazard guard, whatever they are.
+  handshake_action finish_select(const resp::response& replies) {
+    std::size_t k = 0;  // depth-0 values seen
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      const auto& n = replies[i];
+      if (n.depth != 0 || n.data_type == resp::type::attribute) continue;
+      // Which command this answers: 0 SELECT, 1 INFO, 2 TIME (those not sent are skipped).
+      std::size_t which = k++;
+      if (params_.database == 0) ++which;
+      if (which >= 1 && !params_.info) ++which;
+      if (which == 0) {
+        if (resp::is_error(n.data_type)) return fail(error::handshake_failed, n.value);
+      } else if (which == 1) {
+        if (resp::is_error(n.data_type)) {
+          identity_.asked = true;
+          identity_.refusal.assign(n.value.substr(0, 256));
+        } else {
+          std::string_view text = n.value;
+          if (n.data_type == resp::type::verbatim_string && text.size() >= 4) text.remove_prefix(4);  // "txt:"
+          identity_ = parse_info(text);
+        }
+      } else if (which == 2) {
+        time_us_ = parse_time(replies, i);
+      }
+    }
+    return succeed();
   }
 
   handshake_action write(state next) {
@@ -227,6 +269,8 @@ class handshake_fsm {
   resp::request request_;
   std::string text_;             // the server text of the outcome (redacted)
   std::string fallback_reason_;  // HELLO's refusal, when it fell back (redacted)
+  node_identity identity_;       // INFO's answer (identify)
+  std::optional<std::int64_t> time_us_;
   boost::system::error_code ec_;
 };
 

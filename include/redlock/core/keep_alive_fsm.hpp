@@ -180,6 +180,14 @@ class keep_alive_fsm {
     if (keeping_) next_try_ = deadline_ - opts_.renew_below;
   }
 
+  /// The validity was found shorter than believed (the client's clock stood still): not an
+  /// extension. The next `on_timer` tells the holder, or extends at once.
+  void deadline_shortened(clock::time_point new_deadline) noexcept {
+    if (finished() || new_deadline >= deadline_) return;
+    deadline_ = new_deadline;
+    if (keeping_) next_try_ = std::min(next_try_, deadline_ - opts_.renew_below);
+  }
+
   /// The lock was released (or its handle dropped, or the client closed): no more actions.
   void stop() noexcept { stopped_ = true; }
 

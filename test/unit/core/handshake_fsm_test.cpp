@@ -275,3 +275,57 @@ TEST(handshake_fsm, io_error_at_any_step_ends_with_that_error) {
 }
 
 }  // namespace
+
+namespace {
+
+response info_text(std::string text) { return {node{type::verbatim_string, 0, 0, "txt:" + std::move(text)}}; }
+response time_reply() {
+  return {node{type::array, 2, 0, ""}, node{type::blob_string, 0, 1, "1700000000"},
+          node{type::blob_string, 0, 1, "250"}};
+}
+
+TEST(handshake_fsm, a_lock_master_is_asked_info_and_time_with_select_in_one_write) {
+  transcript t{{.database = 2, .info = true, .time = true}};
+  std::string both = encode("SELECT", 2) + encode("INFO", "server") + encode("TIME");
+  t.expect_write(encode("HELLO", "3"))
+      .expect_read(1)
+      .reply(hello_map())
+      .expect_write(both)
+      .expect_read(3)
+      .reply(ok() + info_text("# Server\r\nrun_id:abc123\r\nuptime_in_seconds:77\r\n") + time_reply())
+      .expect_done({}, 3);
+  EXPECT_TRUE(t.fsm().identity().answered);
+  EXPECT_EQ(t.fsm().identity().run_id, "abc123");
+  EXPECT_EQ(t.fsm().identity().uptime, 77);
+  EXPECT_EQ(t.fsm().time_us(), 1'700'000'000'000'250);
+}
+
+TEST(handshake_fsm, a_refused_info_or_time_does_not_fail_the_handshake) {
+  transcript t{{.info = true, .time = true}};
+  t.expect_write(encode("HELLO", "3"))
+      .expect_read(1)
+      .reply(hello_map())
+      .expect_write(encode("INFO", "server") + encode("TIME"))
+      .expect_read(2)
+      .reply(err("NOPERM this user has no permissions to run the 'info' command") + err("ERR unknown command 'TIME'"))
+      .expect_done({}, 3);
+  EXPECT_TRUE(t.fsm().identity().asked);
+  EXPECT_FALSE(t.fsm().identity().answered);
+  EXPECT_EQ(t.fsm().identity().refusal.substr(0, 6), "NOPERM");
+  EXPECT_FALSE(t.fsm().time_us());
+}
+
+TEST(handshake_fsm, time_alone_without_info) {
+  transcript t{{.time = true}};
+  t.expect_write(encode("HELLO", "3"))
+      .expect_read(1)
+      .reply(hello_map())
+      .expect_write(encode("TIME"))
+      .expect_read(1)
+      .reply(time_reply())
+      .expect_done({}, 3);
+  EXPECT_FALSE(t.fsm().identity().asked);
+  EXPECT_EQ(t.fsm().time_us(), 1'700'000'000'000'250);
+}
+
+}  // namespace

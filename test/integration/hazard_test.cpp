@@ -1,0 +1,279 @@
+// SPDX-License-Identifier: BSL-1.0
+// The hazard guards on real masters: a restarted master is quarantined (INFO's run_id), a master
+// whose wall clock jumps is quarantined at the next vote (TIME behind the vote), a master that
+// refuses INFO counts no vote, holders hear of a hazard on a master that granted their lock, and
+// a suspend (the library's clock counts it) ends a lock's validity.
+
+#include <redlock/client.hpp>
+#include <redlock_test/configs.hpp>
+#include <redlock_test/coro.hpp>
+#include <redlock_test/master_clock.hpp>
+#include <redlock_test/redis_cluster.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using redlock::error;
+using redlock::hazard_cause;
+using redlock::lock_event;
+using redlock::restart_detection;
+using redlock::test::run_test;
+using redlock::test::sleep_for;
+using redlock::test::until;
+using redlock::test::use_tuple;
+using clock_type = redlock::clock;
+
+// The guard on, with a short quarantine: max_ttl 2 s, so a restarted master is out for 3 s.
+redlock::client_config guarded(redlock::test::redis_cluster& cluster) {
+  auto cfg = redlock::test::client_config_for(cluster);
+  cfg.guard.restarts = restart_detection::run_id;
+  cfg.max_ttl = 2s;
+  cfg.guard.quarantine = 3s;
+  return cfg;
+}
+
+bool all_count(const redlock::client& c) {
+  const auto h = c.hazards();
+  return std::all_of(h.begin(), h.end(), [](const auto& m) { return m.cause == hazard_cause::none; });
+}
+
+TEST(hazard, fresh_masters_are_quarantined_until_they_have_been_up_long_enough) {
+  redlock::test::redis_cluster cluster{3};
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client c{ioc.get_executor(), guarded(cluster)};
+    co_await redlock::test::wait_connected(c);
+    // Just started: up for less than the quarantine, so each may have restarted empty.
+    const auto h = c.hazards();
+    if (h.size() != 3u) {
+      ADD_FAILURE() << "hazards of " << h.size() << " masters";
+      co_return;
+    }
+    for (const auto& m : h) {
+      EXPECT_EQ(m.cause, hazard_cause::restarted);
+      EXPECT_FALSE(m.run_id.empty());
+      EXPECT_GE(m.uptime_seconds, 0);
+      EXPECT_GT(m.quarantined_until, clock_type::now());
+      EXPECT_LE(m.quarantined_until, clock_type::now() + 3s);
+    }
+    auto [ec, l] = co_await c.async_try_lock("h:fresh", 1s, use_tuple);
+    EXPECT_EQ(ec, error::quorum_unavailable) << ec.message();
+    // Decided by the first two answers (the third may still be pending).
+    const auto results = l.masters();
+    EXPECT_GE(std::count_if(results.begin(), results.end(),
+                            [](const auto& r) { return r.error == error::master_quarantined; }),
+              2);
+    EXPECT_GT(c.stats().votes_quarantined, 0u);
+    // Once their uptime covers the quarantine, they count.
+    EXPECT_TRUE(co_await until([&] { return all_count(c); }, 5s));
+    auto [ec2, l2] = co_await c.async_try_lock("h:fresh", 1s, use_tuple);
+    EXPECT_FALSE(ec2) << ec2.message();
+  });
+}
+
+TEST(hazard, a_restarted_master_is_quarantined_and_its_holders_are_told) {
+  redlock::test::redis_cluster cluster{3};
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client c{ioc.get_executor(), guarded(cluster)};
+    co_await redlock::test::wait_connected(c);
+    EXPECT_TRUE(co_await until([&] { return all_count(c); }, 5s));
+    auto [ec, held] = co_await c.async_lock("h:held", 2s, use_tuple);
+    if (ec) {
+      ADD_FAILURE() << ec.message();
+      co_return;
+    }
+    held.keep_alive();
+    const auto before = c.hazards()[0].run_id;
+    std::vector<lock_event> events;  // every event of the held lock, from before the restart on
+    asio::co_spawn(
+        ioc,
+        [&]() -> asio::awaitable<void> {
+          for (;;) {
+            auto [eec, e] = co_await held.async_wait_event(use_tuple);
+            if (eec) co_return;
+            events.push_back(e);
+            if (e.is_final()) co_return;
+          }
+        },
+        asio::detached);
+    co_await sleep_for(10ms);
+
+    // Master 1 restarts at once, empty: its key of our lock is gone.
+    cluster[0].kill();
+    cluster[0].restart();
+    EXPECT_TRUE(co_await until([&] { return c.hazards()[0].restarts == 1; }, 5s));
+    const auto h = c.hazards()[0];
+    EXPECT_EQ(h.cause, hazard_cause::restarted);
+    EXPECT_NE(h.run_id, before);
+    EXPECT_GT(h.quarantined_until, clock_type::now() + 2s);  // the full quarantine: it restarted just now
+
+    // The holder hears of it, with the master and the facts; its lock is not given up.
+    auto hazard_event = [&] {
+      return std::find_if(events.begin(), events.end(),
+                          [](const auto& e) { return e.what == lock_event::type::master_hazard; });
+    };
+    EXPECT_TRUE(co_await until([&] { return hazard_event() != events.end(); }, 2s));
+    if (hazard_event() == events.end()) co_return;
+    const auto e = *hazard_event();
+    EXPECT_EQ(e.master, 0u);
+    EXPECT_EQ(e.error, error::master_quarantined);
+    EXPECT_NE(e.detail.find("restarted"), std::string::npos) << e.detail;
+    EXPECT_EQ(held.masters()[0].error, error::master_quarantined);
+    EXPECT_TRUE(held.owns_lock());
+
+    // Another lock counts masters 2 and 3 only: a quorum of 3, still. Master 1's grant is set
+    // there (it lowers the risk for clients that do not quarantine) but not counted.
+    auto [ec2, other] = co_await c.async_try_lock("h:other", 1s, use_tuple);
+    EXPECT_FALSE(ec2) << ec2.message();
+    EXPECT_EQ(other.masters()[0].error, error::master_quarantined);
+    // With master 2 down as well, no quorum: the quarantined vote does not make one.
+    cluster[1].kill();
+    auto [ec3, none] = co_await c.async_try_lock("h:third", 1s, use_tuple);
+    EXPECT_EQ(ec3, error::quorum_unavailable) << ec3.message();
+    cluster[1].restart();
+  });
+}
+
+TEST(hazard, a_reconnect_to_the_same_process_is_not_a_restart) {
+  redlock::test::redis_cluster cluster{3};
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client c{ioc.get_executor(), guarded(cluster)};
+    co_await redlock::test::wait_connected(c);
+    EXPECT_TRUE(co_await until([&] { return all_count(c); }, 5s));
+    const auto connects = c.masters()[0].connects;
+    cluster[0].command({"CLIENT", "KILL", "TYPE", "normal"});
+    EXPECT_TRUE(co_await until([&] { return c.masters()[0].connects > connects; }, 5s));
+    EXPECT_EQ(c.hazards()[0].cause, hazard_cause::none);
+    EXPECT_EQ(c.hazards()[0].restarts, 0u);
+    auto [ec, l] = co_await c.async_try_lock("h:same", 1s, use_tuple);
+    EXPECT_FALSE(ec) << ec.message();
+  });
+}
+
+TEST(hazard, a_master_whose_clock_jumps_forward_is_quarantined_at_the_next_vote) {
+  redlock::test::redis_cluster cluster{3, redlock::test::with_clock_shim()};
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    auto cfg = redlock::test::client_config_for(cluster);
+    cfg.guard.clock_probe_interval = 0ms;  // only the votes sample the clocks
+    redlock::client c{ioc.get_executor(), cfg};
+    co_await redlock::test::wait_connected(c);
+    auto [ec, l] = co_await c.async_try_lock("h:jump", 1s, use_tuple);
+    if (ec) {
+      ADD_FAILURE() << ec.message();
+      co_return;
+    }
+    co_await l.async_unlock(use_tuple);
+
+    redlock::test::master_clock clock{cluster[1]};
+    clock.shift(5s);  // master 2's keys now expire 5 s early
+    auto [ec2, l2] = co_await c.async_try_lock("h:jump", 1s, use_tuple);
+    EXPECT_FALSE(ec2) << ec2.message();  // masters 1 and 3 make the quorum
+    // Master 2's answer may come after the decision: its sample is taken then.
+    EXPECT_TRUE(co_await until([&] { return c.hazards()[1].cause == hazard_cause::clock_jumped; }, 2s));
+    if (l2.masters()[1].status != redlock::master_status::pending) {
+      EXPECT_EQ(l2.masters()[1].error, error::master_quarantined);
+    }
+    const auto h = c.hazards()[1];
+    EXPECT_EQ(h.cause, hazard_cause::clock_jumped);
+    EXPECT_EQ(h.clock_jumps, 1u);
+    EXPECT_GE(h.last_jump, 4500ms);  // less the round trips, which a loaded machine makes long
+    EXPECT_LE(h.last_jump, 5100ms);
+    EXPECT_EQ(c.hazards()[0].cause, hazard_cause::none);
+    // A clock that runs steadily at its new offset makes no second jump.
+    co_await l2.async_unlock(use_tuple);
+    auto [ec3, l3] = co_await c.async_try_lock("h:jump", 1s, use_tuple);
+    EXPECT_FALSE(ec3);
+    EXPECT_EQ(c.hazards()[1].clock_jumps, 1u);
+  });
+}
+
+TEST(hazard, a_probe_catches_a_jump_on_an_idle_client) {
+  redlock::test::redis_cluster cluster{3, redlock::test::with_clock_shim()};
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    auto cfg = redlock::test::client_config_for(cluster);
+    cfg.guard.clock_probe_interval = 100ms;
+    redlock::client c{ioc.get_executor(), cfg};
+    co_await redlock::test::wait_connected(c);
+    co_await sleep_for(250ms);  // a probe or two
+    redlock::test::master_clock clock{cluster[2]};
+    clock.shift(3s);
+    EXPECT_TRUE(co_await until([&] { return c.hazards()[2].cause == hazard_cause::clock_jumped; }, 2s));
+  });
+}
+
+TEST(hazard, a_master_that_refuses_info_counts_no_vote_unless_told_otherwise) {
+  // An ACL user denied INFO (as `@dangerous` is on managed services).
+  redlock::test::redis_options with_user;
+  with_user.user = redlock::test::acl_user{"locker", "locker-pw"};
+  redlock::test::redis_cluster plain{2};
+  redlock::test::redis_cluster limited{1, with_user};
+  limited[0].command({"ACL", "SETUSER", "locker", "-info"});
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    auto cfg = redlock::test::client_config_for(plain);
+    auto m = redlock::test::client_config_for(limited).masters[0];
+    m.username = "locker";
+    m.password = "locker-pw";
+    cfg.masters.push_back(m);
+    cfg.guard.restarts = restart_detection::run_id;
+    cfg.max_ttl = 1s;
+    cfg.guard.quarantine = 1s;
+    {
+      redlock::client c{ioc.get_executor(), cfg};
+      co_await redlock::test::wait_connected(c);
+      EXPECT_TRUE(co_await until([&] { return c.hazards()[0].cause == hazard_cause::none; }, 3s));
+      EXPECT_EQ(c.hazards()[2].cause, hazard_cause::info_refused);
+      EXPECT_EQ(c.hazards()[2].quarantined_until, clock_type::time_point::max());
+      auto [ec, l] = co_await c.async_try_lock("h:info", 1s, use_tuple);
+      EXPECT_FALSE(ec) << ec.message();  // masters 1 and 2 (master 3's answer may come later)
+      EXPECT_TRUE(co_await until([&] { return c.stats().votes_quarantined > 0; }, 2s));
+      c.close();
+    }
+    // `reconnect` takes every connect for a restart instead: quarantined for the quarantine.
+    cfg.guard.restarts = restart_detection::reconnect;
+    redlock::client r{ioc.get_executor(), cfg};
+    co_await redlock::test::wait_connected(r);
+    EXPECT_EQ(r.hazards()[2].cause, hazard_cause::restarted);
+    EXPECT_TRUE(co_await until([&] { return all_count(r); }, 3s));
+    auto [ec, l] = co_await r.async_try_lock("h:info", 1s, use_tuple);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_FALSE(l.masters()[2].error) << l.masters()[2].error.message();
+    r.close();
+  });
+}
+
+TEST(hazard, a_suspend_counts_the_validity_ends_with_it) {
+  redlock::test::redis_cluster cluster{3};
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client c{ioc.get_executor(), redlock::test::client_config_for(cluster)};
+    co_await redlock::test::wait_connected(c);
+    auto [ec, l] = co_await c.async_lock("h:suspend", 3s, use_tuple);
+    if (ec) {
+      ADD_FAILURE() << ec.message();
+      co_return;
+    }
+    auto [ec2, kept] = co_await c.async_lock("h:kept", 3s, use_tuple);
+    if (ec2) {
+      ADD_FAILURE() << ec2.message();
+      co_return;
+    }
+    kept.keep_alive();
+    EXPECT_GT(l.validity_deadline(), clock_type::now() + 2s);
+    // The machine sleeps for 5 s (CLOCK_BOOTTIME counts it; CLOCK_MONOTONIC would not): the masters'
+    // keys expired meanwhile, and the locks know it.
+    redlock::detail::advance_clock_for_testing(5s);
+    EXPECT_LT(l.validity_deadline(), clock_type::now());
+    auto [lec] = co_await kept.async_wait_lost(use_tuple);
+    EXPECT_FALSE(lec) << lec.message();
+    EXPECT_EQ(kept.loss_reason(), error::validity_expired) << kept.loss_reason().message();
+  });
+}
+
+}  // namespace
