@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
 // The safety checker: critical sections recorded by independent worker processes on the
-// system-wide monotonic clock (steady_clock is CLOCK_MONOTONIC on Linux, so processes on one
+// library's clock (redlock::clock: CLOCK_BOOTTIME on Linux, system-wide, so processes on one
 // machine share it), checked per resource for what the lock's kind promises:
 //
 // - exclusive (plain Redlock, and every resource of a multi-resource lock): no two sections
@@ -27,7 +27,7 @@ namespace redlock::test {
 /// What a section's lock promised (the worker's `kind=` field; `exclusive` when absent).
 enum class section_kind : std::uint8_t { exclusive, read, write, semaphore };
 
-/// One critical section as a worker saw it. Times in nanoseconds of CLOCK_MONOTONIC.
+/// One critical section as a worker saw it. Times in nanoseconds of redlock::clock (CLOCK_BOOTTIME).
 struct section {
   std::string resource;  // one name, or the names of a multi-resource lock joined by commas
   std::string token;
@@ -275,6 +275,31 @@ inline check_result check(std::vector<section> all, std::int64_t from_ns = 0) {
     }
   }
   return r;
+}
+
+/// The longest time one resource went without a holder within [`from_ns`, `until_ns`): the gaps
+/// between its holders clipped to that window, the time before its first holder in it and after
+/// its last one included. For faults whose effect outlasts them (a quarantine that keeps the lock
+/// unavailable on purpose): how soon the lock came back once it may, which `check`'s `max_gap_ns`
+/// (whole gaps of the holders that entered after `from_ns`) cannot tell from the outage before.
+/// Only resources with a section somewhere count.
+inline std::int64_t longest_wait(const std::vector<section>& all, std::int64_t from_ns, std::int64_t until_ns) {
+  std::map<std::string, std::vector<const section*>> by_resource;
+  for (const auto& s : all) {
+    for (const auto& name : split_names(s.resource)) by_resource[name].push_back(&s);
+  }
+  std::int64_t longest = 0;
+  for (auto& [name, v] : by_resource) {
+    std::sort(v.begin(), v.end(), [](const section* a, const section* b) { return a->enter < b->enter; });
+    std::int64_t free_since = from_ns;  // the resource counts as free from the window's start
+    for (const section* s : v) {
+      if (s->enter >= until_ns) break;
+      if (s->enter > free_since) longest = std::max(longest, s->enter - free_since);
+      free_since = std::max(free_since, s->exit);
+    }
+    if (until_ns > free_since) longest = std::max(longest, until_ns - free_since);
+  }
+  return longest;
 }
 
 }  // namespace redlock::test

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSL-1.0
 // A worker process of the safety suite: contends for a few resources for a bounded time and
-// writes every critical section it ran (resource, token, enter, exit, validity deadline on the
-// system-wide monotonic clock, and the bitmask of the masters that granted it: bit i for master
-// i) to a file, plus a summary line of its errors.
+// writes every critical section it ran (resource, token, enter, exit, validity deadline on
+// redlock::clock, CLOCK_BOOTTIME, which every process of the machine shares, and the bitmask of
+// the masters that granted it: bit i for master i) to a file, plus a summary line of its errors.
 //
 // Modes: `normal` uses redlock::client. `no_nx` and `first_ok` are deliberately broken clients
 // (SET without NX; "acquired" at the first OK) so the checker can be shown to catch them.
@@ -25,9 +25,18 @@
 // validity before its write, which the fenced store must then refuse.
 //
 // `--defaults` runs `normal` with the library's defaults: default-constructed connection_config
-// per master (only host and port set) and client_config (only masters set), so request timeout,
-// retry, connect timeout and reconnect are what an application gets out of the box. Without it
-// the worker uses the short timeouts the safety suite needs (`--request-timeout-ms` applies).
+// per master (only host and port set) and client_config (only masters and max_ttl set), so
+// request timeout, retry, connect timeout and reconnect are what an application gets out of the
+// box. Without it the worker uses the short timeouts the safety suite needs
+// (`--request-timeout-ms` applies). Either way `client_config::max_ttl` is the worker's ttl: it
+// bounds the hazard guards' quarantine of a restarted or clock-jumped master (ttl + drift + 1 s),
+// which the library's 60 s would stretch past any test's run.
+//
+// The hazard guards are on, as the library sets them: masters up for less than the quarantine
+// (fresh ones too) do not count until it has passed. `--no-guard` turns both off (restart
+// detection and the clock-jump check), to show what they prevent; `--no-restart-guard` only the
+// first (masters the run started fresh, for tests of other faults). The summary line counts the
+// restarts and clock jumps the client's guards saw (`restarts_seen`, `jumps_seen`).
 //
 // `--hold-ms A-B` holds each lock for a uniform A..B ms (default 1-8) and, for the fair
 // hand-over tests, reports the longest `async_lock` wait (`longest_wait_ms`), the waits that
@@ -39,7 +48,7 @@
 //                       [--mode normal|no_nx|first_ok] [--request-timeout-ms R] [--seed N]
 //                       [--defaults] [--no-fair] [--hold-ms A-B] [--max-wait-ms N]
 //                       [--entry-timeout-ms N] [--kind K] [--write-percent W] [--permits P]
-//                       [--fence] [--multi A-B] [--owners N]
+//                       [--fence] [--multi A-B] [--owners N] [--no-guard] [--no-restart-guard]
 //                       [--mode writer_reads|over_permits|fake_fence|first_only|paused_writer|
 //                               one_owner|plain_reads]
 
@@ -91,6 +100,8 @@ struct options {
   unsigned seed = 1;
   bool defaults = false;
   bool fair = true;
+  bool guard = true;          // the hazard guards (restarts, clock jumps) as the library sets them
+  bool restart_guard = true;  // the restart guard alone (--no-restart-guard)
   int hold_min_ms = 1, hold_max_ms = 8;
   long max_wait_ms = -1;       // -1: the mode's own
   long entry_timeout_ms = -1;  // -1: the library's
@@ -209,7 +220,7 @@ std::uint32_t granted_mask(const redlock::lock& l) {
 asio::awaitable<void> run_normal(const options& o, recorder& rec) {
   redlock::client_config cfg;
   cfg.masters = o.masters;
-  // REDLOCK_WORKER_LOG=1: the client's debug log, stamped on the monotonic clock (ns, like the
+  // REDLOCK_WORKER_LOG=1: the client's debug log, stamped on redlock::clock (ns, like the
   // records), in OUT.log; for finding out what a gap in the records was made of.
   std::shared_ptr<std::ofstream> log;
   if (const char* v = std::getenv("REDLOCK_WORKER_LOG"); v && *v && std::string_view{v} != "0") {
@@ -220,6 +231,13 @@ asio::awaitable<void> run_normal(const options& o, recorder& rec) {
     };
   }
   cfg.fairness.enabled = o.fair;
+  // Also with --defaults: the quarantine is derived from it, and 60 s would outlast every run.
+  cfg.max_ttl = std::chrono::milliseconds{o.ttl_ms};
+  if (!o.restart_guard) cfg.guard.restarts = redlock::restart_detection::off;
+  if (!o.guard) {
+    cfg.guard.restarts = redlock::restart_detection::off;
+    cfg.guard.clock_jumps = false;
+  }
   if (!o.defaults) {
     cfg.request_timeout = std::chrono::milliseconds{o.request_timeout_ms};
     cfg.retry.max_wait = 1000ms;
@@ -311,6 +329,10 @@ asio::awaitable<void> run_normal(const options& o, recorder& rec) {
   rec.counts["queued"] += static_cast<long>(stats.locks_queued);
   rec.counts["wakeups"] += static_cast<long>(stats.lock_wakeups);
   rec.counts["fence_confirmations"] += static_cast<long>(stats.fence_confirmations);
+  for (const auto& h : c.hazards()) {
+    rec.counts["restarts_seen"] += static_cast<long>(h.restarts);
+    rec.counts["jumps_seen"] += static_cast<long>(h.clock_jumps);
+  }
   std::erase_if(rec.counts, [](const auto& kv) { return kv.second == 0; });
   c.close();
 }
@@ -390,6 +412,14 @@ int main(int argc, char** argv) {
     }
     if (a == "--fence") {
       o.fence = true;
+      continue;
+    }
+    if (a == "--no-guard") {
+      o.guard = false;
+      continue;
+    }
+    if (a == "--no-restart-guard") {
+      o.restart_guard = false;
       continue;
     }
     if (i + 1 >= argc) break;
