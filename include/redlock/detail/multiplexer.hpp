@@ -255,7 +255,7 @@ class multiplexer {
       return reply_outcome::dropped;
     }
     if (const auto* v = resp::reply_value(reply); v && resp::is_error(v->data_type)) e.error_reply = true;
-    if (e.replies_left == 1 && e.response.empty()) {
+    if (e.replies_left == 1 && !e.partial) {
       // The whole response is `reply`: hand it over where it lies.
       Completion c = std::move(*e.completion);
       const bool failed = e.error_reply;
@@ -264,14 +264,21 @@ class multiplexer {
       reply.clear();
       return reply_outcome::completed;
     }
-    e.response.insert(e.response.end(), std::make_move_iterator(reply.begin()), std::make_move_iterator(reply.end()));
+    // Only the oldest request can be partly answered: its replies so far gather in `merged_`,
+    // whose buffer is kept from one pipelined request to the next (a vote with TIME behind it is
+    // one such request per master and round).
+    if (!e.partial) {
+      merged_.clear();
+      e.partial = true;
+    }
+    merged_.insert(merged_.end(), std::make_move_iterator(reply.begin()), std::make_move_iterator(reply.end()));
     reply.clear();
     if (--e.replies_left != 0) return reply_outcome::partial;
     Completion c = std::move(*e.completion);
-    resp::response r = std::move(e.response);
     const bool failed = e.error_reply;
     pop_front();
-    complete(std::move(c), failed ? make_error_code(error::server_error) : boost::system::error_code{}, r);
+    complete(std::move(c), failed ? make_error_code(error::server_error) : boost::system::error_code{}, merged_);
+    merged_.clear();
     return reply_outcome::completed;
   }
 
@@ -377,7 +384,7 @@ class multiplexer {
     std::size_t replies_left = 0;
     clock::time_point deadline{};
     clock::time_point stall_at = clock::time_point::max();
-    resp::response response;      // replies so far of a pipelined request
+    bool partial = false;         // some of its replies are in merged_ (the oldest request only)
     bool push_confirmed = false;  // confirmed_by::push
     bool error_reply = false;
     bool timed_out = false;                // abandoned because its deadline passed (not cancelled)
@@ -487,7 +494,6 @@ class multiplexer {
   static Completion abandon(entry& e) {
     Completion c = std::move(*e.completion);
     e.completion.reset();
-    resp::response{}.swap(e.response);
     return c;
   }
 
@@ -499,6 +505,7 @@ class multiplexer {
   std::string waiting_bytes_;  // the payloads of the waiting requests, in order
   std::string write_buffer_;
   std::size_t max_write_batch_;
+  resp::response merged_;  // the replies so far of the oldest request, when it awaits more
 };
 
 }  // namespace redlock::detail
