@@ -85,11 +85,12 @@ TEST(hazard, a_restarted_master_is_quarantined_and_its_holders_are_told) {
     redlock::client c{ioc.get_executor(), guarded(cluster)};
     co_await redlock::test::wait_connected(c);
     EXPECT_TRUE(co_await until([&] { return all_count(c); }, 5s));
-    auto [ec, held] = co_await c.async_lock("h:held", 2s, use_tuple);
+    auto [ec, got] = co_await c.async_lock("h:held", 2s, use_tuple);
     if (ec) {
       ADD_FAILURE() << ec.message();
       co_return;
     }
+    redlock::lock held = std::move(got);  // a named variable: clang's lambdas cannot capture bindings
     held.keep_alive();
     const auto before = c.hazards()[0].run_id;
     std::vector<lock_event> events;  // every event of the held lock, from before the restart on
