@@ -13,6 +13,7 @@
 // Usage: hazard_liveness [--max-ttl-ms N] [--json FILE]
 
 #include <redlock/client.hpp>
+#include <redlock/timer.hpp>
 #include <redlock_test/master_clock.hpp>
 #include <redlock_test/redis_cluster.hpp>
 

@@ -34,6 +34,7 @@
 #include "bench_util.hpp"
 #include <redlock/client.hpp>
 #include <redlock/detail/scripts.hpp>
+#include <redlock/timer.hpp>
 #include <redlock_test/fault_proxy.hpp>
 #include <redlock_test/redis_cluster.hpp>
 

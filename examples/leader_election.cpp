@@ -21,6 +21,7 @@
 // on the machine), so the lines of several instances can be merged and compared.
 
 #include <redlock/client.hpp>
+#include <redlock/timer.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>

@@ -28,6 +28,7 @@
 
 #include <redlock/client.hpp>
 #include <redlock/connection.hpp>
+#include <redlock/timer.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>

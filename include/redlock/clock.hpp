@@ -3,8 +3,6 @@
 /// @file
 /// The library's clock: every validity, deadline and timer is measured on it.
 
-#include <boost/asio/basic_waitable_timer.hpp>
-
 #include <chrono>
 #include <cstdint>
 
@@ -16,8 +14,8 @@ namespace redlock {
 /// holder that was suspended for longer than its validity would resume and trust a deadline that
 /// has already passed on the masters, whose keys expired meanwhile. This clock is
 /// `CLOCK_BOOTTIME` on Linux (`steady_clock` elsewhere), so a suspend counts as time that passed.
-/// Wall-clock steps do not move it. Meets the C++ *Clock* requirements (usable with
-/// `boost::asio::basic_waitable_timer`).
+/// Wall-clock steps do not move it. Meets the C++ *Clock* requirements (`redlock::timer`, in
+/// redlock/timer.hpp, is an Asio timer on it).
 struct boot_clock {
   using rep = std::int64_t;                                ///< nanoseconds
   using period = std::nano;                                ///< the tick
@@ -30,9 +28,6 @@ struct boot_clock {
 
 /// The clock of every `validity_deadline()`, event time and deadline in the library.
 using clock = boot_clock;
-
-/// An Asio timer on the library's clock: to wait until a `validity_deadline()`.
-using timer = boost::asio::basic_waitable_timer<boot_clock>;
 
 namespace detail {
 /// Test seam: adds `d` to every later `boot_clock::now()` (process-wide), as a suspend of `d`

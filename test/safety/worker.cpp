@@ -55,6 +55,7 @@
 #include <redlock/client.hpp>
 #include <redlock/core/quorum.hpp>
 #include <redlock/core/validity.hpp>
+#include <redlock/timer.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
