@@ -7,7 +7,7 @@
 
 #include "bench_util.hpp"
 #include <redlock/connection.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -133,8 +133,8 @@ int main(int argc, char** argv) {
     if (a == "--seconds") seconds = std::stod(argv[i + 1]);
   }
 
-  redlock::test::redis_cluster cluster{1};
-  auto& node = cluster[0];
+  redlock::test::master_set servers{1};
+  auto& node = servers[0];
   asio::io_context ioc{1};
   redlock::connection_config cfg;
   cfg.host = node.host();

@@ -18,7 +18,7 @@
 
 #include "counting_new.hpp"
 #include <redlock/client.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -66,13 +66,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "unknown kind %.*s\n", static_cast<int>(kind.size()), kind.data());
     return 2;
   }
-  redlock::test::redis_cluster cluster{5};
+  redlock::test::master_set servers{5};
   asio::io_context ioc{1};
   redlock::client_config cfg;
-  for (std::size_t i = 0; i < cluster.size(); ++i) {
+  for (std::size_t i = 0; i < servers.size(); ++i) {
     redlock::connection_config m;
-    m.host = cluster[i].host();
-    m.port = cluster[i].port();
+    m.host = servers[i].host();
+    m.port = servers[i].port();
     cfg.masters.push_back(m);
   }
   cfg.guard.restarts = redlock::restart_detection::off;  // masters this run just started: no restart to guard
@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
       });
   while (!done) handlers_run += ioc.run_one();
   const unsigned long handlers = handlers_at_end - handlers_at_start;
-  const double replies_per_cycle = 2.0 * static_cast<double>(cluster.size());  // SET + release per master
+  const double replies_per_cycle = 2.0 * static_cast<double>(servers.size());  // SET + release per master
   std::printf("cycles=%d allocations=%lu failures=%ld handlers=%lu handlers_per_cycle=%.2f handlers_per_reply=%.2f\n",
               cycles, allocations.load(), failures, handlers, static_cast<double>(handlers) / cycles,
               static_cast<double>(handlers) / cycles / replies_per_cycle);

@@ -15,7 +15,7 @@
 #include <redlock/client.hpp>
 #include <redlock/timer.hpp>
 #include <redlock_test/master_clock.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -42,12 +42,12 @@ constexpr auto tuple = asio::as_tuple(asio::use_awaitable);
 
 double ms(clock_type::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-redlock::client_config config(redlock::test::redis_cluster& cluster, std::chrono::milliseconds max_ttl) {
+redlock::client_config config(redlock::test::master_set& servers, std::chrono::milliseconds max_ttl) {
   redlock::client_config cfg;  // the defaults: the restart guard and the clock checks on
-  for (std::size_t i = 0; i < cluster.size(); ++i) {
+  for (std::size_t i = 0; i < servers.size(); ++i) {
     redlock::connection_config m;
-    m.host = cluster[i].host();
-    m.port = cluster[i].port();
+    m.host = servers[i].host();
+    m.port = servers[i].port();
     cfg.masters.push_back(m);
   }
   cfg.max_ttl = max_ttl;
@@ -108,8 +108,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  redlock::test::redis_cluster cluster{5, redlock::test::with_clock_shim()};
-  const auto cfg = config(cluster, max_ttl);
+  redlock::test::master_set servers{5, redlock::test::with_clock_shim()};
+  const auto cfg = config(servers, max_ttl);
   const auto quarantine = redlock::restart_quarantine(cfg);
   double fleet_ms = 0;
   loop_result minority, jump;
@@ -122,8 +122,8 @@ int main(int argc, char** argv) {
         while (!all_count(c)) co_await pause(20ms);
 
         // (fleet) every master restarted at once.
-        for (std::size_t i = 0; i < cluster.size(); ++i) cluster[i].kill();
-        for (std::size_t i = 0; i < cluster.size(); ++i) cluster[i].restart();
+        for (std::size_t i = 0; i < servers.size(); ++i) servers[i].kill();
+        for (std::size_t i = 0; i < servers.size(); ++i) servers[i].restart();
         const auto restarted = clock_type::now();
         for (;;) {
           auto [ec, l] = co_await c.async_try_lock("liveness", 1s, tuple);
@@ -137,15 +137,15 @@ int main(int argc, char** argv) {
         while (!all_count(c)) co_await pause(20ms);
 
         // (minority) two of five restarted while locking.
-        cluster[0].kill();
-        cluster[1].kill();
-        cluster[0].restart();
-        cluster[1].restart();
+        servers[0].kill();
+        servers[1].kill();
+        servers[0].restart();
+        servers[1].restart();
         minority = co_await loop(c, quarantine + 500ms);
         while (!all_count(c)) co_await pause(20ms);
 
         // (jump) one master's wall clock 10 s forward.
-        redlock::test::master_clock clock{cluster[2]};
+        redlock::test::master_clock clock{servers[2]};
         clock.shift(10s);
         jump = co_await loop(c, quarantine + 500ms);
         c.close();

@@ -6,7 +6,7 @@
 
 #include "bench_util.hpp"
 #include <redlock/client.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -57,13 +57,13 @@ int main(int argc, char** argv) {
     if (a == "--ttl-ms") ttl_ms = std::stol(argv[i + 1]);
     if (a == "--json") json_path = argv[i + 1];
   }
-  redlock::test::redis_cluster cluster{5};
+  redlock::test::master_set servers{5};
   asio::io_context ioc{1};
   redlock::client_config cfg;
-  for (std::size_t i = 0; i < cluster.size(); ++i) {
+  for (std::size_t i = 0; i < servers.size(); ++i) {
     redlock::connection_config m;
-    m.host = cluster[i].host();
-    m.port = cluster[i].port();
+    m.host = servers[i].host();
+    m.port = servers[i].port();
     cfg.masters.push_back(m);
   }
   cfg.guard.restarts = redlock::restart_detection::off;  // masters this run just started: no restart to guard
@@ -92,14 +92,14 @@ int main(int argc, char** argv) {
   const std::size_t heap_held = heap_in_use();
 
   long evalsha0 = 0;
-  for (std::size_t i = 0; i < cluster.size(); ++i) evalsha0 += command_calls(cluster[i], "evalsha");
+  for (std::size_t i = 0; i < servers.size(); ++i) evalsha0 += command_calls(servers[i], "evalsha");
   const double cpu0 = cpu_seconds();
   const auto t0 = clock_type::now();
   ioc.run_for(std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds)));
   const double wall = std::chrono::duration<double>(clock_type::now() - t0).count();
   const double cpu = cpu_seconds() - cpu0;
   long evalsha1 = 0;
-  for (std::size_t i = 0; i < cluster.size(); ++i) evalsha1 += command_calls(cluster[i], "evalsha");
+  for (std::size_t i = 0; i < servers.size(); ++i) evalsha1 += command_calls(servers[i], "evalsha");
 
   std::size_t extensions = 0, lost = 0;
   std::map<std::string, std::size_t> reasons;  // why locks were lost, should any be
@@ -115,10 +115,10 @@ int main(int argc, char** argv) {
     fmt::print("  lost {} (extensions {}):", l.resource(), l.extensions());
     for (const auto& m : l.masters()) fmt::print(" [{} {} us]", redlock::to_string(m.status), m.latency.count());
     fmt::print("\n   on the masters:");
-    for (std::size_t i = 0; i < cluster.size(); ++i) {
-      const auto v = cluster[i].command({"GET", l.resource()});
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      const auto v = servers[i].command({"GET", l.resource()});
       fmt::print(" [{} pttl {}]", v.find(l.token()) != std::string::npos ? "ours" : v.substr(0, v.find('\r')),
-                 cluster[i].command({"PTTL", l.resource()}).substr(0, 8));
+                 servers[i].command({"PTTL", l.resource()}).substr(0, 8));
     }
     fmt::print("\n");
   }

@@ -19,7 +19,7 @@
 #include "bench_util.hpp"
 #include <redlock/client.hpp>
 #include <redlock/core/quorum.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -120,12 +120,12 @@ int main(int argc, char** argv) {
     }
   }
 
-  redlock::test::redis_cluster cluster{5};
+  redlock::test::master_set servers{5};
   redlock::client_config cfg;
-  for (std::size_t i = 0; i < cluster.size(); ++i) {
+  for (std::size_t i = 0; i < servers.size(); ++i) {
     redlock::connection_config m;
-    m.host = cluster[i].host();
-    m.port = cluster[i].port();
+    m.host = servers[i].host();
+    m.port = servers[i].port();
     cfg.masters.push_back(m);
   }
   cfg.guard.restarts = redlock::restart_detection::off;  // masters this run just started: no restart to guard

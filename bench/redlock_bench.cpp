@@ -36,7 +36,7 @@
 #include <redlock/detail/scripts.hpp>
 #include <redlock/timer.hpp>
 #include <redlock_test/fault_proxy.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -127,19 +127,19 @@ void run(asio::io_context& ioc, F f) {
 }
 
 struct setup {
-  redlock::test::redis_cluster cluster{5};
+  redlock::test::master_set servers{5};
   std::vector<std::unique_ptr<redlock::test::fault_proxy>> proxies;  // in front of masters 1 and 2
   setup() {
     for (std::size_t i = 0; i < 2; ++i) {
-      proxies.push_back(std::make_unique<redlock::test::fault_proxy>(cluster[i].host(), cluster[i].port()));
+      proxies.push_back(std::make_unique<redlock::test::fault_proxy>(servers[i].host(), servers[i].port()));
     }
   }
   redlock::client_config config(bool slow_minority) {
     redlock::client_config cfg;
-    for (std::size_t i = 0; i < cluster.size(); ++i) {
+    for (std::size_t i = 0; i < servers.size(); ++i) {
       redlock::connection_config m;
       m.host = "127.0.0.1";
-      m.port = (slow_minority && i < proxies.size()) ? proxies[i]->port() : cluster[i].port();
+      m.port = (slow_minority && i < proxies.size()) ? proxies[i]->port() : servers[i].port();
       cfg.masters.push_back(m);
     }
     cfg.guard.restarts = redlock::restart_detection::off;  // masters this run just started: no restart to guard
@@ -311,8 +311,8 @@ struct master_load {
 master_load read_masters(setup& s, bool reset) {
   master_load m;
   const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
-  for (std::size_t i = 0; i < s.cluster.size(); ++i) {
-    std::ifstream stat{fmt::format("/proc/{}/stat", s.cluster[i].pid())};
+  for (std::size_t i = 0; i < s.servers.size(); ++i) {
+    std::ifstream stat{fmt::format("/proc/{}/stat", s.servers[i].pid())};
     std::string text{std::istreambuf_iterator<char>{stat}, std::istreambuf_iterator<char>{}};
     if (const auto paren = text.rfind(')'); paren != std::string::npos) {
       std::istringstream fields{text.substr(paren + 2)};
@@ -325,11 +325,11 @@ master_load read_masters(setup& s, bool reset) {
       m.cpu_s += (utime + stime) / tick;
     }
     if (reset) {
-      s.cluster[i].command({"CONFIG", "RESETSTAT"});
+      s.servers[i].command({"CONFIG", "RESETSTAT"});
       continue;
     }
     // "cmdstat_evalsha:calls=12,usec=..." lines.
-    std::istringstream info{s.cluster[i].command({"INFO", "commandstats"})};
+    std::istringstream info{s.servers[i].command({"INFO", "commandstats"})};
     std::string line;
     while (std::getline(info, line)) {
       if (line.rfind("cmdstat_", 0) != 0) continue;
@@ -556,9 +556,9 @@ std::pair<double, double> floor_bench_p50_mean(const std::string& path) {
 // could serve = aggregate ops/s / (2 x N) (a SET and a release per master per cycle).
 double redis_benchmark_all(setup& s, const std::vector<std::string>& command) {
   std::vector<FILE*> pipes;
-  for (std::size_t i = 0; i < s.cluster.size(); ++i) {
+  for (std::size_t i = 0; i < s.servers.size(); ++i) {
     std::string cmd =
-        fmt::format("redis-benchmark -h 127.0.0.1 -p {} -n 300000 -P 16 -c 4 -r 100000 --csv", s.cluster[i].port());
+        fmt::format("redis-benchmark -h 127.0.0.1 -p {} -n 300000 -P 16 -c 4 -r 100000 --csv", s.servers[i].port());
     for (const auto& a : command) cmd += " " + a;
     cmd += " 2>/dev/null";
     pipes.push_back(popen(cmd.c_str(), "r"));
@@ -637,7 +637,7 @@ int main(int argc, char** argv) {
   }
   if (want("ceiling")) {
     const double set_ops = redis_benchmark_all(s, {"SET", "key:__rand_int__", "token", "NX", "PX", "10000"});
-    for (std::size_t i = 0; i < 5; ++i) s.cluster[i].command({"SCRIPT", "LOAD", redlock::detail::release_script.body});
+    for (std::size_t i = 0; i < 5; ++i) s.servers[i].command({"SCRIPT", "LOAD", redlock::detail::release_script.body});
     const double rel_ops =
         redis_benchmark_all(s, {"EVALSHA", std::string{redlock::detail::release_script.sha1}, "3", "key:__rand_int__",
                                 "key:__rand_int__:redlock-queue", "key:__rand_int__:redlock-expiry", "token"});
@@ -841,7 +841,7 @@ int main(int argc, char** argv) {
   if (want("e")) {
     redlock::client c{ioc.get_executor(), s.config(false)};
     wait_up(ioc, c, 5);
-    s.cluster[4].kill();
+    s.servers[4].kill();
     wait_up(ioc, c, 4);
     pump_for(ioc, 100ms);
     auto r = sequential(ioc, c, cycles, "bench:e");
@@ -850,7 +850,7 @@ int main(int argc, char** argv) {
         fmt::format("\"e\": {{\"lock_unlock_us\": {}, \"failures\": {}}}", json_stats(r.lock_unlock), r.failures));
     c.close();
     pump_for(ioc, 50ms);
-    s.cluster[4].restart();
+    s.servers[4].restart();
   }
   if (!peers_cmd.empty()) {
     for (auto& p : s.proxies) p->set_latency(25ms);

@@ -16,7 +16,7 @@
 
 #include "bench_util.hpp"
 #include <redlock/client.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -94,13 +94,13 @@ int main(int argc, char** argv) {
 
   redlock::test::redis_options opts;
   opts.password = "right-password";
-  redlock::test::redis_cluster cluster{3, opts};
+  redlock::test::master_set servers{3, opts};
   const auto config = [&](int wrong, int unresolvable) {
     redlock::client_config cfg;  // the library's defaults
     for (int i = 0; i < 3; ++i) {
       redlock::connection_config m;
-      m.host = cluster[static_cast<std::size_t>(i)].host();
-      m.port = cluster[static_cast<std::size_t>(i)].port();
+      m.host = servers[static_cast<std::size_t>(i)].host();
+      m.port = servers[static_cast<std::size_t>(i)].port();
       m.password = i < wrong ? "wrong-password" : "right-password";
       if (i < unresolvable) m.host = fmt::format("master{}.nohost.invalid", i);
       cfg.masters.push_back(m);

@@ -16,7 +16,7 @@
 
 #include "counting_new.hpp"
 #include <redlock/client.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -83,16 +83,16 @@ std::uint16_t free_port() {
   return a.local_endpoint().port();
 }
 
-// One server per cluster: each needs its own --tls-port.
+// One server per set: each needs its own --tls-port.
 struct server {
   std::uint16_t tls_port;
-  std::unique_ptr<redlock::test::redis_cluster> cluster;
+  std::unique_ptr<redlock::test::master_set> set;
   explicit server(const certificates& c) : tls_port(free_port()) {
     redlock::test::redis_options o;
     o.extra_args = {
         "--tls-port",         std::to_string(tls_port), "--tls-cert-file", c.file("server.crt"), "--tls-key-file",
         c.file("server.key"), "--tls-ca-cert-file",     c.file("ca.crt"),  "--tls-auth-clients", "no"};
-    cluster = std::make_unique<redlock::test::redis_cluster>(1, o);
+    set = std::make_unique<redlock::test::master_set>(1, o);
   }
 };
 
@@ -101,7 +101,7 @@ redlock::client_config config_for(std::vector<server>& servers, const certificat
   for (auto& s : servers) {
     redlock::connection_config m;
     m.host = "127.0.0.1";
-    m.port = tls ? s.tls_port : (*s.cluster)[0].port();
+    m.port = tls ? s.tls_port : (*s.set)[0].port();
     m.tls.enabled = tls;
     if (tls) m.tls.ca_file = c.file("ca.crt");
     cfg.masters.push_back(m);

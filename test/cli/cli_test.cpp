@@ -4,7 +4,7 @@
 // and command-line errors. Every run has a deadline: a bug fails a test instead of hanging it.
 
 #include "local_nodes.hpp"
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <gtest/gtest.h>
 
@@ -35,7 +35,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
-using redlock::test::redis_cluster;
+using redlock::test::master_set;
 
 constexpr const char* tool = REDLOCK_CLI_PATH;
 using env_map = std::map<std::string, std::string>;
@@ -57,14 +57,14 @@ std::size_t count_of(std::string_view haystack, std::string_view needle) {
   return n;
 }
 
-std::string masters_of(redis_cluster& c) {
+std::string masters_of(master_set& c) {
   std::string out;
   for (std::size_t i = 0; i < c.size(); ++i) out += fmt::format("{}127.0.0.1:{}", i ? "," : "", c[i].port());
   return out;
 }
 
 /// True when `key` exists on no master that is running.
-bool key_gone_everywhere(redis_cluster& c, const std::string& key) {
+bool key_gone_everywhere(master_set& c, const std::string& key) {
   for (std::size_t i = 0; i < c.size(); ++i) {
     if (c[i].running() && c[i].command({"EXISTS", key}) != ":0\r\n") return false;
   }
@@ -236,7 +236,7 @@ class cli : public ::testing::Test {
 // ---- run: exit statuses ------------------------------------------------------------------------
 
 TEST_F(cli, run_passes_the_exit_status_through) {
-  redis_cluster c{3};
+  master_set c{3};
   const auto nodes = masters_of(c);
   const std::vector<std::string> base{"run", "--nodes", nodes, "--resource", "cli:status", "--wait", "10s", "--"};
   const auto with = [&](std::vector<std::string> cmd) {
@@ -279,7 +279,7 @@ TEST_F(cli, run_passes_the_exit_status_through) {
 // ---- run: mutual exclusion -----------------------------------------------------------------------
 
 TEST_F(cli, concurrent_runs_exclude_each_other) {
-  redis_cluster c{5};
+  master_set c{5};
   const auto nodes = masters_of(c);
   // mkdir is atomic: it fails when another critical section is inside.
   const std::string section =
@@ -304,7 +304,7 @@ TEST_F(cli, concurrent_runs_exclude_each_other) {
 // ---- run: the lock cannot be had -----------------------------------------------------------------
 
 TEST_F(cli, contention_exits_75_naming_the_holder_situation) {
-  redis_cluster c{3};
+  master_set c{3};
   const auto nodes = masters_of(c);
   auto holder = start({"run", "--nodes", nodes, "--resource", "cli:busy", "--ttl", "10s", "--wait", "20s", "--", "sh",
                        "-c", "touch \"$D/held\"; exec sleep 60"});
@@ -327,7 +327,7 @@ TEST_F(cli, contention_exits_75_naming_the_holder_situation) {
 }
 
 TEST_F(cli, masters_down_exit_75_with_a_different_message) {
-  redis_cluster c{3};
+  master_set c{3};
   const auto nodes = masters_of(c);
   for (std::size_t i = 0; i < c.size(); ++i) c[i].kill();
   auto r = run({"run", "--nodes", nodes, "--resource", "cli:down", "--", "true"});
@@ -349,7 +349,7 @@ TEST_F(cli, masters_down_exit_75_with_a_different_message) {
 // ---- run: losing the lock -----------------------------------------------------------------------
 
 TEST_F(cli, lost_lock_stops_the_command_and_exits_76) {
-  redis_cluster c{5};
+  master_set c{5};
   const auto nodes = masters_of(c);
   // Grace far above the time the loss takes: the command exits on SIGTERM, no SIGKILL needed.
   auto p = start({"run", "--nodes", nodes, "--resource", "cli:lost", "--ttl", "1s", "--wait", "20s", "--grace", "60s",
@@ -369,7 +369,7 @@ TEST_F(cli, lost_lock_stops_the_command_and_exits_76) {
 }
 
 TEST_F(cli, command_ignoring_sigterm_is_killed_after_the_grace) {
-  redis_cluster c{3};
+  master_set c{3};
   const auto nodes = masters_of(c);
   auto p = start({"run", "--nodes", nodes, "--resource", "cli:stubborn", "--ttl", "3s", "--wait", "20s", "--grace",
                   "1s", "--json", "--", "sh", "-c", "trap '' TERM; touch \"$D/started\"; while :; do sleep 0.1; done"});
@@ -387,7 +387,7 @@ TEST_F(cli, command_ignoring_sigterm_is_killed_after_the_grace) {
 }
 
 TEST_F(cli, max_hold_ends_the_lock_and_stops_the_command) {
-  redis_cluster c{3};
+  master_set c{3};
   const auto r = run({"run", "--nodes", masters_of(c), "--resource", "cli:maxhold", "--ttl", "1s", "--max-hold", "1s",
                       "--", "sleep", "60"});
   EXPECT_EQ(r.status, 76) << r.describe();
@@ -397,7 +397,7 @@ TEST_F(cli, max_hold_ends_the_lock_and_stops_the_command) {
 // Failed extensions are reported as they happen (a warning while the lock still holds), the loss
 // with its reason in words, and the release says what each master did.
 TEST_F(cli, json_reports_failed_extensions_the_loss_reason_and_the_release_counts) {
-  redis_cluster c{3};
+  master_set c{3};
   const auto nodes = masters_of(c);
   auto ok = run({"run", "--nodes", nodes, "--resource", "cli:ev-ok", "--json", "--", "true"});
   EXPECT_EQ(ok.status, 0) << ok.describe();
@@ -424,7 +424,7 @@ TEST_F(cli, json_reports_failed_extensions_the_loss_reason_and_the_release_count
 // ---- run: signals --------------------------------------------------------------------------------
 
 TEST_F(cli, signals_to_the_tool_reach_the_command_and_the_lock_is_released) {
-  redis_cluster c{3};
+  master_set c{3};
   const auto nodes = masters_of(c);
   int round = 0;
   for (const int sig : {SIGTERM, SIGINT, SIGHUP}) {
@@ -459,7 +459,7 @@ TEST_F(cli, signals_to_the_tool_reach_the_command_and_the_lock_is_released) {
 }
 
 TEST_F(cli, a_signal_while_waiting_for_the_lock_ends_the_wait) {
-  redis_cluster c{3};
+  master_set c{3};
   const auto nodes = masters_of(c);
   auto holder = start({"run", "--nodes", nodes, "--resource", "cli:queue", "--wait", "20s", "--", "sh", "-c",
                        "touch \"$D/held\"; exec sleep 60"});
@@ -486,7 +486,7 @@ std::string script(const fs::path& dir, const std::string& name, const std::stri
 }
 
 /// True when `key` exists on at least `n` masters.
-bool key_on(redis_cluster& c, const std::string& key, std::size_t n) {
+bool key_on(master_set& c, const std::string& key, std::size_t n) {
   std::size_t have = 0;
   for (std::size_t i = 0; i < c.size(); ++i) have += c[i].running() && c[i].command({"EXISTS", key}) == ":1\r\n";
   return have >= n;
@@ -498,7 +498,7 @@ std::vector<std::string> cat(std::vector<std::string> a, const std::vector<std::
 }
 
 TEST_F(cli, shared_readers_overlap_and_a_writer_waits_for_them_without_being_starved) {
-  redis_cluster c{3};
+  master_set c{3};
   const auto nodes = masters_of(c);
   const std::vector<std::string> base{"run", "--nodes", nodes, "--resource", "cli:rw", "--ttl", "10s"};
   // Each reader enters, waits (at most 20 s) until the other is inside too, and stays until told.
@@ -562,7 +562,7 @@ TEST_F(cli, shared_readers_overlap_and_a_writer_waits_for_them_without_being_sta
 }
 
 TEST_F(cli, permits_admit_exactly_that_many_holders_at_once) {
-  redis_cluster c{5};
+  master_set c{5};
   const auto nodes = masters_of(c);
   const std::vector<std::string> base{"run",   "--nodes", nodes,       "--resource", "cli:sem",
                                       "--ttl", "10s",     "--permits", "2"};
@@ -614,7 +614,7 @@ TEST_F(cli, permits_admit_exactly_that_many_holders_at_once) {
 }
 
 TEST_F(cli, fence_exports_a_token_that_grows_from_holder_to_holder) {
-  redis_cluster c{3};
+  master_set c{3};
   const auto nodes = masters_of(c);
   const auto fenced = [&](const std::string& file) {
     return std::vector<std::string>{"run",
@@ -651,7 +651,7 @@ TEST_F(cli, fence_exports_a_token_that_grows_from_holder_to_holder) {
 }
 
 TEST_F(cli, reentrant_runs_nest_instead_of_deadlocking) {
-  redis_cluster c{3};
+  master_set c{3};
   const auto nodes = masters_of(c);
   // The command of the outer run takes the same lock again: with the same owner it re-enters;
   // without it (or with another owner) it is refused, also after the inner run released its hold.
@@ -695,7 +695,7 @@ TEST_F(cli, reentrant_runs_nest_instead_of_deadlocking) {
 }
 
 TEST_F(cli, several_resources_are_locked_all_or_none) {
-  redis_cluster c{3};
+  master_set c{3};
   const auto nodes = masters_of(c);
   auto holder = start({"run", "--nodes", nodes, "-r", "cli:a", "-r", "cli:b", "--", "sh", "-c",
                        "printf '%s|%s|' \"$REDLOCK_RESOURCES\" \"$REDLOCK_RESOURCE\" > \"$D/res\"; "
@@ -718,7 +718,7 @@ TEST_F(cli, several_resources_are_locked_all_or_none) {
 }
 
 TEST_F(cli, every_kind_is_kept_alive_while_the_command_runs) {
-  redis_cluster c{3};
+  master_set c{3};
   const auto nodes = masters_of(c);
   // Runs of 2.5 s on a ttl of 1 s: without renewals each would be lost (status 76).
   const std::vector<std::vector<std::string>> kinds{
@@ -743,7 +743,7 @@ TEST_F(cli, every_kind_is_kept_alive_while_the_command_runs) {
 // ---- status ------------------------------------------------------------------------------------
 
 TEST_F(cli, status_of_a_held_and_a_free_resource) {
-  redis_cluster c{3};
+  master_set c{3};
   const auto nodes = masters_of(c);
   auto holder = start({"run", "--nodes", nodes, "--resource", "cli:st", "--ttl", "20s", "--wait", "20s", "--", "sh",
                        "-c", "touch \"$D/held\"; exec sleep 60"});
@@ -900,7 +900,7 @@ TEST_F(cli, passwords_and_acl_users_work_and_never_show) {
   redlock::test::redis_options opts;
   opts.password = password;
   opts.user = redlock::test::acl_user{"locker", user_password};
-  redis_cluster c{3, opts};
+  master_set c{3, opts};
   const auto nodes = masters_of(c);
   const auto no_secret = [&](const outcome& r) {
     for (const auto& s : {password, user_password, wrong}) {
@@ -971,7 +971,7 @@ TEST_F(cli, wrong_password_and_unknown_host_fail_at_once_naming_each_master) {
   const std::string wrong = "wrong-Sekr1t-2222";
   redlock::test::redis_options opts;
   opts.password = password;
-  redis_cluster c{3, opts};
+  master_set c{3, opts};
   const auto nodes = masters_of(c);
   auto r = run({"run", "--nodes", nodes, "--json", "--wait", "1m", "--resource", "cli:pw", "--", "true"},
                {{"REDLOCK_PASSWORD", wrong}});
@@ -999,7 +999,7 @@ TEST_F(cli, wrong_password_and_unknown_host_fail_at_once_naming_each_master) {
 // ---- configuration sources ----------------------------------------------------------------------
 
 TEST_F(cli, masters_from_environment_and_config_file_with_flag_first) {
-  redis_cluster c{3};
+  master_set c{3};
   const auto nodes = masters_of(c);
   auto r = run({"run", "-v", "-r", "cli:src", "--", "true"}, {{"REDLOCK_NODES", nodes}});
   EXPECT_EQ(r.status, 0) << r.describe();
@@ -1078,7 +1078,7 @@ TEST_F(cli, usage_and_configuration_errors) {
 }
 
 TEST_F(cli, json_events_on_a_chosen_descriptor_and_descriptors_passed_on) {
-  redis_cluster c{3};
+  master_set c{3};
   const auto nodes = masters_of(c);
   // A shell opens descriptors 3 (for the events) and 4 (for the command) and execs the tool, as a
   // script would. The command gets the caller's descriptor 4 (as with flock), not the tool's own.

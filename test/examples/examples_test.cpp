@@ -3,7 +3,7 @@
 // back and checked. Each run has a generous time limit: an example that hangs fails its test.
 
 #include <redlock/error.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <gtest/gtest.h>
 
@@ -42,10 +42,10 @@ using clock_type = std::chrono::steady_clock;  // CLOCK_MONOTONIC, as the exampl
 // machine does not fail them, yet a hang is caught.
 constexpr auto run_limit = 90s;
 
-std::string masters_of(redlock::test::redis_cluster& cluster) {
+std::string masters_of(redlock::test::master_set& servers) {
   std::string list;
-  for (std::size_t i = 0; i < cluster.size(); ++i) {
-    list += fmt::format("{}{}:{}", i ? "," : "", cluster[i].host(), cluster[i].port());
+  for (std::size_t i = 0; i < servers.size(); ++i) {
+    list += fmt::format("{}{}:{}", i ? "," : "", servers[i].host(), servers[i].port());
   }
   return list;
 }
@@ -172,7 +172,7 @@ class example_process {
   pid_t pid_ = -1;
 };
 
-std::string nodes_env(redlock::test::redis_cluster& cluster) { return "REDLOCK_NODES=" + masters_of(cluster); }
+std::string nodes_env(redlock::test::master_set& servers) { return "REDLOCK_NODES=" + masters_of(servers); }
 
 // The number after `prefix` in `text` (at its first occurrence), or nullopt.
 std::optional<long long> number_after(const std::string& text, std::string_view prefix) {
@@ -239,8 +239,8 @@ TEST(examples, bad_input_gets_usage_and_exit_status_2) {
 }
 
 TEST(examples, lock_server_self_test_loses_no_update) {
-  redlock::test::redis_cluster cluster{3};
-  example_process p{REDLOCK_EXAMPLE_LOCK_SERVER, {"--self-test", "6", "--requests", "10"}, {nodes_env(cluster)}};
+  redlock::test::master_set servers{3};
+  example_process p{REDLOCK_EXAMPLE_LOCK_SERVER, {"--self-test", "6", "--requests", "10"}, {nodes_env(servers)}};
   ASSERT_EQ(p.wait(), 0) << p.transcript();
   const auto out = p.out();
   EXPECT_NE(out.find("final value 60, expected 60: no lost update"), std::string::npos) << p.transcript();
@@ -249,9 +249,9 @@ TEST(examples, lock_server_self_test_loses_no_update) {
 }
 
 TEST(examples, long_job_completes_under_a_lock_it_extends) {
-  redlock::test::redis_cluster cluster{3};
+  redlock::test::master_set servers{3};
   // The job (3 s) outlasts the ttl (1 s) three times over: only extensions keep it covered.
-  example_process p{REDLOCK_EXAMPLE_LONG_JOB, {"--ttl", "1s", "--job", "3s"}, {nodes_env(cluster)}};
+  example_process p{REDLOCK_EXAMPLE_LONG_JOB, {"--ttl", "1s", "--job", "3s"}, {nodes_env(servers)}};
   ASSERT_EQ(p.wait(), 0) << p.transcript();
   const auto out = p.out();
   const auto extensions = number_after(out, "the lock was extended ");
@@ -261,9 +261,9 @@ TEST(examples, long_job_completes_under_a_lock_it_extends) {
 }
 
 TEST(examples, long_job_is_cancelled_when_its_key_is_overwritten) {
-  redlock::test::redis_cluster cluster{3};
+  redlock::test::master_set servers{3};
   example_process p{
-      REDLOCK_EXAMPLE_LONG_JOB, {"--ttl", "1s", "--job", "20s", "--steal-after", "1500ms"}, {nodes_env(cluster)}};
+      REDLOCK_EXAMPLE_LONG_JOB, {"--ttl", "1s", "--job", "20s", "--steal-after", "1500ms"}, {nodes_env(servers)}};
   ASSERT_EQ(p.wait(), 3) << p.transcript();  // 3: lost and cancelled
   const auto out = p.out();
   const auto not_owner = make_error_code(redlock::error::not_owner).message();
@@ -299,8 +299,8 @@ std::vector<heartbeat> heartbeats_of(const std::string& out, std::string_view na
 double seconds(clock_type::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); }
 
 TEST(examples, leader_election_fails_over_when_the_leader_dies) {
-  redlock::test::redis_cluster cluster{3};
-  const auto env = nodes_env(cluster);
+  redlock::test::master_set servers{3};
+  const auto env = nodes_env(servers);
   example_process a{REDLOCK_EXAMPLE_LEADER_ELECTION, {"--name", "A", "--for", "60s", "--ttl", "1s"}, {env}};
   ASSERT_TRUE(a.wait_for_output("A becomes leader")) << a.transcript();
 
@@ -335,12 +335,12 @@ TEST(examples, leader_election_fails_over_when_the_leader_dies) {
 }
 
 TEST(examples, leader_election_steps_down_when_its_lock_is_lost_and_campaigns_again) {
-  redlock::test::redis_cluster cluster{3};
+  redlock::test::master_set servers{3};
   example_process a{
-      REDLOCK_EXAMPLE_LEADER_ELECTION, {"--name", "A", "--for", "8s", "--ttl", "1s"}, {nodes_env(cluster)}};
+      REDLOCK_EXAMPLE_LEADER_ELECTION, {"--name", "A", "--for", "8s", "--ttl", "1s"}, {nodes_env(servers)}};
   ASSERT_TRUE(a.wait_for_output("A becomes leader (term 1)")) << a.transcript();
   // Someone else takes the key on every master, for 1.5 s: A's next extension finds it is not ours.
-  for (std::size_t i = 0; i < cluster.size(); ++i) cluster[i].command({"SET", "example:leader", "other", "PX", "1500"});
+  for (std::size_t i = 0; i < servers.size(); ++i) servers[i].command({"SET", "example:leader", "other", "PX", "1500"});
   ASSERT_TRUE(a.wait_for_output("A becomes leader (term 2)")) << a.transcript();
   EXPECT_EQ(a.wait(), 0) << a.transcript();
   const auto out = a.out();
@@ -352,8 +352,8 @@ TEST(examples, leader_election_steps_down_when_its_lock_is_lost_and_campaigns_ag
 }
 
 TEST(examples, callbacks_and_futures_runs_every_step) {
-  redlock::test::redis_cluster cluster{3};
-  example_process p{REDLOCK_EXAMPLE_CALLBACKS_AND_FUTURES, {masters_of(cluster)}};  // masters as the argument
+  redlock::test::master_set servers{3};
+  example_process p{REDLOCK_EXAMPLE_CALLBACKS_AND_FUTURES, {masters_of(servers)}};  // masters as the argument
   ASSERT_EQ(p.wait(), 0) << p.transcript();
   const auto out = p.out();
   EXPECT_NE(out.find("callbacks: a second try_lock is refused, as expected"), std::string::npos) << p.transcript();
@@ -366,27 +366,27 @@ TEST(examples, password_comes_from_the_environment_and_is_never_printed) {
   const std::string password = "example-secret-7c1f";
   redlock::test::redis_options opts;
   opts.password = password;
-  redlock::test::redis_cluster cluster{3, opts};
+  redlock::test::master_set servers{3, opts};
   {
-    example_process p{REDLOCK_EXAMPLE_CALLBACKS_AND_FUTURES, {}, {nodes_env(cluster), "REDLOCK_PASSWORD=" + password}};
+    example_process p{REDLOCK_EXAMPLE_CALLBACKS_AND_FUTURES, {}, {nodes_env(servers), "REDLOCK_PASSWORD=" + password}};
     ASSERT_EQ(p.wait(), 0) << p.transcript();
     EXPECT_EQ(p.transcript().find(password), std::string::npos);
   }
   {
     // Without it, the masters refuse the connection: the example fails, clearly and in time.
-    example_process p{REDLOCK_EXAMPLE_CALLBACKS_AND_FUTURES, {}, {nodes_env(cluster)}};
+    example_process p{REDLOCK_EXAMPLE_CALLBACKS_AND_FUTURES, {}, {nodes_env(servers)}};
     EXPECT_EQ(p.wait(), 1) << p.transcript();
   }
 }
 
 TEST(examples, metrics_endpoint_serves_the_counters_in_prometheus_format) {
-  redlock::test::redis_cluster cluster{3};
-  example_process p{REDLOCK_EXAMPLE_METRICS_ENDPOINT, {"--listen", "127.0.0.1:0"}, {nodes_env(cluster)}};
+  redlock::test::master_set servers{3};
+  example_process p{REDLOCK_EXAMPLE_METRICS_ENDPOINT, {"--listen", "127.0.0.1:0"}, {nodes_env(servers)}};
   ASSERT_TRUE(p.wait_for_output("listening on 127.0.0.1:")) << p.transcript();
   const auto port = number_after(p.out(), "listening on 127.0.0.1:");
   ASSERT_TRUE(port && *port > 0) << p.transcript();
   const auto up = [&](std::size_t i) {
-    return fmt::format("redlock_master_up{{master=\"127.0.0.1:{}\"}} ", cluster[i].port());
+    return fmt::format("redlock_master_up{{master=\"127.0.0.1:{}\"}} ", servers[i].port());
   };
 
   // The worker's locks show up as acquisitions; every master is up.
@@ -403,11 +403,11 @@ TEST(examples, metrics_endpoint_serves_the_counters_in_prometheus_format) {
   EXPECT_NE(page.find("Content-Type: text/plain; version=0.0.4"), std::string::npos) << page;
   ASSERT_GT(number_after(page, "redlock_lock_outcomes_total{outcome=\"acquired\"} ").value_or(0), 0) << page;
   EXPECT_GT(number_after(page, "\nredlock_releases_total ").value_or(0), 0) << page;
-  for (std::size_t i = 0; i < cluster.size(); ++i) EXPECT_EQ(number_after(page, up(i)), 1) << page;
+  for (std::size_t i = 0; i < servers.size(); ++i) EXPECT_EQ(number_after(page, up(i)), 1) << page;
   EXPECT_NE(page.find("# TYPE redlock_acquire_duration_seconds histogram"), std::string::npos);
 
   // A master that dies is seen as down on a later scrape.
-  cluster[2].kill();
+  servers[2].kill();
   const auto down_by = clock_type::now() + 30s;
   while (clock_type::now() < down_by &&
          number_after(page = http_get(static_cast<int>(*port), "/metrics"), up(2)) != 0) {

@@ -15,7 +15,7 @@
 #include <redlock_test/coro.hpp>
 #include <redlock_test/fake_server.hpp>
 #include <redlock_test/fault_proxy.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -285,13 +285,13 @@ struct five_masters : ::testing::Test {
   static constexpr std::size_t fake_index = 4;
   static constexpr auto real_latency = 20ms;
 
-  redlock::test::redis_cluster cluster{4};
+  redlock::test::master_set servers{4};
   std::vector<std::unique_ptr<redlock::test::fault_proxy>> proxies;
   fake_server fake;
 
   five_masters() {
-    for (std::size_t i = 0; i < cluster.size(); ++i) {
-      proxies.push_back(std::make_unique<redlock::test::fault_proxy>(cluster[i].host(), cluster[i].port()));
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      proxies.push_back(std::make_unique<redlock::test::fault_proxy>(servers[i].host(), servers[i].port()));
       proxies.back()->set_latency(real_latency);
     }
   }
@@ -309,7 +309,7 @@ struct five_masters : ::testing::Test {
   std::size_t real_holders(const std::string& key, const std::string& token) {
     std::size_t n = 0;
     const std::string want = "$" + std::to_string(token.size()) + "\r\n" + token + "\r\n";
-    for (std::size_t i = 0; i < cluster.size(); ++i) n += cluster[i].command({"GET", key}) == want;
+    for (std::size_t i = 0; i < servers.size(); ++i) n += servers[i].command({"GET", key}) == want;
     return n;
   }
 
@@ -583,8 +583,8 @@ TEST_F(real_error_test, wrongtype_in_the_scripts_is_a_server_error_and_the_good_
         EXPECT_FALSE(ec) << ec.message();
         co_await eventually([&, &l = l] { return real_holders("wt", l.token()) == 4; }, "four real holders");
         // Someone turns the lock key into a list on master 0: its scripts fail with WRONGTYPE.
-        cluster[0].command({"DEL", "wt"});
-        cluster[0].command({"LPUSH", "wt", "x"});
+        servers[0].command({"DEL", "wt"});
+        servers[0].command({"LPUSH", "wt", "x"});
         auto [eec] = co_await l.async_extend(20s, use_tuple);
         EXPECT_FALSE(eec) << eec.message();
         auto nodes = l.masters();
@@ -594,9 +594,9 @@ TEST_F(real_error_test, wrongtype_in_the_scripts_is_a_server_error_and_the_good_
         EXPECT_FALSE(uec) << uec.message();
         nodes = l.masters();
         EXPECT_TRUE(server_error_starting(nodes.at(0), "WRONGTYPE")) << nodes.at(0).server_text;
-        EXPECT_EQ(cluster[0].command({"TYPE", "wt"}), "+list\r\n");  // someone else's key: untouched
+        EXPECT_EQ(servers[0].command({"TYPE", "wt"}), "+list\r\n");  // someone else's key: untouched
         // Master 0 is repaired: the next lock is granted there, on the same connection.
-        cluster[0].command({"DEL", "wt"});
+        servers[0].command({"DEL", "wt"});
         auto [ec2, l2] = co_await locks.async_try_lock("wt", 10s, use_tuple);
         EXPECT_FALSE(ec2) << ec2.message();
         EXPECT_EQ(l2.masters().at(0).status, master_status::granted);
@@ -613,18 +613,18 @@ TEST_F(real_error_test, readonly_replica_is_a_server_error_until_it_is_a_master_
         redlock::client locks{ioc.get_executor(), config()};
         co_await wait_connected(locks);
         // Master 0 would wait 5 s for more replicas before its first diskless sync; none will come.
-        cluster[0].command({"CONFIG", "SET", "repl-diskless-sync-delay", "0"});
-        cluster[1].command({"REPLICAOF", cluster[0].host(), std::to_string(cluster[0].port())});
+        servers[0].command({"CONFIG", "SET", "repl-diskless-sync-delay", "0"});
+        servers[1].command({"REPLICAOF", servers[0].host(), std::to_string(servers[0].port())});
         co_await eventually(
             [&] {
-              return cluster[1].command({"INFO", "replication"}).find("master_link_status:up") != std::string::npos;
+              return servers[1].command({"INFO", "replication"}).find("master_link_status:up") != std::string::npos;
             },
             "the replica to be in sync");
         auto [ec, l] = co_await locks.async_try_lock("ro", 10s, use_tuple);
         EXPECT_FALSE(ec) << ec.message();
         EXPECT_TRUE(server_error_starting(l.masters().at(1), "READONLY")) << l.masters().at(1).server_text;
         EXPECT_EQ(l.masters().at(fake_index).status, master_status::granted);
-        cluster[1].command({"REPLICAOF", "NO", "ONE"});
+        servers[1].command({"REPLICAOF", "NO", "ONE"});
         auto [ec2, l2] = co_await locks.async_try_lock("ro2", 10s, use_tuple);
         EXPECT_FALSE(ec2) << ec2.message();
         EXPECT_EQ(l2.masters().at(1).status, master_status::granted);
@@ -641,11 +641,11 @@ TEST_F(real_error_test, oom_over_maxmemory_is_a_server_error_until_memory_is_fre
       [&](asio::io_context& ioc) -> asio::awaitable<void> {
         redlock::client locks{ioc.get_executor(), config()};
         co_await wait_connected(locks);
-        cluster[2].command({"CONFIG", "SET", "maxmemory", "1"});  // with the default noeviction policy
+        servers[2].command({"CONFIG", "SET", "maxmemory", "1"});  // with the default noeviction policy
         auto [ec, l] = co_await locks.async_try_lock("oom", 10s, use_tuple);
         EXPECT_FALSE(ec) << ec.message();
         EXPECT_TRUE(server_error_starting(l.masters().at(2), "OOM")) << l.masters().at(2).server_text;
-        cluster[2].command({"CONFIG", "SET", "maxmemory", "0"});
+        servers[2].command({"CONFIG", "SET", "maxmemory", "0"});
         auto [ec2, l2] = co_await locks.async_try_lock("oom2", 10s, use_tuple);
         EXPECT_FALSE(ec2) << ec2.message();
         EXPECT_EQ(l2.masters().at(2).status, master_status::granted);
@@ -658,13 +658,13 @@ TEST_F(real_error_test, oom_over_maxmemory_is_a_server_error_until_memory_is_fre
 
 TEST_F(real_error_test, busy_script_is_a_server_error_until_it_is_killed) {
   make_fast(3);
-  cluster[3].command({"CONFIG", "SET", "busy-reply-threshold", "10"});
+  servers[3].command({"CONFIG", "SET", "busy-reply-threshold", "10"});
   run_test(
       [&](asio::io_context& ioc) -> asio::awaitable<void> {
         redlock::client locks{ioc.get_executor(), config()};
         co_await wait_connected(locks);
         // Another client's runaway script keeps master 3 busy.
-        connection hog{ioc.get_executor(), node_config(cluster[3].host(), cluster[3].port())};
+        connection hog{ioc.get_executor(), node_config(servers[3].host(), servers[3].port())};
         hog.async_run(asio::detached);
         co_await eventually([&] { return hog.status().state == connection_state::up; }, "hog connected");
         bool hog_done = false;
@@ -675,11 +675,11 @@ TEST_F(real_error_test, busy_script_is_a_server_error_until_it_is_killed) {
           if (!r.empty()) hog_text = r.front().value;
           hog_done = true;
         });
-        co_await eventually([&] { return starts_with(cluster[3].command({"PING"}), "-BUSY"); }, "master 3 busy");
+        co_await eventually([&] { return starts_with(servers[3].command({"PING"}), "-BUSY"); }, "master 3 busy");
         auto [ec, l] = co_await locks.async_try_lock("busy", 10s, use_tuple);
         EXPECT_FALSE(ec) << ec.message();
         EXPECT_TRUE(server_error_starting(l.masters().at(3), "BUSY")) << l.masters().at(3).server_text;
-        cluster[3].command({"SCRIPT", "KILL"});
+        servers[3].command({"SCRIPT", "KILL"});
         co_await eventually([&] { return hog_done; }, "the script to be killed");
         EXPECT_EQ(hog_error, error::server_error);
         EXPECT_NE(hog_text.find("killed"), std::string::npos) << hog_text;
@@ -699,10 +699,10 @@ TEST_F(real_error_test, noscript_falls_back_to_eval_on_real_and_fake_masters) {
   // The fake never has the script cached; the real masters lose theirs to SCRIPT FLUSH.
   fake.set_responder(on("EVALSHA", reply_action::send("-NOSCRIPT No matching script. Please use EVAL.\r\n")));
   const auto flush_scripts = [&] {
-    for (std::size_t i = 0; i < cluster.size(); ++i) cluster[i].command({"SCRIPT", "FLUSH"});
+    for (std::size_t i = 0; i < servers.size(); ++i) servers[i].command({"SCRIPT", "FLUSH"});
   };
   const auto pttl = [&](std::size_t i, const std::string& key) {
-    return std::stol(cluster[i].command({"PTTL", key}).substr(1));
+    return std::stol(servers[i].command({"PTTL", key}).substr(1));
   };
   run_test(
       [&](asio::io_context& ioc) -> asio::awaitable<void> {
@@ -721,7 +721,7 @@ TEST_F(real_error_test, noscript_falls_back_to_eval_on_real_and_fake_masters) {
         EXPECT_EQ(fake.commands_seen("EVAL"), 1u);
         EXPECT_GT(fake.ttl("ns").value_or(0ms), 20s);
         EXPECT_GT(pttl(0, "ns"), 20000);
-        const auto stats = cluster[0].command({"INFO", "commandstats"});
+        const auto stats = servers[0].command({"INFO", "commandstats"});
         EXPECT_NE(stats.find("cmdstat_eval:calls=1,"), std::string::npos) << stats;
 
         flush_scripts();

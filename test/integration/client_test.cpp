@@ -7,7 +7,7 @@
 #include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
 #include <redlock_test/fault_proxy.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/detached.hpp>
@@ -55,10 +55,10 @@ std::string bulk(const std::string& v) { return "$" + std::to_string(v.size()) +
 const std::string nil = "$-1\r\n";
 
 struct client_test : ::testing::Test {
-  redlock::test::redis_cluster cluster{5};
+  redlock::test::master_set servers{5};
 
   redlock::client_config config() {
-    auto cfg = redlock::test::client_config_for(cluster);
+    auto cfg = redlock::test::client_config_for(servers);
     cfg.retry.max_wait = 2s;
     return cfg;
   }
@@ -66,9 +66,9 @@ struct client_test : ::testing::Test {
   // How many masters hold `key` with `value` ("" = the key is absent on that many).
   std::size_t holding(const std::string& key, const std::string& value) {
     std::size_t n = 0;
-    for (std::size_t i = 0; i < cluster.size(); ++i) {
-      if (!cluster[i].running() || cluster[i].paused()) continue;
-      n += cluster[i].command({"GET", key}) == (value.empty() ? nil : bulk(value));
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      if (!servers[i].running() || servers[i].paused()) continue;
+      n += servers[i].command({"GET", key}) == (value.empty() ? nil : bulk(value));
     }
     return n;
   }
@@ -85,7 +85,7 @@ struct client_test : ::testing::Test {
   }
 
   // Whether master `i` has any value under `key`.
-  bool has_key(std::size_t i, const std::string& key) { return cluster[i].command({"EXISTS", key}) == ":1\r\n"; }
+  bool has_key(std::size_t i, const std::string& key) { return servers[i].command({"EXISTS", key}) == ":1\r\n"; }
 
   // Requests written so far to each master.
   static std::vector<std::uint64_t> written(const redlock::client& c) {
@@ -138,7 +138,7 @@ TEST_F(client_test, acquire_extend_release_and_exclusion) {
     EXPECT_GT(l.validity_deadline(), old_deadline + 15s);
     std::size_t extended = 0;  // decided by a majority: the rest may still be on their way
     for (std::size_t i = 0; i < 5; ++i)
-      extended += std::stol(cluster[i].command({"PTTL", "orders:42"}).substr(1)) > 20000;
+      extended += std::stol(servers[i].command({"PTTL", "orders:42"}).substr(1)) > 20000;
     EXPECT_GE(extended, 3u);
 
     auto [uec, held] = co_await l.async_unlock(use_tuple);
@@ -164,8 +164,8 @@ TEST_F(client_test, minority_down_still_locks_majority_down_fails_and_leaves_not
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
     redlock::client c{ioc.get_executor(), config()};
     co_await wait_connected(c);
-    cluster[0].kill();
-    cluster[1].kill();
+    servers[0].kill();
+    servers[1].kill();
     co_await wait_master_down(c, 0);
     co_await wait_master_down(c, 1);
     auto [ec, l] = co_await c.async_try_lock("res", 10s, use_tuple);
@@ -174,7 +174,7 @@ TEST_F(client_test, minority_down_still_locks_majority_down_fails_and_leaves_not
     EXPECT_EQ(l.masters().at(2).status, master_status::granted);
     co_await l.async_unlock(use_tuple);
 
-    cluster[2].kill();
+    servers[2].kill();
     co_await wait_master_down(c, 2);
     auto [ec2, l2] = co_await c.async_try_lock("res2", 10s, use_tuple);
     EXPECT_EQ(ec2, error::quorum_unavailable);
@@ -194,8 +194,8 @@ TEST_F(client_test, stalled_minority_does_not_delay_the_decision) {
     cfg.request_timeout = 3s;
     redlock::client c{ioc.get_executor(), cfg};
     co_await wait_connected(c);
-    cluster[3].pause();
-    cluster[4].pause();
+    servers[3].pause();
+    servers[4].pause();
     const auto start = clock_type::now();
     auto [ec, l] = co_await c.async_try_lock("stalled", 10s, use_tuple);
     const auto took = clock_type::now() - start;
@@ -207,8 +207,8 @@ TEST_F(client_test, stalled_minority_does_not_delay_the_decision) {
     for (std::size_t i = 3; i < 5; ++i) EXPECT_EQ(nodes.at(i).status, master_status::pending) << i;
     auto [uec, held] = co_await l.async_unlock(use_tuple);  // also decided by the live majority
     EXPECT_FALSE(uec);
-    cluster[3].resume();
-    cluster[4].resume();
+    servers[3].resume();
+    servers[4].resume();
     // The stalled masters run the late SET and then the release queued behind it: nothing is left.
     EXPECT_TRUE(co_await until([&] { return holding("stalled", "") == 5; }, 2s)) << "a late SET stayed behind";
     EXPECT_EQ(holding("stalled", ""), 5u);
@@ -277,7 +277,7 @@ TEST_F(client_test, release_never_deletes_another_clients_lock_and_extend_fails_
     EXPECT_EQ(holding("handover", lb.token()), 5u);  // b's lock untouched
 
     // The key changes hands behind b's back while b's validity still runs: extend refuses.
-    for (std::size_t i = 0; i < 5; ++i) cluster[i].command({"SET", "handover", "intruder"});
+    for (std::size_t i = 0; i < 5; ++i) servers[i].command({"SET", "handover", "intruder"});
     auto [ext2] = co_await lb.async_extend(10s, use_tuple);
     EXPECT_EQ(ext2, error::not_owner);
     auto [rel2, held2] = co_await lb.async_unlock(use_tuple);
@@ -292,18 +292,18 @@ TEST_F(client_test, release_and_extend_survive_an_empty_script_cache) {
     redlock::client c{ioc.get_executor(), config()};
     co_await wait_connected(c);
     // Our EVALSHA digests are the ones Redis computes.
-    EXPECT_EQ(cluster[0].command({"SCRIPT", "LOAD", redlock::detail::release_script.body}),
+    EXPECT_EQ(servers[0].command({"SCRIPT", "LOAD", redlock::detail::release_script.body}),
               bulk(std::string{redlock::detail::release_script.sha1}));
-    EXPECT_EQ(cluster[0].command({"SCRIPT", "LOAD", redlock::detail::extend_script.body}),
+    EXPECT_EQ(servers[0].command({"SCRIPT", "LOAD", redlock::detail::extend_script.body}),
               bulk(std::string{redlock::detail::extend_script.sha1}));
-    EXPECT_EQ(cluster[0].command({"SCRIPT", "LOAD", redlock::detail::fair_acquire_script.body}),
+    EXPECT_EQ(servers[0].command({"SCRIPT", "LOAD", redlock::detail::fair_acquire_script.body}),
               bulk(std::string{redlock::detail::fair_acquire_script.sha1}));
     auto [ec, l] = co_await c.async_lock("scripts", 10s, use_tuple);
     EXPECT_FALSE(ec);
-    for (std::size_t i = 0; i < 5; ++i) cluster[i].command({"SCRIPT", "FLUSH"});
+    for (std::size_t i = 0; i < 5; ++i) servers[i].command({"SCRIPT", "FLUSH"});
     auto [eec] = co_await l.async_extend(20s, use_tuple);
     EXPECT_FALSE(eec) << eec.message();
-    for (std::size_t i = 0; i < 5; ++i) cluster[i].command({"SCRIPT", "FLUSH"});
+    for (std::size_t i = 0; i < 5; ++i) servers[i].command({"SCRIPT", "FLUSH"});
     auto [uec, held] = co_await l.async_unlock(use_tuple);
     EXPECT_FALSE(uec) << uec.message();
     EXPECT_GE(held, 3u);
@@ -317,7 +317,7 @@ TEST_F(client_test, cancellation_mid_acquire_leaves_no_key_behind) {
     cfg.request_timeout = 5s;
     redlock::client c{ioc.get_executor(), cfg};
     co_await wait_connected(c);
-    for (std::size_t i = 2; i < 5; ++i) cluster[i].pause();  // the decision hangs on them
+    for (std::size_t i = 2; i < 5; ++i) servers[i].pause();  // the decision hangs on them
     asio::cancellation_signal sig;
     bool finished = false;
     error_code got;
@@ -336,7 +336,7 @@ TEST_F(client_test, cancellation_mid_acquire_leaves_no_key_behind) {
     // The two answering masters granted, and are released at once.
     EXPECT_TRUE(co_await eventually_holding("cancelled", "", 2));
     // The stalled three run the SET late, then the release queued behind it.
-    for (std::size_t i = 2; i < 5; ++i) cluster[i].resume();
+    for (std::size_t i = 2; i < 5; ++i) servers[i].resume();
     EXPECT_TRUE(co_await eventually_holding("cancelled", "", 5));
   });
 }
@@ -444,11 +444,11 @@ TEST_F(client_test, per_master_results_tell_contention_from_outage) {
     co_await wait_connected(c);
     // Master 1 refuses writes with an error reply (out of memory), master 2 is dead, masters 3
     // and 4 hang: only master 5 grants, and the decision has to wait for a deadline.
-    cluster[0].command({"CONFIG", "SET", "maxmemory-policy", "noeviction"});
-    cluster[0].command({"CONFIG", "SET", "maxmemory", "1"});
-    cluster[1].kill();
-    cluster[2].pause();
-    cluster[3].pause();
+    servers[0].command({"CONFIG", "SET", "maxmemory-policy", "noeviction"});
+    servers[0].command({"CONFIG", "SET", "maxmemory", "1"});
+    servers[1].kill();
+    servers[2].pause();
+    servers[3].pause();
     co_await wait_master_down(c, 1);
     auto [ec, l] = co_await c.async_try_lock("diagnosed", 10s, use_tuple);
     EXPECT_EQ(ec, error::quorum_unavailable);
@@ -464,9 +464,9 @@ TEST_F(client_test, per_master_results_tell_contention_from_outage) {
     EXPECT_EQ(first.error, error::master_timeout);
     EXPECT_EQ(nodes.at(third_first ? 3 : 2).status, master_status::pending);
     EXPECT_EQ(nodes.at(4).status, master_status::granted);
-    cluster[2].resume();
-    cluster[3].resume();
-    cluster[0].command({"CONFIG", "SET", "maxmemory", "0"});
+    servers[2].resume();
+    servers[3].resume();
+    servers[0].command({"CONFIG", "SET", "maxmemory", "0"});
     EXPECT_TRUE(co_await eventually_holding("diagnosed", "", 4));  // released everywhere, late SETs too
   });
 }
@@ -509,8 +509,8 @@ TEST_F(client_test, every_completion_token_kind_works_with_the_context_on_anothe
 }
 
 // The clients connected to master `i` (the test bed's own probe connection included).
-int clients_on(redlock::test::redis_cluster& cluster, std::size_t i) {
-  const auto info = cluster[i].command({"INFO", "clients"});
+int clients_on(redlock::test::master_set& servers, std::size_t i) {
+  const auto info = servers[i].command({"INFO", "clients"});
   const auto at = info.find("connected_clients:");
   return at == std::string::npos ? -1 : std::atoi(info.c_str() + at + 18);
 }
@@ -520,7 +520,7 @@ int clients_on(redlock::test::redis_cluster& cluster, std::size_t i) {
 // closed. Before, the operations waiting in the connections' queues kept the client, and so the
 // connections, alive: the sockets stayed open (and LeakSanitizer reported the memory).
 TEST_F(client_test, a_context_destroyed_with_releases_in_flight_frees_the_client) {
-  const int before = clients_on(cluster, 0);
+  const int before = clients_on(servers, 0);
   {
     asio::io_context ioc;
     auto c = std::make_unique<redlock::client>(ioc.get_executor(), config());
@@ -532,9 +532,9 @@ TEST_F(client_test, a_context_destroyed_with_releases_in_flight_frees_the_client
     while (!held && ioc.run_one_for(5s) > 0) {
     }
     ASSERT_TRUE(held && held->owns_lock());
-    EXPECT_EQ(clients_on(cluster, 0), before + 1) << "the client's connection to master 1";
-    cluster[3].pause();
-    cluster[4].pause();
+    EXPECT_EQ(clients_on(servers, 0), before + 1) << "the client's connection to master 1";
+    servers[3].pause();
+    servers[4].pause();
     bool unlocked = false;
     held->async_unlock([&](error_code, std::size_t) { unlocked = true; });
     while (!unlocked && ioc.run_one_for(5s) > 0) {
@@ -543,13 +543,13 @@ TEST_F(client_test, a_context_destroyed_with_releases_in_flight_frees_the_client
     held.reset();
     c.reset();  // close() is posted to a context that will never run again
   }
-  cluster[3].resume();
-  cluster[4].resume();
+  servers[3].resume();
+  servers[4].resume();
   const auto deadline = clock_type::now() + 3s;
-  int now = clients_on(cluster, 0);
+  int now = clients_on(servers, 0);
   while (now != before && clock_type::now() < deadline) {
     std::this_thread::sleep_for(10ms);
-    now = clients_on(cluster, 0);
+    now = clients_on(servers, 0);
   }
   EXPECT_EQ(now, before) << "the client's connection to master 1 is still open";
 }
@@ -559,7 +559,7 @@ TEST_F(client_test, cancelled_unlock_still_releases) {
     redlock::client c{ioc.get_executor(), config()};
     auto [ec, l] = co_await c.async_lock("unlock-cancel", 10s, use_tuple);
     EXPECT_FALSE(ec);
-    for (std::size_t i = 0; i < 5; ++i) cluster[i].pause();  // the release cannot be answered yet
+    for (std::size_t i = 0; i < 5; ++i) servers[i].pause();  // the release cannot be answered yet
     asio::cancellation_signal sig;
     error_code got;
     bool finished = false;
@@ -578,7 +578,7 @@ TEST_F(client_test, cancelled_unlock_still_releases) {
     sig.emit(asio::cancellation_type::terminal);
     EXPECT_TRUE(co_await until([&] { return finished; }, 1s)) << "cancellation did not complete the unlock";
     EXPECT_EQ(got, asio::error::operation_aborted);  // the caller stops waiting...
-    for (std::size_t i = 0; i < 5; ++i) cluster[i].resume();
+    for (std::size_t i = 0; i < 5; ++i) servers[i].resume();
     EXPECT_TRUE(co_await eventually_holding("unlock-cancel", "", 5));  // ...the release does not
   });
 }
@@ -614,9 +614,9 @@ TEST_F(client_test, operations_carry_the_clients_executor) {
 TEST_F(client_test, a_failed_rounds_release_never_deletes_the_next_rounds_key) {
   std::vector<std::unique_ptr<redlock::test::fault_proxy>> proxies;
   auto cfg = config();
-  for (std::size_t i = 0; i < cluster.size(); ++i) {
-    cluster[i].command({"SCRIPT", "FLUSH"});
-    proxies.push_back(std::make_unique<redlock::test::fault_proxy>(cluster[i].host(), cluster[i].port()));
+  for (std::size_t i = 0; i < servers.size(); ++i) {
+    servers[i].command({"SCRIPT", "FLUSH"});
+    proxies.push_back(std::make_unique<redlock::test::fault_proxy>(servers[i].host(), servers[i].port()));
     cfg.masters[i].host = proxies.back()->host();
     cfg.masters[i].port = proxies.back()->port();
   }
@@ -629,7 +629,7 @@ TEST_F(client_test, a_failed_rounds_release_never_deletes_the_next_rounds_key) {
     for (auto& p : proxies) p->set_latency(100ms);
     // Someone else holds it for 150 ms: the first round (its SETs arrive at 100 ms) is refused,
     // the retry (arriving at about 300 ms) is granted.
-    for (std::size_t i = 0; i < cluster.size(); ++i) cluster[i].command({"SET", "reorder", "holder", "PX", "150"});
+    for (std::size_t i = 0; i < servers.size(); ++i) servers[i].command({"SET", "reorder", "holder", "PX", "150"});
     auto [ec, l] = co_await c.async_lock("reorder", 10s, use_tuple);
     EXPECT_FALSE(ec) << ec.message();
     EXPECT_EQ(l.attempts(), 2u);
@@ -643,7 +643,7 @@ TEST_F(client_test, a_failed_rounds_release_never_deletes_the_next_rounds_key) {
 // A release that a stalled connection swallowed is sent again once the master is reachable, so
 // our key does not sit there until its ttl (blocking everyone while another master is down).
 TEST_F(client_test, a_release_lost_with_a_stalled_connection_is_sent_again_on_the_new_one) {
-  redlock::test::fault_proxy proxy{cluster[0].host(), cluster[0].port()};
+  redlock::test::fault_proxy proxy{servers[0].host(), servers[0].port()};
   auto cfg = config();
   cfg.masters[0].host = proxy.host();
   cfg.masters[0].port = proxy.port();
@@ -663,10 +663,10 @@ TEST_F(client_test, a_release_lost_with_a_stalled_connection_is_sent_again_on_th
     EXPECT_TRUE(co_await eventually_holding("swallowed", "", 4));
     // The stall is detected; reconnects time out (the proxy swallows them).
     EXPECT_TRUE(co_await until([&] { return c.stats().masters[0].stalls >= 1; })) << "the stall was not detected";
-    EXPECT_EQ(cluster[0].command({"GET", "swallowed"}), bulk(token)) << "the release must not have arrived";
+    EXPECT_EQ(servers[0].command({"GET", "swallowed"}), bulk(token)) << "the release must not have arrived";
     EXPECT_GE(c.stats().masters[0].stalls, 1u);
     proxy.set_blackhole(false);
-    const bool gone = co_await until([&] { return cluster[0].command({"GET", "swallowed"}) == nil; }, 3s);
+    const bool gone = co_await until([&] { return servers[0].command({"GET", "swallowed"}) == nil; }, 3s);
     EXPECT_TRUE(gone) << "the deferred release was not re-sent on the new connection";
     EXPECT_GE(c.stats().releases_resent, 1u);
   });

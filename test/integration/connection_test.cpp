@@ -5,7 +5,7 @@
 #include <redlock/connection.hpp>
 #include <redlock_test/coro.hpp>
 #include <redlock_test/fault_proxy.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -77,8 +77,8 @@ asio::awaitable<std::tuple<error_code, response>> exec(connection& c, request r,
 }
 
 struct connection_test : ::testing::Test {
-  redlock::test::redis_cluster cluster{1};
-  redlock::test::redis_node& node = cluster[0];
+  redlock::test::master_set servers{1};
+  redlock::test::redis_node& node = servers[0];
 };
 
 TEST_F(connection_test, many_coroutines_on_two_threads_share_one_connection_and_each_gets_its_own_reply) {
@@ -495,8 +495,8 @@ redlock::test::redis_options with_password() {
 }
 
 struct auth_test : ::testing::Test {
-  redlock::test::redis_cluster cluster{1, with_password()};
-  redlock::test::redis_node& node = cluster[0];
+  redlock::test::master_set servers{1, with_password()};
+  redlock::test::redis_node& node = servers[0];
 };
 
 TEST_F(auth_test, password_and_acl_user_work_and_wrong_credentials_are_auth_errors) {
@@ -535,8 +535,8 @@ TEST_F(auth_test, password_and_acl_user_work_and_wrong_credentials_are_auth_erro
 }
 
 struct proxy_test : ::testing::Test {
-  redlock::test::redis_cluster cluster{1};
-  redlock::test::fault_proxy proxy{cluster[0].host(), cluster[0].port()};
+  redlock::test::master_set servers{1};
+  redlock::test::fault_proxy proxy{servers[0].host(), servers[0].port()};
   connection_config cfg() {
     connection_config c;
     c.port = proxy.port();
@@ -595,7 +595,7 @@ TEST(connection_unix_socket, connects_over_a_unix_domain_socket) {
   const auto path = std::filesystem::temp_directory_path() / ("redlock-" + std::to_string(::getpid()) + ".sock");
   redlock::test::redis_options opts;
   opts.extra_args = {"--unixsocket", path.string()};
-  redlock::test::redis_cluster cluster{1, opts};
+  redlock::test::master_set servers{1, opts};
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
     connection_config cfg;
     cfg.unix_socket = path.string();

@@ -7,7 +7,7 @@
 #include <redlock/with_lock.hpp>
 #include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -34,15 +34,15 @@ using clock_type = redlock::clock;
 using type = lock_event::type;
 
 struct events_test : ::testing::Test {
-  redlock::test::redis_cluster cluster{3};
+  redlock::test::master_set servers{3};
 
   redlock::client_config config(std::chrono::milliseconds release_timeout = 1000ms) {
-    auto cfg = redlock::test::client_config_for(cluster, 100ms);
+    auto cfg = redlock::test::client_config_for(servers, 100ms);
     cfg.release_timeout = release_timeout;
     return cfg;
   }
 
-  bool has_key(std::size_t i, const std::string& key) { return cluster[i].command({"EXISTS", key}) == ":1\r\n"; }
+  bool has_key(std::size_t i, const std::string& key) { return servers[i].command({"EXISTS", key}) == ":1\r\n"; }
 };
 
 // Keep-alive extensions arrive one event each, numbered, each moving the deadline later, with the
@@ -131,7 +131,7 @@ TEST_F(events_test, paused_masters_give_extend_failed_warnings_then_lost) {
     auto [ec, l] = co_await c.async_lock("ev-paused", 1000ms, use_tuple);
     EXPECT_FALSE(ec) << ec.message();
     l.keep_alive();
-    cluster[2].pause();
+    servers[2].pause();
     auto [wec, e] = co_await l.async_wait_event(use_tuple);
     EXPECT_FALSE(wec);
     EXPECT_EQ(e.what, type::extended);
@@ -140,7 +140,7 @@ TEST_F(events_test, paused_masters_give_extend_failed_warnings_then_lost) {
       EXPECT_NE(e.masters[2].status, redlock::master_status::granted);
     }
 
-    cluster[1].pause();
+    servers[1].pause();
     std::size_t failed = 0;
     lock_event last;
     while (true) {
@@ -165,8 +165,8 @@ TEST_F(events_test, paused_masters_give_extend_failed_warnings_then_lost) {
     EXPECT_FALSE(last.detail.empty());
     EXPECT_EQ(l.loss_description(), last.detail);
     EXPECT_LT(last.at, last.validity_deadline);  // told before it ran out
-    cluster[1].resume();
-    cluster[2].resume();
+    servers[1].resume();
+    servers[2].resume();
   });
 }
 
@@ -182,9 +182,9 @@ TEST_F(events_test, key_overwritten_or_deleted_on_a_majority_is_lost_as_taken) {
       l.keep_alive();
       for (std::size_t i = 0; i < 2; ++i) {
         if (overwrite) {
-          cluster[i].command({"SET", name, "someone-else", "PX", "60000"});
+          servers[i].command({"SET", name, "someone-else", "PX", "60000"});
         } else {
-          cluster[i].command({"DEL", name});
+          servers[i].command({"DEL", name});
         }
       }
       auto [wec, e] = co_await l.async_wait_event(use_tuple);
@@ -199,7 +199,7 @@ TEST_F(events_test, key_overwritten_or_deleted_on_a_majority_is_lost_as_taken) {
       (void)uec;
       (void)held;
       if (overwrite) {
-        EXPECT_EQ(cluster[0].command({"GET", name}), "$12\r\nsomeone-else\r\n");
+        EXPECT_EQ(servers[0].command({"GET", name}), "$12\r\nsomeone-else\r\n");
       }
     }
   });
@@ -330,8 +330,8 @@ TEST_F(events_test, with_lock_throws_the_reason_at_once_and_releases_in_the_back
           c, "ev-with-lock", 4000ms,
           [&](redlock::lock& l) -> asio::awaitable<void> {
             valid_until = l.validity_deadline();
-            cluster[1].pause();  // their releases cannot be answered until resumed
-            cluster[2].pause();
+            servers[1].pause();  // their releases cannot be answered until resumed
+            servers[2].pause();
             asio::steady_timer t{co_await asio::this_coro::executor, 30s};
             auto [ec] = co_await t.async_wait(use_tuple);
             EXPECT_EQ(ec, asio::error::operation_aborted);
@@ -353,8 +353,8 @@ TEST_F(events_test, with_lock_throws_the_reason_at_once_and_releases_in_the_back
       ::testing::Test::RecordProperty("throw_after_work_end_us", std::to_string(us));
       std::printf("with_lock threw %lld us after the work ended (release_timeout 5 s)\n", static_cast<long long>(us));
     }
-    cluster[1].resume();
-    cluster[2].resume();
+    servers[1].resume();
+    servers[2].resume();
     const bool gone = co_await until(
         [&] { return !has_key(0, "ev-with-lock") && !has_key(1, "ev-with-lock") && !has_key(2, "ev-with-lock"); });
     EXPECT_TRUE(gone);
@@ -382,7 +382,7 @@ TEST_F(events_test, waitable_release_accounts_for_every_master) {
     {
       auto [ec, l] = co_await c.async_lock("ev-rel-one-gone", 5000ms, use_tuple);
       EXPECT_FALSE(ec);
-      cluster[1].command({"DEL", "ev-rel-one-gone"});
+      servers[1].command({"DEL", "ev-rel-one-gone"});
       auto [uec, r] = co_await l.async_unlock(all, use_tuple);
       EXPECT_FALSE(uec) << uec.message();
       EXPECT_EQ(r.released, 2u);
@@ -393,7 +393,7 @@ TEST_F(events_test, waitable_release_accounts_for_every_master) {
     {
       auto [ec, l] = co_await c.async_lock("ev-rel-paused", 5000ms, use_tuple);
       EXPECT_FALSE(ec);
-      cluster[2].pause();
+      servers[2].pause();
       const auto start = clock_type::now();
       auto [uec, r] = co_await l.async_unlock(all, use_tuple);
       const auto took = clock_type::now() - start;
@@ -403,20 +403,20 @@ TEST_F(events_test, waitable_release_accounts_for_every_master) {
       EXPECT_EQ(r.unreachable, 1u);
       EXPECT_GE(took, release_timeout);  // it waited for the paused master's deadline
       EXPECT_EQ(l.masters()[2].status, redlock::master_status::timeout);
-      cluster[2].resume();
+      servers[2].resume();
     }
     {
       // Two paused: no majority, and the counts still say what each master did.
       auto [ec, l] = co_await c.async_lock("ev-rel-two-paused", 5000ms, use_tuple);
       EXPECT_FALSE(ec);
-      cluster[1].pause();
-      cluster[2].pause();
+      servers[1].pause();
+      servers[2].pause();
       auto [uec, r] = co_await l.async_unlock(all, use_tuple);
       EXPECT_EQ(uec, error::quorum_unavailable);
       EXPECT_EQ(r.released, 1u);
       EXPECT_EQ(r.unreachable, 2u);
-      cluster[1].resume();
-      cluster[2].resume();
+      servers[1].resume();
+      servers[2].resume();
     }
   });
 }
@@ -429,13 +429,13 @@ TEST_F(events_test, quick_release_still_completes_at_the_majority) {
     redlock::client c{ioc.get_executor(), config(release_timeout)};
     auto [ec, l] = co_await c.async_lock("ev-rel-quick", 5000ms, use_tuple);
     EXPECT_FALSE(ec);
-    cluster[2].pause();
+    servers[2].pause();
     const auto start = clock_type::now();
     auto [uec, held] = co_await l.async_unlock(use_tuple);
     EXPECT_FALSE(uec);
     EXPECT_EQ(held, 2u);
     EXPECT_LT(clock_type::now() - start, release_timeout);  // did not wait for the paused master
-    cluster[2].resume();
+    servers[2].resume();
   });
 }
 

@@ -14,8 +14,8 @@
 #include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
 #include <redlock_test/fault_proxy.hpp>
+#include <redlock_test/master_set.hpp>
 #include <redlock_test/raw_reply.hpp>
-#include <redlock_test/redis_cluster.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -118,12 +118,12 @@ asio::awaitable<void> grown_on_every_master(const redlock::client& c, std::uint6
 
 // Five masters and what they keep for a lock: its key, its waiter queue and the queue's expiries.
 struct fair_base : ::testing::Test {
-  redlock::test::redis_cluster cluster{5};
+  redlock::test::master_set servers{5};
 
   // Tests' defaults (short connect and request timeouts), fairness on; `base`/`jitter` the retry
   // delay, `max_wait` the longest async_lock.
   redlock::client_config config(ms base = 50ms, ms jitter = 100ms, ms max_wait = 10s) {
-    auto cfg = redlock::test::client_config_for(cluster);
+    auto cfg = redlock::test::client_config_for(servers);
     cfg.retry.base_delay = base;
     cfg.retry.jitter = jitter;
     cfg.retry.max_wait = max_wait;
@@ -132,15 +132,15 @@ struct fair_base : ::testing::Test {
 
   // The waiters queued for `key` on master `i`, first first.
   std::vector<std::string> queue(std::size_t i, const std::string& key) {
-    return strings_of(cluster[i].command({"ZRANGE", queue_of(key), "0", "-1"}));
+    return strings_of(servers[i].command({"ZRANGE", queue_of(key), "0", "-1"}));
   }
 
   // How many masters have `member` in `key`'s queue or in its expiries.
   std::size_t listing(const std::string& key, const std::string& member) {
     std::size_t n = 0;
-    for (std::size_t i = 0; i < cluster.size(); ++i) {
-      n += cluster[i].command({"ZSCORE", queue_of(key), member}) != nil ||
-           cluster[i].command({"ZSCORE", expiry_of(key), member}) != nil;
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      n += servers[i].command({"ZSCORE", queue_of(key), member}) != nil ||
+           servers[i].command({"ZSCORE", expiry_of(key), member}) != nil;
     }
     return n;
   }
@@ -148,8 +148,8 @@ struct fair_base : ::testing::Test {
   // Every key of the fair hand-over (queues and expiries, of any lock) on every master.
   std::vector<std::string> fairness_keys() {
     std::vector<std::string> out;
-    for (std::size_t i = 0; i < cluster.size(); ++i) {
-      for (auto& k : strings_of(cluster[i].command({"KEYS", "*:redlock-*"})))
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      for (auto& k : strings_of(servers[i].command({"KEYS", "*:redlock-*"})))
         out.push_back(fmt::format("master {}: {}", i + 1, k));
     }
     return out;
@@ -158,8 +158,8 @@ struct fair_base : ::testing::Test {
   // How many masters hold `key` with `value` ("" = absent).
   std::size_t holding(const std::string& key, const std::string& value) {
     std::size_t n = 0;
-    for (std::size_t i = 0; i < cluster.size(); ++i)
-      n += cluster[i].command({"GET", key}) == (value.empty() ? nil : bulk(value));
+    for (std::size_t i = 0; i < servers.size(); ++i)
+      n += servers[i].command({"GET", key}) == (value.empty() ? nil : bulk(value));
     return n;
   }
 
@@ -167,7 +167,7 @@ struct fair_base : ::testing::Test {
   // waiters of a test must not start before the rest of the holder's SETs have landed, or one of
   // them could take a master first and then never be listed there.
   asio::awaitable<void> held_everywhere(const std::string& key, const std::string& token) {
-    if (!co_await until([&] { return holding(key, token) == cluster.size(); }, 2s, 2ms))
+    if (!co_await until([&] { return holding(key, token) == servers.size(); }, 2s, 2ms))
       ADD_FAILURE() << key << " is held on " << holding(key, token) << " master(s) only";
   }
 
@@ -175,12 +175,12 @@ struct fair_base : ::testing::Test {
   // at least `need` masters (every master by default), and returns its name.
   asio::awaitable<std::string> newcomer(const std::string& key, const std::vector<std::string>& before,
                                         std::size_t need = 0) {
-    if (need == 0) need = cluster.size();
+    if (need == 0) need = servers.size();
     std::string name;
     const bool ok = co_await until(
         [&] {
           std::map<std::vector<std::string>, std::size_t> seen;
-          for (std::size_t i = 0; i < cluster.size(); ++i) {
+          for (std::size_t i = 0; i < servers.size(); ++i) {
             auto q = queue(i, key);
             if (q.size() != before.size() + 1 || !std::equal(before.begin(), before.end(), q.begin())) continue;
             if (++seen[q] >= need) {
@@ -193,7 +193,7 @@ struct fair_base : ::testing::Test {
         10s, 5ms);
     if (!ok) {
       std::string seen;
-      for (std::size_t i = 0; i < cluster.size(); ++i) seen += fmt::format(" [{}]", fmt::join(queue(i, key), " "));
+      for (std::size_t i = 0; i < servers.size(); ++i) seen += fmt::format(" [{}]", fmt::join(queue(i, key), " "));
       ADD_FAILURE() << "no new waiter queued behind " << before.size() << " on " << need << " masters; queues:" << seen;
     }
     co_return name;
@@ -286,8 +286,8 @@ TEST_F(fair, the_releaser_does_not_barge_ahead_of_a_queued_waiter) {
     auto cfg = config(50ms, 100ms, 10s);
     auto far = cfg;
     std::vector<std::unique_ptr<redlock::test::fault_proxy>> proxies;
-    for (std::size_t i = 0; i < cluster.size(); ++i) {
-      proxies.push_back(std::make_unique<redlock::test::fault_proxy>(cluster[i].host(), cluster[i].port()));
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      proxies.push_back(std::make_unique<redlock::test::fault_proxy>(servers[i].host(), servers[i].port()));
       proxies.back()->set_latency(5ms);
       far.masters[i].host = proxies.back()->host();
       far.masters[i].port = proxies.back()->port();
@@ -366,7 +366,7 @@ TEST_P(fifo, queued_waiters_get_the_lock_in_their_order) {
     for (auto* c : {&h, &w1, &w2, &w3}) co_await wait_connected(*c);
     redlock::lock lh;
     if (holder_crashes) {  // a holder's key that nobody releases: it expires in 1.2 s
-      for (std::size_t i = 0; i < cluster.size(); ++i) cluster[i].command({"SET", "fifo", "crashed", "PX", "1200"});
+      for (std::size_t i = 0; i < servers.size(); ++i) servers[i].command({"SET", "fifo", "crashed", "PX", "1200"});
     } else {
       auto [eh, l] = co_await h.async_lock("fifo", 10s, use_tuple);
       EXPECT_FALSE(eh) << eh.message();
@@ -429,14 +429,14 @@ struct plain_client {
   std::string token;
   std::size_t lock(const std::string& key, ms ttl = 10000ms) {
     std::size_t ok = 0;
-    for (std::size_t i = 0; i < bed.cluster.size(); ++i)
-      ok += bed.cluster[i].command({"SET", key, token, "NX", "PX", std::to_string(ttl.count())}) == "+OK\r\n";
+    for (std::size_t i = 0; i < bed.servers.size(); ++i)
+      ok += bed.servers[i].command({"SET", key, token, "NX", "PX", std::to_string(ttl.count())}) == "+OK\r\n";
     return ok;
   }
   std::size_t unlock(const std::string& key) {
     std::size_t n = 0;
-    for (std::size_t i = 0; i < bed.cluster.size(); ++i) {
-      n += bed.cluster[i].command({"EVAL",
+    for (std::size_t i = 0; i < bed.servers.size(); ++i) {
+      n += bed.servers[i].command({"EVAL",
                                    "if redis.call('get',KEYS[1]) == ARGV[1] then return redis.call('del',KEYS[1]) "
                                    "else return 0 end",
                                    "1", key, token}) == ":1\r\n";
@@ -466,7 +466,7 @@ TEST_F(fair, waiters_ordered_differently_by_the_masters_converge_and_all_get_the
     std::vector<std::shared_ptr<pending_lock>> ps;
     for (auto& w : ws) ps.push_back(start_lock(*w, key));
     EXPECT_TRUE(co_await until([&] {
-      for (std::size_t i = 0; i < cluster.size(); ++i) {
+      for (std::size_t i = 0; i < servers.size(); ++i) {
         if (queue(i, key).size() != 3) return false;
       }
       return true;
@@ -476,10 +476,10 @@ TEST_F(fair, waiters_ordered_differently_by_the_masters_converge_and_all_get_the
     std::sort(names.begin(), names.end());
     EXPECT_EQ(names.size(), 3U);
     if (names.size() != 3) co_return;
-    for (std::size_t i = 0; i < cluster.size(); ++i) {
+    for (std::size_t i = 0; i < servers.size(); ++i) {
       for (std::size_t k = 0; k < 3; ++k) {
         const auto score = std::to_string(1 + (k + 3 - i % 3) % 3);
-        cluster[i].command({"ZADD", queue_of(key), score, names[k]});
+        servers[i].command({"ZADD", queue_of(key), score, names[k]});
       }
     }
     std::set<std::string> heads;
@@ -489,7 +489,7 @@ TEST_F(fair, waiters_ordered_differently_by_the_masters_converge_and_all_get_the
     EXPECT_TRUE(co_await until(
         [&] {
           const auto first = queue(0, key);
-          for (std::size_t i = 1; i < cluster.size(); ++i) {
+          for (std::size_t i = 1; i < servers.size(); ++i) {
             if (queue(i, key) != first) return false;
           }
           return first.size() == 3;
@@ -670,7 +670,7 @@ asio::awaitable<void> end_a_waiter_mid_round(fair_base& bed, asio::io_context& i
   const auto name = co_await bed.newcomer("mid-round", {});
   const auto attempts = w.stats().lock_attempts;
   const auto written = per_master(w, &redlock::connection_stats::written);
-  for (std::size_t i = 0; i < bed.cluster.size(); ++i) bed.cluster[i].pause();
+  for (std::size_t i = 0; i < bed.servers.size(); ++i) bed.servers[i].pause();
   // Past its longest retry delay: its next round is in flight, written to every master.
   EXPECT_TRUE(co_await until([&] { return w.stats().lock_attempts > attempts; }, 1s));
   co_await grown_on_every_master(w, &redlock::connection_stats::written, written, 1, "the next round written");
@@ -681,7 +681,7 @@ asio::awaitable<void> end_a_waiter_mid_round(fair_base& bed, asio::io_context& i
   }
   EXPECT_TRUE(co_await until([&] { return pw->done; }, 2s));
   EXPECT_EQ(pw->ec, asio::error::operation_aborted);
-  for (std::size_t i = 0; i < bed.cluster.size(); ++i) bed.cluster[i].resume();
+  for (std::size_t i = 0; i < bed.servers.size(); ++i) bed.servers[i].resume();
   EXPECT_TRUE(co_await until([&] { return bed.listing("mid-round", name) == 0; }, 500ms))
       << "the waiter is still listed on " << bed.listing("mid-round", name) << " master(s)";
   co_await lh.async_unlock(use_tuple);
@@ -714,7 +714,7 @@ TEST_F(fair, closing_a_client_with_two_rounds_in_flight_releases_both) {
     cfg.request_timeout = 5s;  // the rounds stay in flight while the masters are paused
     redlock::client w{ioc.get_executor(), cfg};
     co_await wait_connected(w);
-    for (std::size_t i = 0; i < cluster.size(); ++i) cluster[i].pause();
+    for (std::size_t i = 0; i < servers.size(); ++i) servers[i].pause();
     const auto written = per_master(w, &redlock::connection_stats::written);
     auto p1 = start_lock(w, "first");
     auto p2 = start_lock(w, "second");
@@ -722,7 +722,7 @@ TEST_F(fair, closing_a_client_with_two_rounds_in_flight_releases_both) {
     co_await grown_on_every_master(w, &redlock::connection_stats::written, written, 2, "both rounds written");
     w.close();
     EXPECT_TRUE(co_await until([&] { return p1->done && p2->done; }, 2s));
-    for (std::size_t i = 0; i < cluster.size(); ++i) cluster[i].resume();  // the SETs run now, then the releases
+    for (std::size_t i = 0; i < servers.size(); ++i) servers[i].resume();  // the SETs run now, then the releases
     EXPECT_TRUE(co_await until([&] { return holding("first", "") == 5 && holding("second", "") == 5; }, 500ms))
         << "\"first\" absent on " << holding("first", "") << " master(s), \"second\" on " << holding("second", "");
   });
@@ -740,8 +740,8 @@ TEST_P(resp2, waiters_still_get_the_lock_on_resp2_masters) {
   const std::size_t legacy_count = GetParam();
   redlock::test::redis_options legacy_options;
   legacy_options.extra_args = {"--rename-command", "HELLO", ""};
-  redlock::test::redis_cluster modern{5 - legacy_count};
-  redlock::test::redis_cluster legacy{legacy_count, legacy_options};
+  redlock::test::master_set modern{5 - legacy_count};
+  redlock::test::master_set legacy{legacy_count, legacy_options};
   auto cfg = redlock::test::client_config_for(modern);
   auto legacy_cfg = redlock::test::client_config_for(legacy);
   cfg.masters.insert(cfg.masters.end(), legacy_cfg.masters.begin(), legacy_cfg.masters.end());
@@ -881,8 +881,8 @@ struct fair_processes : fair_base {
 
   std::string masters() {
     std::string out;
-    for (std::size_t i = 0; i < cluster.size(); ++i)
-      out += fmt::format("{}127.0.0.1:{}", i ? "," : "", cluster[i].port());
+    for (std::size_t i = 0; i < servers.size(); ++i)
+      out += fmt::format("{}127.0.0.1:{}", i ? "," : "", servers[i].port());
     return out;
   }
 };

@@ -31,7 +31,7 @@
 #include <redlock/resp/parser.hpp>
 #include <redlock_test/broken_scripts.hpp>
 #include <redlock_test/master_clock.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <gtest/gtest.h>
 
@@ -111,12 +111,12 @@ struct overrides {
 
 class fleet {
  public:
-  fleet(redlock::test::redis_cluster& cluster, std::uint32_t seed, overrides o = {})
-      : cluster_(cluster), rng_(seed), seed_(seed), o_(o) {
+  fleet(redlock::test::master_set& servers, std::uint32_t seed, overrides o = {})
+      : servers_(servers), rng_(seed), seed_(seed), o_(o) {
     for (std::size_t i = 0; i < masters; ++i) {
-      cluster_[i].command({"FLUSHALL"});
-      sessions_.push_back(cluster_[i].open());
-      clocks_.push_back(std::make_unique<redlock::test::master_clock>(cluster_[i]));
+      servers_[i].command({"FLUSHALL"});
+      sessions_.push_back(servers_[i].open());
+      clocks_.push_back(std::make_unique<redlock::test::master_clock>(servers_[i]));
       // How far each master's wall clock is from the others' (fences are seeded from them).
       static constexpr int64_t offsets_ms[] = {0, 0, 3'600'000, -2'000, 250};
       offsets_.push_back(offsets_ms[(i + seed) % masters]);
@@ -583,7 +583,7 @@ class fleet {
     if (log_.size() > 40) log_.pop_front();
   }
 
-  redlock::test::redis_cluster& cluster_;
+  redlock::test::master_set& servers_;
   std::mt19937 rng_;
   std::uint32_t seed_;
   overrides o_;
@@ -637,7 +637,7 @@ int env_int(const char* name, int fallback) {
 }
 
 struct fleet_sim : ::testing::TestWithParam<string> {
-  redlock::test::redis_cluster cluster{masters, redlock::test::with_clock_shim()};
+  redlock::test::master_set servers{masters, redlock::test::with_clock_shim()};
 };
 
 TEST_P(fleet_sim, no_seed_breaks_the_guarantees) {
@@ -648,7 +648,7 @@ TEST_P(fleet_sim, no_seed_breaks_the_guarantees) {
   std::size_t grants = 0, unverified = 0;
   int violations = 0;
   for (int s = 1; s <= (only ? 1 : seeds); ++s) {
-    fleet f{cluster, static_cast<std::uint32_t>(only ? only : s)};
+    fleet f{servers, static_cast<std::uint32_t>(only ? only : s)};
     f.scenario(scenarios().at(GetParam()));
     const auto why = f.run(steps);
     grants += f.grants();
@@ -688,7 +688,7 @@ constexpr fleet::fault_rates many_restarts{6, 5};
 TEST(fleet_sim_twins, each_fault_of_the_review_put_back_is_found) {
   namespace k = core::kinds;
   namespace b = redlock::test::broken;
-  redlock::test::redis_cluster cluster{masters, redlock::test::with_clock_shim()};
+  redlock::test::master_set servers{masters, redlock::test::with_clock_shim()};
   const auto all = scenarios();
   std::vector<twin> twins;
   overrides o;
@@ -727,7 +727,7 @@ TEST(fleet_sim_twins, each_fault_of_the_review_put_back_is_found) {
     string found;
     std::uint32_t seed = 1;
     for (; seed <= 40 && found.empty(); ++seed) {
-      fleet f{cluster, seed, t.scripts_used};
+      fleet f{servers, seed, t.scripts_used};
       f.scenario(t.who);
       f.faults(t.faults);
       found = f.run(20000);

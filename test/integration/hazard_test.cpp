@@ -8,7 +8,7 @@
 #include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
 #include <redlock_test/master_clock.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -33,8 +33,8 @@ using redlock::test::use_tuple;
 using clock_type = redlock::clock;
 
 // The guard on, with a short quarantine: max_ttl 2 s, so a restarted master is out for 3 s.
-redlock::client_config guarded(redlock::test::redis_cluster& cluster) {
-  auto cfg = redlock::test::client_config_for(cluster);
+redlock::client_config guarded(redlock::test::master_set& servers) {
+  auto cfg = redlock::test::client_config_for(servers);
   cfg.guard.restarts = restart_detection::run_id;
   cfg.max_ttl = 2s;
   cfg.guard.quarantine = 3s;
@@ -47,9 +47,9 @@ bool all_count(const redlock::client& c) {
 }
 
 TEST(hazard, fresh_masters_are_quarantined_until_they_have_been_up_long_enough) {
-  redlock::test::redis_cluster cluster{3};
+  redlock::test::master_set servers{3};
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
-    redlock::client c{ioc.get_executor(), guarded(cluster)};
+    redlock::client c{ioc.get_executor(), guarded(servers)};
     co_await redlock::test::wait_connected(c);
     // Just started: up for less than the quarantine, so each may have restarted empty.
     const auto h = c.hazards();
@@ -80,11 +80,11 @@ TEST(hazard, fresh_masters_are_quarantined_until_they_have_been_up_long_enough) 
 }
 
 TEST(hazard, a_restarted_master_is_quarantined_and_its_holders_are_told) {
-  redlock::test::redis_cluster cluster{3};
+  redlock::test::master_set servers{3};
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
     // A lock long enough to outlast a restart on a loaded machine, held without extensions (so
     // that its per-master results stay those of its grant; the event reader watches it).
-    auto cfg = guarded(cluster);
+    auto cfg = guarded(servers);
     cfg.max_ttl = 5s;
     cfg.guard.quarantine = 6s;
     redlock::client c{ioc.get_executor(), cfg};
@@ -120,8 +120,8 @@ TEST(hazard, a_restarted_master_is_quarantined_and_its_holders_are_told) {
     co_await sleep_for(10ms);
 
     // That master restarts at once, empty: its key of our lock is gone.
-    cluster[k].kill();
-    cluster[k].restart();
+    servers[k].kill();
+    servers[k].restart();
     EXPECT_TRUE(co_await until([&] { return c.hazards()[k].restarts == 1; }, 5s));
     const auto h = c.hazards()[k];
     EXPECT_EQ(h.cause, hazard_cause::restarted);
@@ -151,21 +151,21 @@ TEST(hazard, a_restarted_master_is_quarantined_and_its_holders_are_told) {
       EXPECT_EQ(other.masters()[k].error, error::master_quarantined);
     }
     // With another master down as well, no quorum: the quarantined vote does not make one.
-    cluster[other_down].kill();
+    servers[other_down].kill();
     auto [ec3, none] = co_await c.async_try_lock("h:third", 1s, use_tuple);
     EXPECT_EQ(ec3, error::quorum_unavailable) << ec3.message();
-    cluster[other_down].restart();
+    servers[other_down].restart();
   });
 }
 
 TEST(hazard, a_reconnect_to_the_same_process_is_not_a_restart) {
-  redlock::test::redis_cluster cluster{3};
+  redlock::test::master_set servers{3};
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
-    redlock::client c{ioc.get_executor(), guarded(cluster)};
+    redlock::client c{ioc.get_executor(), guarded(servers)};
     co_await redlock::test::wait_connected(c);
     EXPECT_TRUE(co_await until([&] { return all_count(c); }, 5s));
     const auto connects = c.masters()[0].connects;
-    cluster[0].command({"CLIENT", "KILL", "TYPE", "normal"});
+    servers[0].command({"CLIENT", "KILL", "TYPE", "normal"});
     EXPECT_TRUE(co_await until([&] { return c.masters()[0].connects > connects; }, 5s));
     EXPECT_EQ(c.hazards()[0].cause, hazard_cause::none);
     EXPECT_EQ(c.hazards()[0].restarts, 0u);
@@ -175,9 +175,9 @@ TEST(hazard, a_reconnect_to_the_same_process_is_not_a_restart) {
 }
 
 TEST(hazard, a_master_whose_clock_jumps_forward_is_quarantined_at_the_next_vote) {
-  redlock::test::redis_cluster cluster{3, redlock::test::with_clock_shim()};
+  redlock::test::master_set servers{3, redlock::test::with_clock_shim()};
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
-    auto cfg = redlock::test::client_config_for(cluster);
+    auto cfg = redlock::test::client_config_for(servers);
     cfg.guard.clock_probe_interval = 0ms;  // only the votes sample the clocks
     redlock::client c{ioc.get_executor(), cfg};
     co_await redlock::test::wait_connected(c);
@@ -188,7 +188,7 @@ TEST(hazard, a_master_whose_clock_jumps_forward_is_quarantined_at_the_next_vote)
     }
     co_await l.async_unlock(use_tuple);
 
-    redlock::test::master_clock clock{cluster[1]};
+    redlock::test::master_clock clock{servers[1]};
     clock.shift(5s);  // master 2's keys now expire 5 s early
     auto [ec2, l2] = co_await c.async_try_lock("h:jump", 1s, use_tuple);
     EXPECT_FALSE(ec2) << ec2.message();  // masters 1 and 3 make the quorum
@@ -212,14 +212,14 @@ TEST(hazard, a_master_whose_clock_jumps_forward_is_quarantined_at_the_next_vote)
 }
 
 TEST(hazard, a_probe_catches_a_jump_on_an_idle_client) {
-  redlock::test::redis_cluster cluster{3, redlock::test::with_clock_shim()};
+  redlock::test::master_set servers{3, redlock::test::with_clock_shim()};
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
-    auto cfg = redlock::test::client_config_for(cluster);
+    auto cfg = redlock::test::client_config_for(servers);
     cfg.guard.clock_probe_interval = 100ms;
     redlock::client c{ioc.get_executor(), cfg};
     co_await redlock::test::wait_connected(c);
     co_await sleep_for(250ms);  // a probe or two
-    redlock::test::master_clock clock{cluster[2]};
+    redlock::test::master_clock clock{servers[2]};
     clock.shift(3s);
     EXPECT_TRUE(co_await until([&] { return c.hazards()[2].cause == hazard_cause::clock_jumped; }, 2s));
   });
@@ -229,8 +229,8 @@ TEST(hazard, a_master_that_refuses_info_counts_no_vote_unless_told_otherwise) {
   // An ACL user denied INFO (as `@dangerous` is on managed services).
   redlock::test::redis_options with_user;
   with_user.user = redlock::test::acl_user{"locker", "locker-pw"};
-  redlock::test::redis_cluster plain{2};
-  redlock::test::redis_cluster limited{1, with_user};
+  redlock::test::master_set plain{2};
+  redlock::test::master_set limited{1, with_user};
   limited[0].command({"ACL", "SETUSER", "locker", "-info"});
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
     auto cfg = redlock::test::client_config_for(plain);
@@ -266,9 +266,9 @@ TEST(hazard, a_master_that_refuses_info_counts_no_vote_unless_told_otherwise) {
 }
 
 TEST(hazard, a_suspend_counts_the_validity_ends_with_it) {
-  redlock::test::redis_cluster cluster{3};
+  redlock::test::master_set servers{3};
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
-    redlock::client c{ioc.get_executor(), redlock::test::client_config_for(cluster)};
+    redlock::client c{ioc.get_executor(), redlock::test::client_config_for(servers)};
     co_await redlock::test::wait_connected(c);
     auto [ec, l] = co_await c.async_lock("h:suspend", 3s, use_tuple);
     if (ec) {

@@ -12,7 +12,7 @@
 #include <redlock/resp/parser.hpp>
 #include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -401,10 +401,10 @@ TEST(lock_arguments, refused_without_any_master) {
 }
 
 struct real_masters : ::testing::Test {
-  redlock::test::redis_cluster cluster{3};
+  redlock::test::master_set servers{3};
 
   client_config config() {
-    auto cfg = redlock::test::client_config_for(cluster, request_timeout);
+    auto cfg = redlock::test::client_config_for(servers, request_timeout);
     cfg.max_resource_length = name_limit;
     return cfg;
   }
@@ -412,8 +412,8 @@ struct real_masters : ::testing::Test {
   // How many times each master ran `command` (lower case, as INFO commandstats names it).
   std::vector<long> calls(const std::string& command) {
     std::vector<long> out;
-    for (std::size_t i = 0; i < cluster.size(); ++i) {
-      const std::string info = cluster[i].command({"INFO", "commandstats"});
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      const std::string info = servers[i].command({"INFO", "commandstats"});
       const std::string key = "cmdstat_" + command + ":calls=";
       const auto at = info.find(key);
       out.push_back(at == std::string::npos ? 0 : std::stol(info.substr(at + key.size())));
@@ -423,7 +423,7 @@ struct real_masters : ::testing::Test {
 
   void expect_masters_untouched(const char* what) {
     SCOPED_TRACE(what);
-    for (std::size_t i = 0; i < cluster.size(); ++i) EXPECT_EQ(cluster[i].command({"DBSIZE"}), ":0\r\n");
+    for (std::size_t i = 0; i < servers.size(); ++i) EXPECT_EQ(servers[i].command({"DBSIZE"}), ":0\r\n");
     for (const char* cmd : {"set", "evalsha", "eval"}) {
       for (long n : calls(cmd)) EXPECT_EQ(n, 0) << cmd;
     }
@@ -467,9 +467,9 @@ TEST_F(real_masters, extend_with_an_invalid_ttl_changes_nothing) {
       EXPECT_EQ(l.extensions(), 0u);
     }
     EXPECT_EQ(calls("evalsha"), scripts_before);  // no extend script was sent
-    EXPECT_EQ(calls("eval"), std::vector<long>(cluster.size(), 0));
-    for (std::size_t i = 0; i < cluster.size(); ++i) {
-      const auto pttl = std::stol(cluster[i].command({"PTTL", "held"}).substr(1));
+    EXPECT_EQ(calls("eval"), std::vector<long>(servers.size(), 0));
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      const auto pttl = std::stol(servers[i].command({"PTTL", "held"}).substr(1));
       EXPECT_GT(pttl, 0);
       EXPECT_LE(pttl, 10000);  // the masters' ttl was not touched either
     }
@@ -496,9 +496,9 @@ TEST(lock_arguments_huge_ttl, ttl_max_is_refused_without_overflow) {
 // 10^13 ms (about 317 years) and 9 * 10^15 ms would reach the masters and then overflow the
 // validity arithmetic; they are refused before any I/O.
 TEST(lock_arguments_huge_ttl, ttl_beyond_the_clock_is_refused_before_any_io) {
-  redlock::test::redis_cluster cluster{3};
+  redlock::test::master_set servers{3};
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
-    auto cfg = redlock::test::client_config_for(cluster, request_timeout);
+    auto cfg = redlock::test::client_config_for(servers, request_timeout);
     redlock::client c{ioc.get_executor(), cfg};
     for (const ms ttl : {ms{10'000'000'000'000}, ms{9'000'000'000'000'000}}) {
       SCOPED_TRACE(ttl.count());
@@ -507,8 +507,8 @@ TEST(lock_arguments_huge_ttl, ttl_beyond_the_clock_is_refused_before_any_io) {
       expect_invalid_input(ec, error::invalid_argument);
       EXPECT_EQ(l.attempts(), 0u);
     }
-    for (std::size_t i = 0; i < cluster.size(); ++i) {
-      EXPECT_EQ(cluster[i].command({"INFO", "commandstats"}).find("cmdstat_set:"), std::string::npos);
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      EXPECT_EQ(servers[i].command({"INFO", "commandstats"}).find("cmdstat_set:"), std::string::npos);
     }
   });
 }
@@ -657,8 +657,8 @@ TEST(connection_arguments, exec_refuses_empty_requests_and_non_positive_timeouts
 TEST_F(real_masters, exec_arguments_are_refused_on_a_live_connection_too) {
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
     connection_config cfg;
-    cfg.host = cluster[0].host();
-    cfg.port = cluster[0].port();
+    cfg.host = servers[0].host();
+    cfg.port = servers[0].port();
     redlock::connection conn{ioc.get_executor(), cfg};
     conn.async_run([](error_code) {});
     redlock::resp::request ping;
@@ -671,7 +671,7 @@ TEST_F(real_masters, exec_arguments_are_refused_on_a_live_connection_too) {
     set.push("SET", "k", "v");
     auto [e2, r2] = co_await conn.async_exec(std::move(set), 0s, use_tuple);
     expect_invalid_input(e2, error::invalid_argument);
-    EXPECT_EQ(cluster[0].command({"DBSIZE"}), ":0\r\n");  // the SET never went out
+    EXPECT_EQ(servers[0].command({"DBSIZE"}), ":0\r\n");  // the SET never went out
     conn.close();
   });
 }

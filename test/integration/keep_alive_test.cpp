@@ -6,7 +6,7 @@
 #include <redlock/with_lock.hpp>
 #include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/detached.hpp>
@@ -31,15 +31,15 @@ using redlock::test::use_tuple;
 using clock_type = redlock::clock;
 
 struct keep_alive_test : ::testing::Test {
-  redlock::test::redis_cluster cluster{5};
+  redlock::test::master_set servers{5};
 
-  redlock::client_config config() { return redlock::test::client_config_for(cluster, 100ms); }
+  redlock::client_config config() { return redlock::test::client_config_for(servers, 100ms); }
 
   std::size_t keys_everywhere() {
     std::size_t n = 0;
-    for (std::size_t i = 0; i < cluster.size(); ++i) {
-      if (!cluster[i].running() || cluster[i].paused()) continue;
-      const auto r = cluster[i].command({"DBSIZE"});
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      if (!servers[i].running() || servers[i].paused()) continue;
+      const auto r = servers[i].command({"DBSIZE"});
       n += std::stoul(r.substr(1));
     }
     return n;
@@ -86,7 +86,7 @@ TEST_F(keep_alive_test, stopped_majority_cancels_the_work_before_the_validity_en
     try {
       co_await redlock::with_lock(holder, "doomed", 400ms, [&](redlock::lock& l) -> asio::awaitable<void> {
         co_await sleep_for(250ms);
-        for (std::size_t i = 0; i < 3; ++i) cluster[i].pause();  // a majority stops answering
+        for (std::size_t i = 0; i < 3; ++i) servers[i].pause();  // a majority stops answering
         auto deadline_before = l.validity_deadline();
         auto [ec] = co_await asio::steady_timer{co_await asio::this_coro::executor, 10s}.async_wait(use_tuple);
         cancelled_at = clock_type::now();
@@ -101,7 +101,7 @@ TEST_F(keep_alive_test, stopped_majority_cancels_the_work_before_the_validity_en
     EXPECT_EQ(outcome, error::lock_lost);
     EXPECT_FALSE(work_finished_normally);
     EXPECT_LT(cancelled_at, deadline_then);  // before the validity deadline
-    for (std::size_t i = 0; i < 3; ++i) cluster[i].resume();
+    for (std::size_t i = 0; i < 3; ++i) servers[i].resume();
   });
 }
 
@@ -111,7 +111,7 @@ TEST_F(keep_alive_test, killed_majority_is_noticed_and_signalled_early) {
     auto [ec, l] = co_await holder.async_lock("killed", 1000ms, use_tuple);
     EXPECT_FALSE(ec);
     l.keep_alive();
-    for (std::size_t i = 0; i < 3; ++i) cluster[i].kill();
+    for (std::size_t i = 0; i < 3; ++i) servers[i].kill();
     auto [wec] = co_await l.async_wait_lost(use_tuple);
     const auto now = clock_type::now();
     EXPECT_FALSE(wec);  // the awaited event: success
@@ -171,7 +171,7 @@ TEST_F(keep_alive_test, key_taken_behind_our_back_is_a_loss_at_the_next_renewal)
     auto [ec, l] = co_await holder.async_lock("stolen", 400ms, use_tuple);
     EXPECT_FALSE(ec);
     l.keep_alive();
-    for (std::size_t i = 0; i < 5; ++i) cluster[i].command({"SET", "stolen", "thief"});
+    for (std::size_t i = 0; i < 5; ++i) servers[i].command({"SET", "stolen", "thief"});
     asio::steady_timer guarded{ioc, 10s};
     error_code guarded_ec;
     bool guarded_done = false;
@@ -188,7 +188,7 @@ TEST_F(keep_alive_test, key_taken_behind_our_back_is_a_loss_at_the_next_renewal)
     EXPECT_EQ(guarded_ec, asio::error::operation_aborted);  // the bound operation was cancelled
     auto [uec, held] = co_await l.async_unlock(use_tuple);
     EXPECT_EQ(held, 0u);  // and the thief's keys are untouched
-    EXPECT_EQ(cluster[0].command({"GET", "stolen"}), "$5\r\nthief\r\n");
+    EXPECT_EQ(servers[0].command({"GET", "stolen"}), "$5\r\nthief\r\n");
   });
 }
 

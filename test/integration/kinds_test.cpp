@@ -10,8 +10,8 @@
 #include <redlock/detail/scripts.hpp>
 #include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
+#include <redlock_test/master_set.hpp>
 #include <redlock_test/raw_reply.hpp>
-#include <redlock_test/redis_cluster.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <gtest/gtest.h>
@@ -82,17 +82,17 @@ using redlock::test::bulk_of;
 using redlock::test::integer_of;
 
 struct kinds : ::testing::Test {
-  redlock::test::redis_cluster cluster{5};
+  redlock::test::master_set servers{5};
 
   // One attempt per lock (a failure shows at once).
   redlock::client_config config() {
-    auto cfg = redlock::test::client_config_for(cluster);
+    auto cfg = redlock::test::client_config_for(servers);
     cfg.retry.max_attempts = 1;
     return cfg;
   }
   // Retries with short random delays for up to `max_wait`: for contention and take-overs.
   redlock::client_config retrying(ms max_wait = 10s) {
-    auto cfg = redlock::test::client_config_for(cluster);
+    auto cfg = redlock::test::client_config_for(servers);
     cfg.retry.max_attempts = 0;
     cfg.retry.max_wait = max_wait;
     cfg.retry.base_delay = 5ms;
@@ -102,45 +102,45 @@ struct kinds : ::testing::Test {
 
   // What master `i` holds.
   std::optional<std::string> get(std::size_t i, const std::string& key) {
-    return bulk_of(cluster[i].command({"GET", key}));
+    return bulk_of(servers[i].command({"GET", key}));
   }
   std::int64_t pttl(std::size_t i, const std::string& key) {
-    return integer_of(cluster[i].command({"PTTL", key})).value();
+    return integer_of(servers[i].command({"PTTL", key})).value();
   }
   std::int64_t hlen(std::size_t i, const std::string& key) {
-    return integer_of(cluster[i].command({"HLEN", key})).value();
+    return integer_of(servers[i].command({"HLEN", key})).value();
   }
   bool hexists(std::size_t i, const std::string& key, const std::string& field) {
-    return integer_of(cluster[i].command({"HEXISTS", key, field})).value() == 1;
+    return integer_of(servers[i].command({"HEXISTS", key, field})).value() == 1;
   }
-  std::int64_t dbsize(std::size_t i) { return integer_of(cluster[i].command({"DBSIZE"})).value(); }
-  std::string all_keys(std::size_t i) { return cluster[i].command({"KEYS", "*"}); }
-  void set(std::size_t i, const std::string& key, const std::string& value) { cluster[i].command({"SET", key, value}); }
+  std::int64_t dbsize(std::size_t i) { return integer_of(servers[i].command({"DBSIZE"})).value(); }
+  std::string all_keys(std::size_t i) { return servers[i].command({"KEYS", "*"}); }
+  void set(std::size_t i, const std::string& key, const std::string& value) { servers[i].command({"SET", key, value}); }
   void set_px(std::size_t i, const std::string& key, const std::string& value, ms ttl) {
-    cluster[i].command({"SET", key, value, "PX", std::to_string(ttl.count())});
+    servers[i].command({"SET", key, value, "PX", std::to_string(ttl.count())});
   }
   // The plain Redlock release script, as any Redlock client sends it, on master `i`.
   std::string plain_release(std::size_t i, const std::string& key, const std::string& token) {
-    return cluster[i].command({"EVAL", redlock::detail::release_script.body, "3", key,
+    return servers[i].command({"EVAL", redlock::detail::release_script.body, "3", key,
                                key + std::string{redlock::detail::queue_suffix},
                                key + std::string{redlock::detail::expiry_suffix}, token});
   }
   // Whether master `i` has run script `s` (it is in its cache: a fresh server has none).
   bool ran(std::size_t i, const redlock::detail::script& s) {
-    return cluster[i].command({"SCRIPT", "EXISTS", s.sha1}) == "*1\r\n:1\r\n";
+    return servers[i].command({"SCRIPT", "EXISTS", s.sha1}) == "*1\r\n:1\r\n";
   }
   // A master that answers (neither killed nor stopped).
-  bool up(std::size_t i) { return cluster[i].running() && !cluster[i].paused(); }
+  bool up(std::size_t i) { return servers[i].running() && !servers[i].paused(); }
   // Keys (of any kind) left on the masters that answer, together.
   std::int64_t keys_left() {
     std::int64_t n = 0;
-    for (std::size_t i = 0; i < cluster.size(); ++i) n += up(i) ? dbsize(i) : 0;
+    for (std::size_t i = 0; i < servers.size(); ++i) n += up(i) ? dbsize(i) : 0;
     return n;
   }
   // How many of the masters that answer hold `key` with `value`.
   std::size_t holding(const std::string& key, const std::string& value) {
     std::size_t n = 0;
-    for (std::size_t i = 0; i < cluster.size(); ++i) n += up(i) && get(i, key) == value;
+    for (std::size_t i = 0; i < servers.size(); ++i) n += up(i) && get(i, key) == value;
     return n;
   }
   // Master `i`'s fencing counter of `key` (0 when it has none).
@@ -211,12 +211,12 @@ TEST_F(kinds, a_failed_lock_all_leaves_none_of_its_keys_anywhere) {
     EXPECT_EQ(ec, error::not_acquired) << ec.message();
     EXPECT_FALSE(l.owns_lock());
     const bool clean = co_await until([&] {
-      for (std::size_t i = 0; i < cluster.size(); ++i)
+      for (std::size_t i = 0; i < servers.size(); ++i)
         if (dbsize(i) != (i < 3 ? 1 : 0)) return false;
       return true;
     });
     EXPECT_TRUE(clean);
-    for (std::size_t i = 0; i < cluster.size(); ++i) {
+    for (std::size_t i = 0; i < servers.size(); ++i) {
       EXPECT_EQ(dbsize(i), i < 3 ? 1 : 0) << "master " << i + 1 << ": " << all_keys(i);
       EXPECT_EQ(get(i, "e"), i < 3 ? std::optional<std::string>{"someone-else"} : std::nullopt);
     }
@@ -280,7 +280,7 @@ TEST_F(kinds, sixteen_resources_are_extended_kept_alive_and_released_together) {
     const auto every_key = [&](const std::string& token, std::int64_t min_pttl, std::int64_t max_pttl,
                                bool report = false) {
       std::size_t bad = 0;
-      for (std::size_t i = 0; i < cluster.size(); ++i) {
+      for (std::size_t i = 0; i < servers.size(); ++i) {
         for (const auto& r : set) {
           const auto t = pttl(i, r);
           if (get(i, r) != token || t < min_pttl || t > max_pttl) {
@@ -359,8 +359,8 @@ TEST_F(kinds, lock_all_works_with_a_master_killed_and_one_stopped) {
   run_test([&](asio::io_context& io) -> asio::awaitable<void> {
     redlock::client a{io.get_executor(), config()};
     redlock::client b{io.get_executor(), config()};
-    cluster[0].kill();
-    cluster[1].pause();
+    servers[0].kill();
+    servers[1].pause();
     for (const auto& list : lists) {
       auto [ec, l] = co_await a.async_lock_all(names(list), 10s, use_tuple);
       EXPECT_FALSE(ec) << list << ": " << ec.message();
@@ -379,7 +379,7 @@ TEST_F(kinds, lock_all_works_with_a_master_killed_and_one_stopped) {
       EXPECT_FALSE(eb) << list << ": " << eb.message();
       co_await lb.async_unlock(use_tuple);
     }
-    cluster[1].resume();
+    servers[1].resume();
     EXPECT_TRUE(co_await until([&] { return keys_left() == 0; }, 10s)) << "master 2: " << all_keys(1);
   });
 }
@@ -401,11 +401,11 @@ TEST_F(kinds, reentrant_holds_are_counted_on_the_masters_and_the_last_release_fr
     EXPECT_FALSE(e1 || e2 || e3) << e1.message() << e2.message() << e3.message();
     EXPECT_NE(h1.token(), h2.token());
     EXPECT_TRUE(co_await until([&] {
-      for (std::size_t i = 0; i < cluster.size(); ++i)
+      for (std::size_t i = 0; i < servers.size(); ++i)
         if (hlen(i, holds_of("r")) != 3) return false;
       return true;
     }));
-    for (std::size_t i = 0; i < cluster.size(); ++i) {
+    for (std::size_t i = 0; i < servers.size(); ++i) {
       EXPECT_EQ(get(i, "r"), owner) << "master " << i + 1;
       EXPECT_EQ(hlen(i, holds_of("r")), 3) << "master " << i + 1;
       for (const auto* h : {&h1, &h2, &h3}) EXPECT_TRUE(hexists(i, holds_of("r"), h->token())) << "master " << i + 1;
@@ -427,18 +427,18 @@ TEST_F(kinds, reentrant_holds_are_counted_on_the_masters_and_the_last_release_fr
     auto [ep, plain] = co_await b.async_lock("r", 10s, use_tuple);
     EXPECT_EQ(ep, error::not_acquired);
     // A plain Redlock release with a hold's own token: the key holds the owner, not a token.
-    for (std::size_t i = 0; i < cluster.size(); ++i) EXPECT_EQ(plain_release(i, "r", h1.token()), ":0\r\n");
+    for (std::size_t i = 0; i < servers.size(); ++i) EXPECT_EQ(plain_release(i, "r", h1.token()), ":0\r\n");
 
     auto [u2, n2] = co_await h2.async_unlock(use_tuple);
     EXPECT_FALSE(u2) << u2.message();
     EXPECT_GE(n2, 3u);
     EXPECT_TRUE(co_await until([&] {
-      for (std::size_t i = 0; i < cluster.size(); ++i)
+      for (std::size_t i = 0; i < servers.size(); ++i)
         if (hlen(i, holds_of("r")) != 2) return false;
       return true;
     }));
-    EXPECT_EQ(holding("r", owner), cluster.size());
-    for (std::size_t i = 0; i < cluster.size(); ++i) EXPECT_FALSE(hexists(i, holds_of("r"), h2.token()));
+    EXPECT_EQ(holding("r", owner), servers.size());
+    for (std::size_t i = 0; i < servers.size(); ++i) EXPECT_FALSE(hexists(i, holds_of("r"), h2.token()));
     auto [u1, n1] = co_await h1.async_unlock(use_tuple);
     EXPECT_FALSE(u1) << u1.message();
     auto [ep2, plain2] = co_await b.async_lock("r", 10s, use_tuple);
@@ -469,12 +469,12 @@ TEST_F(kinds, a_dropped_reentrant_handle_releases_only_its_own_hold) {
       dropped = h2.token();
     }  // h2 goes out of scope still holding
     const bool gone = co_await until([&] {
-      for (std::size_t i = 0; i < cluster.size(); ++i)
+      for (std::size_t i = 0; i < servers.size(); ++i)
         if (hexists(i, holds_of("r"), dropped)) return false;
       return true;
     });
     EXPECT_TRUE(gone);
-    for (std::size_t i = 0; i < cluster.size(); ++i) {
+    for (std::size_t i = 0; i < servers.size(); ++i) {
       EXPECT_EQ(get(i, "r"), owner) << "master " << i + 1;
       EXPECT_EQ(hlen(i, holds_of("r")), 1) << "master " << i + 1;
       EXPECT_TRUE(hexists(i, holds_of("r"), h1.token())) << "master " << i + 1;
@@ -496,7 +496,7 @@ TEST_F(kinds, a_reentrant_hold_never_shortens_the_key) {
     redlock::client a{io.get_executor(), config()};
     const auto all_pttl_at_least = [&](std::int64_t min, bool report = true) {
       bool ok = true;
-      for (std::size_t i = 0; i < cluster.size(); ++i) {
+      for (std::size_t i = 0; i < servers.size(); ++i) {
         const auto k = pttl(i, "r"), h = pttl(i, holds_of("r"));
         if (k < min || h < min) {
           ok = false;
@@ -518,7 +518,7 @@ TEST_F(kinds, a_reentrant_hold_never_shortens_the_key) {
     auto [x1] = co_await short1.async_extend(1s, use_tuple);
     EXPECT_FALSE(x1) << x1.message();
     co_await until([&, &short3 = short3] {  // short3's hold landed everywhere
-      for (std::size_t i = 0; i < cluster.size(); ++i)
+      for (std::size_t i = 0; i < servers.size(); ++i)
         if (!hexists(i, holds_of("r"), short3.token())) return false;
       return true;
     });
@@ -526,11 +526,11 @@ TEST_F(kinds, a_reentrant_hold_never_shortens_the_key) {
     co_await long2.async_unlock(use_tuple);
     co_await short1.async_unlock(use_tuple);
     co_await until([&] {
-      for (std::size_t i = 0; i < cluster.size(); ++i)
+      for (std::size_t i = 0; i < servers.size(); ++i)
         if (hlen(i, holds_of("r")) != 1) return false;
       return true;
     });
-    EXPECT_EQ(holding("r", owner), cluster.size()) << "short3 still holds it";
+    EXPECT_EQ(holding("r", owner), servers.size()) << "short3 still holds it";
     co_await short3.async_unlock(use_tuple);
     EXPECT_TRUE(co_await until([&] { return keys_left() == 0; })) << "left: " << keys_left();
   });
@@ -552,7 +552,7 @@ TEST_F(kinds, keep_alive_keeps_a_reentrant_hold) {
     EXPECT_GE(h1.extensions(), 3u);
     EXPECT_GT(h1.validity_deadline(), clock_type::now());
     EXPECT_GE(holding("r", owner), 3u);
-    for (std::size_t i = 0; i < cluster.size(); ++i) {
+    for (std::size_t i = 0; i < servers.size(); ++i) {
       if (get(i, "r") == owner) {
         EXPECT_TRUE(hexists(i, holds_of("r"), h1.token())) << "master " << i + 1;
       }
@@ -574,13 +574,13 @@ TEST_F(kinds, reentrant_holds_work_with_a_master_killed_and_one_stopped) {
   run_test([&](asio::io_context& io) -> asio::awaitable<void> {
     redlock::client a{io.get_executor(), config()};
     redlock::client b{io.get_executor(), config()};
-    cluster[0].kill();
-    cluster[1].pause();
+    servers[0].kill();
+    servers[1].pause();
     auto [e1, h1] = co_await a.async_lock("rf", 10s, owned_by(owner), use_tuple);
     auto [e2, h2] = co_await b.async_lock("rf", 10s, owned_by(owner), use_tuple);
     EXPECT_FALSE(e1 || e2) << e1.message() << " / " << e2.message();
     if (e1 || e2) co_return;
-    for (std::size_t i = 2; i < cluster.size(); ++i) {
+    for (std::size_t i = 2; i < servers.size(); ++i) {
       EXPECT_EQ(get(i, "rf"), owner) << "master " << i + 1;
       EXPECT_EQ(hlen(i, holds_of("rf")), 2) << "master " << i + 1;
     }
@@ -597,7 +597,7 @@ TEST_F(kinds, reentrant_holds_work_with_a_master_killed_and_one_stopped) {
     EXPECT_FALSE(u2) << u2.message();
     EXPECT_EQ(n2, 3u);
     EXPECT_EQ(holding("rf", owner), 0u);
-    cluster[1].resume();
+    servers[1].resume();
     EXPECT_TRUE(co_await until([&] { return keys_left() == 0; }, 10s)) << "master 2: " << all_keys(1);
   });
 }
@@ -688,7 +688,7 @@ TEST_F(kinds, fences_strictly_increase_across_many_hand_overs) {
   for (std::size_t n = 1; n < fences.size(); ++n)
     EXPECT_GT(fences[n], fences[n - 1]) << "acquisition " << n << " of " << fences.size();
   std::size_t at_least_last = 0;
-  for (std::size_t i = 0; i < cluster.size(); ++i)
+  for (std::size_t i = 0; i < servers.size(); ++i)
     at_least_last += counter(i, "f") >= static_cast<std::int64_t>(fences.back());
   EXPECT_GE(at_least_last, 3u);
 }
@@ -713,7 +713,7 @@ TEST_F(kinds, diverged_fence_counters_are_confirmed_so_any_majority_gives_a_larg
 
     const std::int64_t ahead = f0 + 1'000'000;
     for (std::size_t i = 0; i < 2; ++i) set(i, counter_of("f"), std::to_string(ahead));
-    cluster[4].pause();
+    servers[4].pause();
     const auto before = b.stats().fence_confirmations;
     auto [e1, l1] = co_await b.async_lock("f", 5s, opts, use_tuple);
     EXPECT_FALSE(e1) << e1.message();
@@ -727,21 +727,21 @@ TEST_F(kinds, diverged_fence_counters_are_confirmed_so_any_majority_gives_a_larg
     for (const auto& m : granted) granting += m.status == master_status::granted;
     EXPECT_GE(granting, 3u);
     const bool agree = co_await until([&] {
-      for (std::size_t i = 0; i < cluster.size(); ++i)
+      for (std::size_t i = 0; i < servers.size(); ++i)
         if (granted[i].status == master_status::granted && counter(i, "f") != ahead + 1) return false;
       return true;
     });
     EXPECT_TRUE(agree);
-    for (std::size_t i = 0; i < cluster.size(); ++i) {
+    for (std::size_t i = 0; i < servers.size(); ++i) {
       if (granted[i].status == master_status::granted) {
         EXPECT_EQ(counter(i, "f"), ahead + 1) << "master " << i + 1;
       }
     }
     co_await l1.async_unlock(use_tuple);
 
-    cluster[0].pause();
-    cluster[1].pause();
-    cluster[4].resume();
+    servers[0].pause();
+    servers[1].pause();
+    servers[4].resume();
     auto [e2, l2] = co_await c.async_lock("f", 5s, opts, use_tuple);
     EXPECT_FALSE(e2) << e2.message();
     EXPECT_GT(l2.fence(), l1.fence());
@@ -749,8 +749,8 @@ TEST_F(kinds, diverged_fence_counters_are_confirmed_so_any_majority_gives_a_larg
     EXPECT_NE(answers[0].status, master_status::granted);
     EXPECT_NE(answers[1].status, master_status::granted);
     co_await l2.async_unlock(use_tuple);
-    cluster[0].resume();
-    cluster[1].resume();
+    servers[0].resume();
+    servers[1].resume();
   });
 }
 
@@ -772,11 +772,11 @@ TEST_F(kinds, fences_still_increase_after_a_majority_of_masters_lost_their_count
       co_await l.async_unlock(use_tuple);
     }
     for (std::size_t i = 0; i < 3; ++i) {
-      cluster[i].restart();
+      servers[i].restart();
       EXPECT_EQ(counter(i, "f"), 0) << "master " << i + 1 << " kept its counter";
     }
-    cluster[3].pause();
-    cluster[4].pause();
+    servers[3].pause();
+    servers[4].pause();
     // The client has reconnected to the restarted three (a second handshake each).
     const bool reconnected = co_await until([&] {
       const auto s = a.masters();
@@ -794,8 +794,8 @@ TEST_F(kinds, fences_still_increase_after_a_majority_of_masters_lost_their_count
       for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(answers[i].status, master_status::granted) << "master " << i + 1;
       co_await l.async_unlock(use_tuple);
     }
-    cluster[3].resume();
-    cluster[4].resume();
+    servers[3].resume();
+    servers[4].resume();
     for (int n = 0; n < 3; ++n) {
       auto [ec, l] = co_await a.async_lock("f", 5s, opts, use_tuple);
       EXPECT_FALSE(ec) << ec.message();
@@ -1006,7 +1006,7 @@ TEST_F(kinds, smoke_every_kind_locks_excludes_and_releases) {
     co_await p4.async_unlock(use_tuple);
     // The releases reach every master (the unlocks complete at a majority).
     co_await until([&] {
-      for (std::size_t i = 0; i < cluster.size(); ++i)
+      for (std::size_t i = 0; i < servers.size(); ++i)
         if (dbsize(i) != (counter(i, "f") > 0 ? 1 : 0)) return false;
       return true;
     });
@@ -1014,7 +1014,7 @@ TEST_F(kinds, smoke_every_kind_locks_excludes_and_releases) {
   // Only the fencing counters stay behind: on a majority at least (a master whose answers to both
   // fenced locks came after their release was sent never ran them).
   std::size_t counters = 0;
-  for (std::size_t i = 0; i < cluster.size(); ++i) {
+  for (std::size_t i = 0; i < servers.size(); ++i) {
     const auto has_counter = counter(i, "f") > 0;
     counters += has_counter;
     EXPECT_EQ(dbsize(i), has_counter ? 1 : 0) << "master " << i + 1 << ": " << all_keys(i);

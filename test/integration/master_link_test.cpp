@@ -8,7 +8,7 @@
 #include <redlock/connection.hpp>
 #include <redlock/error.hpp>
 #include <redlock/resp/request.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/error.hpp>
@@ -142,15 +142,15 @@ std::string encode(std::string_view cmd, const Args&... args) {
 }
 
 struct master_link_test : ::testing::Test {
-  redlock::test::redis_cluster cluster{1};
+  redlock::test::master_set servers{1};
   asio::io_context ioc;
   master_link::strand_type strand{asio::any_io_executor{ioc.get_executor()}};
   std::shared_ptr<recorder> sink = std::make_shared<recorder>();
 
   connection_config config() {
     connection_config cfg;
-    cfg.host = cluster[0].host();
-    cfg.port = cluster[0].port();
+    cfg.host = servers[0].host();
+    cfg.port = servers[0].port();
     cfg.connect_timeout = 500ms;
     cfg.reconnect = {10ms, 50ms, 0.5};
     return cfg;
@@ -262,7 +262,7 @@ TEST_F(master_link_test, refusals_return_at_once_without_calling_the_sink) {
   wait_up(link);
   EXPECT_EQ(submit_on_strand(link, "", 1, 2), error::invalid_argument);
   EXPECT_EQ(submit_on_strand(link, encode("PING"), 0, 3), error::invalid_argument);
-  cluster[0].kill();
+  servers[0].kill();
   run_until([&] { return link.status().state == connection_state::down; });
   EXPECT_EQ(submit_on_strand(link, encode("PING"), 1, 4), error::not_connected);
   ioc.restart();
@@ -278,7 +278,7 @@ TEST_F(master_link_test, deadline_abandons_the_request_and_the_late_reply_is_dro
   master_link link{strand, config()};
   link.run();
   wait_up(link);
-  cluster[0].pause();
+  servers[0].pause();
   EXPECT_FALSE(submit_on_strand(link, encode("SET", "k", "late"), 1, 1, 50ms));
   run_until([&] { return sink->calls.size() == 1; });
   EXPECT_EQ(sink->calls[0].ec, error::master_timeout);
@@ -286,7 +286,7 @@ TEST_F(master_link_test, deadline_abandons_the_request_and_the_late_reply_is_dro
   // Overdue (the timed-out SET's reply is still owed): the lock client's requests fail fast
   // instead of waiting behind it, and the sink is not called for them.
   EXPECT_EQ(submit_on_strand(link, encode("GET", "k"), 1, 9), error::not_connected);
-  cluster[0].resume();
+  servers[0].resume();
   run_until([&] { return link.stats().dropped_replies == 1; });  // the late reply: in step again
   EXPECT_FALSE(submit_on_strand(link, encode("GET", "k"), 1, 2));
   run_until([&] { return sink->calls.size() == 2; });
@@ -300,13 +300,13 @@ TEST_F(master_link_test, close_completes_pending_requests_with_operation_aborted
   master_link link{strand, config()};
   link.run();
   wait_up(link);
-  cluster[0].pause();
+  servers[0].pause();
   EXPECT_FALSE(submit_on_strand(link, encode("PING"), 1, 7));
   link.close();
   run_until([&] { return sink->calls.size() == 1; });
   EXPECT_EQ(sink->calls[0].tag, 7u);
   EXPECT_EQ(sink->calls[0].ec, asio::error::operation_aborted);
-  cluster[0].resume();
+  servers[0].resume();
   EXPECT_EQ(submit_on_strand(link, encode("PING"), 1, 8), error::not_connected);
 }
 
@@ -466,7 +466,7 @@ TEST_F(master_link_test, subscribe_on_the_link_and_messages_reach_the_observer) 
   EXPECT_EQ(sink->calls[3].r.at(0).value, "after");
   EXPECT_TRUE(obs->pushes.empty());  // the confirmation was the SUBSCRIBE's reply, not out of band
 
-  EXPECT_EQ(cluster[0].command({"PUBLISH", "ch", "payload"}), ":1\r\n");  // one subscriber: the link
+  EXPECT_EQ(servers[0].command({"PUBLISH", "ch", "payload"}), ":1\r\n");  // one subscriber: the link
   run_until([&] { return obs->pushes.size() == 1; });
   ASSERT_EQ(obs->pushes.size(), 1u);
   EXPECT_EQ(obs->pushes[0], push_of({"message", "ch", "payload"}));
@@ -474,7 +474,7 @@ TEST_F(master_link_test, subscribe_on_the_link_and_messages_reach_the_observer) 
 
   // Still a normal connection: commands and messages interleave, each where it belongs.
   on_strand([&] { EXPECT_FALSE(link.submit(encode("GET", "k"), 1, clock_type::now() + 5s, sink, 5)); });
-  EXPECT_EQ(cluster[0].command({"PUBLISH", "ch", "second"}), ":1\r\n");
+  EXPECT_EQ(servers[0].command({"PUBLISH", "ch", "second"}), ":1\r\n");
   on_strand([&] { EXPECT_FALSE(link.submit(encode("PING"), 1, clock_type::now() + 5s, sink, 6)); });
   run_until([&] { return sink->calls.size() == 6 && obs->pushes.size() == 2; });
   ASSERT_EQ(sink->calls.size(), 6u);
@@ -495,7 +495,7 @@ TEST_F(master_link_test, subscribe_on_the_link_and_messages_reach_the_observer) 
 // An ACL user without the channel gets an error reply for SUBSCRIBE (server_error, the node's
 // text); the stream stays in step: the next commands get their own replies, on the same socket.
 TEST_F(master_link_test, a_refused_subscription_is_a_server_error_and_the_stream_stays_in_step) {
-  ASSERT_EQ(cluster[0].command({"ACL", "SETUSER", "u", "on", ">pw", "resetchannels", "+@all", "~*"}), "+OK\r\n");
+  ASSERT_EQ(servers[0].command({"ACL", "SETUSER", "u", "on", ">pw", "resetchannels", "+@all", "~*"}), "+OK\r\n");
   auto cfg = config();
   cfg.username = "u";
   cfg.password = "pw";
@@ -520,7 +520,7 @@ TEST_F(master_link_test, a_refused_subscription_is_a_server_error_and_the_stream
   EXPECT_EQ(sink->calls[2].tag, 3u);
   EXPECT_FALSE(sink->calls[2].ec);
   EXPECT_EQ(sink->calls[2].r.at(0).value, "v");
-  EXPECT_EQ(cluster[0].command({"PUBLISH", "ch", "payload"}), ":0\r\n");  // not subscribed
+  EXPECT_EQ(servers[0].command({"PUBLISH", "ch", "payload"}), ":0\r\n");  // not subscribed
   EXPECT_FALSE(submit_on_strand(link, encode("ECHO", "next"), 1, 4));
   run_until([&] { return sink->calls.size() == 4; });
   ASSERT_EQ(sink->calls.size(), 4u);
@@ -539,18 +539,18 @@ TEST_F(master_link_test, a_timed_out_subscription_drops_its_late_confirmation) {
   link.observe(obs, 0);
   link.run();
   wait_up(link);
-  cluster[0].pause();
+  servers[0].pause();
   EXPECT_FALSE(submit_on_strand(link, encode("SUBSCRIBE", "ch"), 1, 1, 50ms, true));
   run_until([&] { return sink->calls.size() == 1; });
   ASSERT_EQ(sink->calls.size(), 1u);
   EXPECT_EQ(sink->calls[0].ec, error::master_timeout);
-  cluster[0].resume();
+  servers[0].resume();
   run_until([&] { return link.stats().dropped_replies == 1; });
   EXPECT_FALSE(submit_on_strand(link, encode("ECHO", "in step"), 1, 2));
   run_until([&] { return sink->calls.size() == 2; });
   ASSERT_EQ(sink->calls.size(), 2u);
   EXPECT_EQ(sink->calls[1].r.at(0).value, "in step");
-  EXPECT_EQ(cluster[0].command({"PUBLISH", "ch", "anyway"}), ":1\r\n");
+  EXPECT_EQ(servers[0].command({"PUBLISH", "ch", "anyway"}), ":1\r\n");
   run_until([&] { return obs->pushes.size() == 1; });
   ASSERT_EQ(obs->pushes.size(), 1u);
   EXPECT_EQ(obs->pushes[0], push_of({"message", "ch", "anyway"}));
@@ -577,7 +577,7 @@ TEST_F(master_link_test, a_push_confirmed_request_must_be_of_one_reply) {
 TEST_F(master_link_test, a_resp2_connection_never_writes_a_subscription) {
   redlock::test::redis_options options;
   options.extra_args = {"--rename-command", "HELLO", ""};
-  redlock::test::redis_cluster legacy{1, options};
+  redlock::test::master_set legacy{1, options};
   ASSERT_EQ(legacy[0].command({"HELLO", "3"}).rfind("-ERR unknown command", 0), 0u);
   auto cfg = config();
   cfg.host = legacy[0].host();

@@ -12,7 +12,7 @@
 #include <redlock_test/coro.hpp>
 #include <redlock_test/fake_server.hpp>
 #include <redlock_test/fault_proxy.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -127,16 +127,16 @@ asio::awaitable<void> wait_idle(redlock::client& c) {
   EXPECT_TRUE(ok) << "requests still in progress";
 }
 
-std::string master_name(redlock::test::redis_cluster& cluster, std::size_t i) {
-  return "master " + std::to_string(i + 1) + " (127.0.0.1:" + std::to_string(cluster[i].port()) + ")";
+std::string master_name(redlock::test::master_set& servers, std::size_t i) {
+  return "master " + std::to_string(i + 1) + " (127.0.0.1:" + std::to_string(servers[i].port()) + ")";
 }
 
 struct observability_test : ::testing::Test {
-  redlock::test::redis_cluster cluster{5};
+  redlock::test::master_set servers{5};
   capture log;
 
   redlock::client_config config(std::chrono::milliseconds request_timeout = 2s, log_level min = log_level::debug) {
-    auto cfg = redlock::test::client_config_for(cluster, request_timeout);
+    auto cfg = redlock::test::client_config_for(servers, request_timeout);
     cfg.release_timeout = request_timeout;
     cfg.retry.max_wait = 2s;
     cfg.logging = log.options(min);
@@ -216,9 +216,9 @@ TEST_F(observability_test, counters_match_after_lock_unlock_cycles) {
         << log.dump();
     EXPECT_EQ(log.count(log_level::debug, {"lock \"cycles\" [", "]: released in"}), cycles);
     for (std::size_t i = 0; i < 5; ++i) {
-      EXPECT_EQ(log.count(log_level::info, {master_name(cluster, i) + ": connection up (RESP3)"}), 1u);
+      EXPECT_EQ(log.count(log_level::info, {master_name(servers, i) + ": connection up (RESP3)"}), 1u);
       // Loaded with the connection: no EVALSHA fell back to EVAL.
-      EXPECT_EQ(log.count(log_level::debug, {master_name(cluster, i) + ": script not in the server's cache"}), 0u);
+      EXPECT_EQ(log.count(log_level::debug, {master_name(servers, i) + ": script not in the server's cache"}), 0u);
     }
     EXPECT_EQ(log.count(log_level::info, {"client started: 5 masters, quorum 3"}), 1u);
     c.close();
@@ -232,7 +232,7 @@ TEST_F(observability_test, a_killed_master_counts_its_failures_alone_and_logs_do
     co_await wait_connected(c);
     co_await warm_up(c);
     const auto base = c.stats();
-    cluster[1].kill();
+    servers[1].kill();
     EXPECT_TRUE(co_await eventually([&] { return c.masters()[1].state != redlock::connection_state::up; }));
     // Requests while it is down fail at once: not_connected.
     for (int k = 0; k < 3; ++k) {
@@ -253,26 +253,26 @@ TEST_F(observability_test, a_killed_master_counts_its_failures_alone_and_logs_do
       EXPECT_EQ(d.masters[i].disconnects, 0u);
       EXPECT_EQ(d.masters[i].ok, 6u);
     }
-    EXPECT_EQ(log.count(log_level::warning, {master_name(cluster, 1) + ": connection down: ", "reconnecting in"}), 1u)
+    EXPECT_EQ(log.count(log_level::warning, {master_name(servers, 1) + ": connection down: ", "reconnecting in"}), 1u)
         << log.dump();
     // Attempts while it stays down are logged, but never above debug after the "down" warning.
     EXPECT_TRUE(co_await eventually([&] { return c.stats().masters[1].connect_failures >= 2; }));
-    EXPECT_GE(log.count(log_level::debug, {master_name(cluster, 1) + ": connect failed: ", "retrying in"}), 2u);
-    EXPECT_EQ(log.count(log_level::warning, {master_name(cluster, 1) + ": connect failed"}), 0u);
+    EXPECT_GE(log.count(log_level::debug, {master_name(servers, 1) + ": connect failed: ", "retrying in"}), 2u);
+    EXPECT_EQ(log.count(log_level::warning, {master_name(servers, 1) + ": connect failed"}), 0u);
 
-    cluster[1].restart();
+    servers[1].restart();
     EXPECT_TRUE(co_await eventually([&] { return c.masters()[1].state == redlock::connection_state::up; }));
-    EXPECT_EQ(log.count(log_level::info, {master_name(cluster, 1) + ": connection up again (RESP3) after "}), 1u)
+    EXPECT_EQ(log.count(log_level::info, {master_name(servers, 1) + ": connection up again (RESP3) after "}), 1u)
         << log.dump();
     EXPECT_EQ(c.stats().masters[1].connects, 2u);
     // The others never went down.
     for (std::size_t i : {0u, 2u, 3u, 4u})
-      EXPECT_EQ(log.count(log_level::warning, {master_name(cluster, i) + ": connection down"}), 0u);
+      EXPECT_EQ(log.count(log_level::warning, {master_name(servers, i) + ": connection down"}), 0u);
   });
 }
 
 TEST_F(observability_test, a_connection_reset_under_a_written_request_is_connection_lost_on_that_master) {
-  redlock::test::fault_proxy proxy{cluster[2].host(), cluster[2].port()};
+  redlock::test::fault_proxy proxy{servers[2].host(), servers[2].port()};
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
     auto cfg = config(3s);
     cfg.masters[2].port = proxy.port();
@@ -314,7 +314,7 @@ TEST_F(observability_test, a_stopped_master_times_out_alone_and_its_late_replies
     co_await wait_connected(c);
     co_await warm_up(c);
     const auto base = c.stats();
-    cluster[3].pause();
+    servers[3].pause();
     for (int k = 0; k < 3; ++k) {
       auto [ec, l] = co_await c.async_try_lock("stalled", 10s, use_tuple);
       EXPECT_FALSE(ec) << ec.message();
@@ -330,10 +330,10 @@ TEST_F(observability_test, a_stopped_master_times_out_alone_and_its_late_replies
       EXPECT_EQ(d.masters[i].timeouts, 0u) << i;
       EXPECT_EQ(d.masters[i].ok, 6u) << i;
     }
-    EXPECT_GE(log.count(log_level::debug, {master_name(cluster, 3) + ": ", "request(s) timed out"}), 1u) << log.dump();
+    EXPECT_GE(log.count(log_level::debug, {master_name(servers, 3) + ": ", "request(s) timed out"}), 1u) << log.dump();
 
     // Resumed: the six late replies are read and dropped, the connection stays up.
-    cluster[3].resume();
+    servers[3].resume();
     EXPECT_TRUE(co_await eventually([&] { return (c.stats() - base).masters[3].dropped_replies == 6; }));
     // The three releases that timed out there were kept in doubt and are sent again once the
     // late replies show the master answering (harmless: each names a token nobody holds).
@@ -343,7 +343,7 @@ TEST_F(observability_test, a_stopped_master_times_out_alone_and_its_late_replies
     EXPECT_EQ(d.masters[3].replies, 6u + d.releases_resent);
     EXPECT_EQ(d.masters[3].disconnects, 0u);
     EXPECT_EQ(c.masters()[3].dropped_replies, 6u);  // the status agrees
-    EXPECT_EQ(log.count(log_level::debug, {master_name(cluster, 3) + ": dropped a late reply"}), 6u);
+    EXPECT_EQ(log.count(log_level::debug, {master_name(servers, 3) + ": dropped a late reply"}), 6u);
   });
 }
 
@@ -358,8 +358,8 @@ TEST_F(observability_test, an_error_reply_counts_as_a_server_error_on_that_maste
     // A list where masters 1-3 expect our string: their scripts fail with WRONGTYPE. Three of
     // them make the failure decisive, so all three answers are in the lock's nodes.
     for (std::size_t i = 0; i < 3; ++i) {
-      cluster[i].command({"DEL", "wrongtype"});
-      cluster[i].command({"LPUSH", "wrongtype", "x"});
+      servers[i].command({"DEL", "wrongtype"});
+      servers[i].command({"LPUSH", "wrongtype", "x"});
     }
     const auto base = c.stats();
     auto [xec] = co_await l.async_extend(10s, use_tuple);
@@ -394,11 +394,11 @@ TEST_F(observability_test, an_error_reply_counts_as_a_server_error_on_that_maste
 // ---- a standalone connection ------------------------------------------------------------------
 
 TEST(observability_connection, every_outcome_is_counted_once) {
-  redlock::test::redis_cluster cluster{1};
+  redlock::test::master_set servers{1};
   capture log;
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
     redlock::connection_config cfg;
-    cfg.port = cluster[0].port();
+    cfg.port = servers[0].port();
     cfg.logging = log.options(log_level::trace);
     redlock::connection conn{ioc.get_executor(), cfg};
     auto ping = [] {
@@ -420,7 +420,7 @@ TEST(observability_connection, every_outcome_is_counted_once) {
     auto [e4, r4] = co_await conn.async_exec(std::move(bad), 1s, use_tuple);
     EXPECT_EQ(e4, error::server_error);
 
-    cluster[0].pause();
+    servers[0].pause();
     auto [e5, r5] = co_await conn.async_exec(ping(), 100ms, use_tuple);
     EXPECT_EQ(e5, error::master_timeout);
     asio::cancellation_signal cancel;
@@ -442,7 +442,7 @@ TEST(observability_connection, every_outcome_is_counted_once) {
     conn.close();
     EXPECT_TRUE(co_await eventually([&] { return aborted; }));
     EXPECT_TRUE(co_await eventually([&] { return conn.status().state == redlock::connection_state::closed; }));
-    cluster[0].resume();
+    servers[0].resume();
 
     const auto s = conn.stats();
     EXPECT_EQ(s.requests, 7u);
@@ -461,7 +461,7 @@ TEST(observability_connection, every_outcome_is_counted_once) {
     EXPECT_EQ(s.connects, 1u);
     EXPECT_EQ(s.disconnects, 0u);  // close() is not a failure
     EXPECT_EQ(s.log_messages, log.entries().size());
-    const std::string name = "127.0.0.1:" + std::to_string(cluster[0].port());
+    const std::string name = "127.0.0.1:" + std::to_string(servers[0].port());
     EXPECT_EQ(log.count(log_level::info, {name + ": connection up (RESP3)"}), 1u) << log.dump();
     EXPECT_EQ(log.count(log_level::info, {name + ": connection closed"}), 1u);
     EXPECT_EQ(log.count(log_level::trace, {name + ": request cancelled by its caller"}), 1u);
@@ -511,9 +511,9 @@ TEST_F(observability_test, acquired_is_debug_and_a_keep_alive_loss_is_a_warning)
     const std::string name = "lock \"kept\" [" + l.token().substr(0, 8) + "]";
     EXPECT_EQ(log.count(log_level::debug, {name + ": acquired for 600 ms", "validity"}), 1u) << log.dump();
     l.keep_alive();
-    cluster[0].pause();
-    cluster[1].pause();
-    cluster[2].pause();
+    servers[0].pause();
+    servers[1].pause();
+    servers[2].pause();
     auto [lost] = co_await l.async_wait_lost(use_tuple);
     EXPECT_FALSE(lost);  // the awaited event: success
     EXPECT_EQ(log.count(log_level::warning, {name + ": lost ("}), 1u) << log.dump();
@@ -521,7 +521,7 @@ TEST_F(observability_test, acquired_is_debug_and_a_keep_alive_loss_is_a_warning)
     const auto s = c.stats();
     EXPECT_EQ(s.locks_lost, 1u);
     EXPECT_GE(s.extension_failures, 1u);
-    for (std::size_t i = 0; i < 3; ++i) cluster[i].resume();
+    for (std::size_t i = 0; i < 3; ++i) servers[i].resume();
   });
 }
 
@@ -542,14 +542,14 @@ TEST_F(observability_test, nothing_below_the_minimum_level_is_even_formatted) {
       auto [ec2, l2] = co_await b.async_try_lock("levels", 10s, use_tuple);
       EXPECT_EQ(ec2, error::not_acquired);
       co_await l.async_unlock(use_tuple);
-      cluster[4].kill();
+      servers[4].kill();
       EXPECT_TRUE(co_await eventually(
           [&] { return a.stats().masters[4].connect_failures >= 1 && b.stats().masters[4].connect_failures >= 1; }));
       co_await wait_idle(a);
       co_await wait_idle(b);
       // One thread runs everything: no message is between being counted and being delivered.
       EXPECT_EQ(formatted(a.stats()) + formatted(b.stats()), sink.entries().size());
-      cluster[4].restart();
+      servers[4].restart();
     });
   };
   capture debug_log, warning_log, off_log;
@@ -558,7 +558,7 @@ TEST_F(observability_test, nothing_below_the_minimum_level_is_even_formatted) {
   EXPECT_GE(debug_log.count(log_level::debug, {"not acquired after 1 attempt(s)"}), 1u);
 
   session(log_level::warning, warning_log);
-  EXPECT_EQ(warning_log.count(log_level::warning, {master_name(cluster, 4) + ": connection down"}), 2u)
+  EXPECT_EQ(warning_log.count(log_level::warning, {master_name(servers, 4) + ": connection down"}), 2u)
       << warning_log.dump();
   for (const auto& e : warning_log.entries()) EXPECT_GE(e.level, log_level::warning) << e.text;
 
@@ -575,13 +575,13 @@ TEST(observability_secrets, no_password_and_no_full_token_in_any_message) {
   redlock::test::redis_options opts;
   opts.password = password;
   opts.user = redlock::test::acl_user{"locker", user_password};
-  redlock::test::redis_cluster cluster{5, opts};
+  redlock::test::master_set servers{5, opts};
   capture log;
   std::vector<std::string> tokens;
 
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
     auto config = [&](std::string user, std::string pass) {
-      auto cfg = redlock::test::client_config_for(cluster, 100ms);
+      auto cfg = redlock::test::client_config_for(servers, 100ms);
       for (auto& m : cfg.masters) {
         m.username = user;
         m.password = pass;
@@ -615,12 +615,12 @@ TEST(observability_secrets, no_password_and_no_full_token_in_any_message) {
       tokens.push_back(dropped.token());
     }
     // Loss: a majority stops answering.
-    cluster[0].pause();
-    cluster[1].pause();
-    cluster[2].pause();
+    servers[0].pause();
+    servers[1].pause();
+    servers[2].pause();
     auto [lost] = co_await kept.async_wait_lost(use_tuple);
     EXPECT_FALSE(lost);  // the awaited event: success
-    for (std::size_t i = 0; i < 3; ++i) cluster[i].resume();
+    for (std::size_t i = 0; i < 3; ++i) servers[i].resume();
     co_await held.async_unlock(use_tuple);
 
     // Refused credentials: logged as an error with the server's words.
@@ -709,9 +709,9 @@ TEST_F(observability_test, a_throwing_sink_changes_nothing) {
       auto [uec, held] = co_await l.async_unlock(use_tuple);
       EXPECT_FALSE(uec) << uec.message();
     }
-    cluster[0].kill();
+    servers[0].kill();
     EXPECT_TRUE(co_await eventually([&] { return c.stats().masters[0].disconnects == 1; }));
-    cluster[0].restart();
+    servers[0].restart();
     EXPECT_TRUE(co_await eventually([&] { return c.masters()[0].state == redlock::connection_state::up; }));
     const auto before = c.stats().masters[0].ok;
     auto [ec, l] = co_await c.async_lock("throwing", 10s, use_tuple);

@@ -7,7 +7,7 @@
 #include <redlock/client.hpp>
 #include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -41,8 +41,8 @@ redlock::test::redis_options with_password() {
 }
 
 // The first `wrong` masters get a wrong password, the others the right one.
-redlock::client_config passwords(redlock::test::redis_cluster& cluster, std::size_t wrong) {
-  auto cfg = redlock::test::client_config_for(cluster);
+redlock::client_config passwords(redlock::test::master_set& servers, std::size_t wrong) {
+  auto cfg = redlock::test::client_config_for(servers);
   for (std::size_t i = 0; i < cfg.masters.size(); ++i)
     cfg.masters[i].password = i < wrong ? "wrong-password" : "right-password";
   return cfg;
@@ -58,10 +58,10 @@ bool lists(const quorum_report& r, std::size_t index) {
 // Every master up: ready with nothing failing, and a lock right after it is granted by all three.
 // Catches a wait that never completes on success or completes with an error.
 TEST(readiness, ready_with_every_master_up) {
-  redlock::test::redis_cluster cluster{3};
+  redlock::test::master_set servers{3};
   run_test(
       [&](asio::io_context& io) -> asio::awaitable<void> {
-        redlock::client c{io.get_executor(), redlock::test::client_config_for(cluster)};
+        redlock::client c{io.get_executor(), redlock::test::client_config_for(servers)};
         auto [ec, rep] = co_await c.async_wait_ready(10s, use_tuple);
         EXPECT_FALSE(ec) << ec.message();
         EXPECT_EQ(rep.masters, 3u);
@@ -82,11 +82,11 @@ TEST(readiness, ready_with_every_master_up) {
 // One master killed before the client starts: two of three are a quorum, so ready; the report
 // names the dead one if it lists any. Catches a wait for every master.
 TEST(readiness, ready_with_two_of_three) {
-  redlock::test::redis_cluster cluster{3};
-  cluster[2].kill();
+  redlock::test::master_set servers{3};
+  servers[2].kill();
   run_test(
       [&](asio::io_context& io) -> asio::awaitable<void> {
-        redlock::client c{io.get_executor(), redlock::test::client_config_for(cluster)};
+        redlock::client c{io.get_executor(), redlock::test::client_config_for(servers)};
         auto [ec, rep] = co_await c.async_wait_ready(10s, use_tuple);
         EXPECT_FALSE(ec) << ec.message();
         for (const auto& m : rep.failing) EXPECT_EQ(m.index, 2u) << redlock::to_string(rep);
@@ -100,10 +100,10 @@ TEST(readiness, ready_with_two_of_three) {
 // Catches a wait that treats credentials like a network failure (waits out the timeout), and a
 // report without the cause.
 TEST(readiness, fails_at_once_when_a_majority_refuses_the_password) {
-  redlock::test::redis_cluster cluster{3, with_password()};
+  redlock::test::master_set servers{3, with_password()};
   run_test(
       [&](asio::io_context& io) -> asio::awaitable<void> {
-        redlock::client c{io.get_executor(), passwords(cluster, 2)};
+        redlock::client c{io.get_executor(), passwords(servers, 2)};
         auto [ec, rep] = co_await c.async_wait_ready(30s, use_tuple);
         EXPECT_EQ(ec, error::quorum_unavailable) << ec.message();
         EXPECT_EQ(rep.error, error::quorum_unavailable);
@@ -119,7 +119,7 @@ TEST(readiness, fails_at_once_when_a_majority_refuses_the_password) {
         }
         const auto text = redlock::to_string(rep);
         EXPECT_NE(text.find("2 of 3 masters could not be used"), std::string::npos) << text;
-        EXPECT_NE(text.find(cluster[0].host() + ":" + std::to_string(cluster[0].port())), std::string::npos) << text;
+        EXPECT_NE(text.find(servers[0].host() + ":" + std::to_string(servers[0].port())), std::string::npos) << text;
         EXPECT_NE(text.find("WRONGPASS"), std::string::npos) << text;
         EXPECT_EQ(text.find("right-password"), std::string::npos) << text;
         EXPECT_EQ(text.find("wrong-password"), std::string::npos) << text;  // the password is redacted
@@ -132,12 +132,12 @@ TEST(readiness, fails_at_once_when_a_majority_refuses_the_password) {
 // handshake): no quorum comes up, and the wait ends with not_ready at its timeout. Catches a
 // timeout that is ignored (the body would hit its limit) and a paused master taken for hopeless.
 TEST(readiness, timeout_is_honoured_when_masters_hang) {
-  redlock::test::redis_cluster cluster{3};
-  cluster[0].pause();
-  cluster[1].pause();
+  redlock::test::master_set servers{3};
+  servers[0].pause();
+  servers[1].pause();
   run_test(
       [&](asio::io_context& io) -> asio::awaitable<void> {
-        redlock::client c{io.get_executor(), redlock::test::client_config_for(cluster)};
+        redlock::client c{io.get_executor(), redlock::test::client_config_for(servers)};
         auto [ec, rep] = co_await c.async_wait_ready(700ms, use_tuple);
         EXPECT_EQ(ec, error::not_ready) << ec.message();
         EXPECT_TRUE(ec == redlock::condition::timeout);
@@ -155,11 +155,11 @@ TEST(readiness, timeout_is_honoured_when_masters_hang) {
 // Per-operation cancellation and close() end a wait that would otherwise never complete (every
 // master hangs, no timeout). Catches a waiter that ignores its cancellation slot or close().
 TEST(readiness, cancellation_and_close_end_the_wait) {
-  redlock::test::redis_cluster cluster{3};
-  for (std::size_t i = 0; i < 3; ++i) cluster[i].pause();
+  redlock::test::master_set servers{3};
+  for (std::size_t i = 0; i < 3; ++i) servers[i].pause();
   run_test(
       [&](asio::io_context& io) -> asio::awaitable<void> {
-        redlock::client c{io.get_executor(), redlock::test::client_config_for(cluster)};
+        redlock::client c{io.get_executor(), redlock::test::client_config_for(servers)};
         asio::cancellation_signal cancel;
         auto done = std::make_shared<error_code>(error::not_connected);  // a value the wait never gives
         c.async_wait_ready(
@@ -185,10 +185,10 @@ TEST(readiness, cancellation_and_close_end_the_wait) {
 // not_connected), and the report carries the server's refusal. Catches the old behaviour (retry
 // for the whole wait, causes only in client::masters()).
 TEST(readiness, wrong_password_lock_fails_fast_with_the_cause) {
-  redlock::test::redis_cluster cluster{3, with_password()};
+  redlock::test::master_set servers{3, with_password()};
   run_test(
       [&](asio::io_context& io) -> asio::awaitable<void> {
-        auto cfg = passwords(cluster, 3);
+        auto cfg = passwords(servers, 3);
         cfg.retry.max_wait = 20s;
         redlock::client c{io.get_executor(), cfg};
         auto [ec, l] = co_await c.async_lock("wrong-password", 10s, use_tuple);
@@ -220,10 +220,10 @@ TEST(readiness, wrong_password_lock_fails_fast_with_the_cause) {
 // fails at once with host_not_found in their results, client::masters() shows it too, and the
 // client logs it. Catches an unknown host reported as not_connected, or retried for the whole wait.
 TEST(readiness, unresolvable_host_is_named) {
-  redlock::test::redis_cluster cluster{3};
+  redlock::test::master_set servers{3};
   run_test(
       [&](asio::io_context& io) -> asio::awaitable<void> {
-        auto cfg = redlock::test::client_config_for(cluster);
+        auto cfg = redlock::test::client_config_for(servers);
         cfg.masters[0].host = "first.nohost.invalid";
         cfg.masters[1].host = "second.nohost.invalid";
         cfg.retry.max_wait = 20s;
@@ -262,10 +262,10 @@ TEST(readiness, unresolvable_host_is_named) {
 // the results of the extension and the release that follow. Catches a fast failure that fires on
 // any hopeless master, a cause lost on success, and extensions or releases saying not_connected.
 TEST(readiness, one_wrong_password_of_three_still_locks) {
-  redlock::test::redis_cluster cluster{3, with_password()};
+  redlock::test::master_set servers{3, with_password()};
   run_test(
       [&](asio::io_context& io) -> asio::awaitable<void> {
-        redlock::client c{io.get_executor(), passwords(cluster, 1)};
+        redlock::client c{io.get_executor(), passwords(servers, 1)};
         auto [rec, rep] = co_await c.async_wait_ready(10s, use_tuple);
         EXPECT_FALSE(rec) << rec.message();
         // Once the bad master's first attempt has failed, a lock finds it down at once.

@@ -14,8 +14,8 @@
 #include <redlock/detail/scripts.hpp>
 #include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
+#include <redlock_test/master_set.hpp>
 #include <redlock_test/raw_reply.hpp>
-#include <redlock_test/redis_cluster.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -104,7 +104,7 @@ std::size_t count_status(const redlock::lock& l, master_status s) {
 // ---- the fixture ---------------------------------------------------------------------------------
 
 struct rw_semaphore : ::testing::Test {
-  redlock::test::redis_cluster cluster{5};
+  redlock::test::master_set servers{5};
   std::vector<bool> down = std::vector<bool>(5, false);  // masters this test killed or stopped
 
   // The kinds' scripts go by EVALSHA; on a master that has not seen one yet, the first answer is
@@ -114,36 +114,36 @@ struct rw_semaphore : ::testing::Test {
   // tests can wait for that.
   void SetUp() override {
     namespace d = redlock::detail;
-    for (std::size_t i = 0; i < cluster.size(); ++i) {
+    for (std::size_t i = 0; i < servers.size(); ++i) {
       for (const auto* s :
            {&d::release_script, &d::extend_script, &d::fair_acquire_script, &d::read_acquire_script,
             &d::read_release_script, &d::read_extend_script, &d::write_acquire_script, &d::write_leave_script,
             &d::semaphore_acquire_script, &d::semaphore_release_script, &d::semaphore_extend_script}) {
-        ASSERT_EQ(cluster[i].command({"SCRIPT", "LOAD", s->body}), "$40\r\n" + std::string{s->sha1} + "\r\n");
+        ASSERT_EQ(servers[i].command({"SCRIPT", "LOAD", s->body}), "$40\r\n" + std::string{s->sha1} + "\r\n");
       }
     }
   }
 
   // Tests' defaults (short connect and request timeouts); `max_wait` the longest async_lock.
   redlock::client_config config(ms max_wait = 2000ms) {
-    auto cfg = redlock::test::client_config_for(cluster);
+    auto cfg = redlock::test::client_config_for(servers);
     cfg.retry.max_wait = max_wait;
     return cfg;
   }
 
   void kill(std::size_t i) {
-    cluster[i].kill();
+    servers[i].kill();
     down[i] = true;
   }
   void pause(std::size_t i) {
-    cluster[i].pause();
+    servers[i].pause();
     down[i] = true;
   }
 
   // How many live masters answer `cmd` with exactly `raw`.
   std::size_t masters_answering(std::initializer_list<std::string_view> cmd, const std::string& raw) {
     std::size_t n = 0;
-    for (std::size_t i = 0; i < cluster.size(); ++i) n += !down[i] && cluster[i].command(cmd) == raw;
+    for (std::size_t i = 0; i < servers.size(); ++i) n += !down[i] && servers[i].command(cmd) == raw;
     return n;
   }
   // How many live masters hold `n` members in the sorted set `key`.
@@ -155,38 +155,38 @@ struct rw_semaphore : ::testing::Test {
     return masters_answering({"GET", key}, "$" + std::to_string(value.size()) + "\r\n" + value + "\r\n");
   }
   std::string value(std::size_t i, const std::string& key) {
-    return bulk_of(cluster[i].command({"GET", key})).value_or("<none>");
+    return bulk_of(servers[i].command({"GET", key})).value_or("<none>");
   }
   std::string set_nx(std::size_t i, const std::string& key) {
-    return cluster[i].command({"SET", key, "someone", "NX", "PX", "10000"});
+    return servers[i].command({"SET", key, "someone", "NX", "PX", "10000"});
   }
   // Two holders of another client on master `i`, alive for a minute, of a semaphore of 2 permits.
   void fill_semaphore(std::size_t i, const std::string& key) {
     const auto later = std::to_string(
         std::chrono::duration_cast<ms>(std::chrono::system_clock::now().time_since_epoch() + 60s).count());
-    cluster[i].command({"ZADD", key, later, "other-1", later, "other-2"});
-    cluster[i].command({"SET", permits_of(key), "2", "PX", "60000"});
+    servers[i].command({"ZADD", key, later, "other-1", later, "other-2"});
+    servers[i].command({"SET", permits_of(key), "2", "PX", "60000"});
   }
   void zrem(std::size_t i, const std::string& key, const std::string& member) {
-    cluster[i].command({"ZREM", key, member});
+    servers[i].command({"ZREM", key, member});
   }
   // How many live masters hold `key` (of any type).
   std::size_t having(const std::string& key) { return masters_answering({"EXISTS", key}, ":1\r\n"); }
   std::int64_t zcard(std::size_t i, const std::string& key) {
-    return integer_of(cluster[i].command({"ZCARD", key})).value_or(-1);
+    return integer_of(servers[i].command({"ZCARD", key})).value_or(-1);
   }
   std::int64_t pttl(std::size_t i, const std::string& key) {
-    return integer_of(cluster[i].command({"PTTL", key})).value_or(-3);
+    return integer_of(servers[i].command({"PTTL", key})).value_or(-3);
   }
   // A member's score (its expiry in server milliseconds), or -1 if absent.
   double zscore(std::size_t i, const std::string& key, const std::string& member) {
-    const auto v = bulk_of(cluster[i].command({"ZSCORE", key, member}));
+    const auto v = bulk_of(servers[i].command({"ZSCORE", key, member}));
     return v ? std::stod(*v) : -1.0;
   }
   // The largest holder count on any live master.
   std::int64_t max_zcard(const std::string& key) {
     std::int64_t m = 0;
-    for (std::size_t i = 0; i < cluster.size(); ++i)
+    for (std::size_t i = 0; i < servers.size(); ++i)
       if (!down[i]) m = std::max(m, zcard(i, key));
     return m;
   }
@@ -201,8 +201,8 @@ struct rw_semaphore : ::testing::Test {
   }
   std::size_t keys_on_live_masters() {
     std::size_t n = 0;
-    for (std::size_t i = 0; i < cluster.size(); ++i)
-      if (!down[i]) n += static_cast<std::size_t>(integer_of(cluster[i].command({"DBSIZE"})).value_or(0));
+    for (std::size_t i = 0; i < servers.size(); ++i)
+      if (!down[i]) n += static_cast<std::size_t>(integer_of(servers[i].command({"DBSIZE"})).value_or(0));
     return n;
   }
 };
@@ -225,7 +225,7 @@ TEST_F(rw_semaphore, many_readers_share_the_lock_at_once) {
     // Every master lists the six readers, by token, and the key marks them for plain clients.
     EXPECT_TRUE(co_await until([&] { return zcard_is(readers_of("rw"), 6) == 5; }))
         << "readers listed: " << max_zcard(readers_of("rw"));
-    for (std::size_t m = 0; m < cluster.size(); ++m) {
+    for (std::size_t m = 0; m < servers.size(); ++m) {
       EXPECT_EQ(value(m, "rw"), redlock::detail::readers_marker);
       for (const auto& l : held) EXPECT_GT(zscore(m, readers_of("rw"), l.token()), 0.0) << "master " << m + 1;
     }
@@ -311,7 +311,7 @@ TEST_F(rw_semaphore, plain_lock_and_readers_exclude_each_other) {
     // Decided once a majority said "taken": the rest may not have answered yet.
     EXPECT_GE(count_status(p2, master_status::taken), 3u);
     EXPECT_EQ(count_status(p2, master_status::granted), 0u);
-    for (std::size_t m = 0; m < cluster.size(); ++m) {
+    for (std::size_t m = 0; m < servers.size(); ++m) {
       EXPECT_EQ(set_nx(m, "rw"), nil) << "master " << m + 1;
     }
     co_await r1.async_unlock(use_tuple);
@@ -483,7 +483,7 @@ TEST_F(rw_semaphore, reader_and_writer_extensions_reach_the_masters) {
     EXPECT_FALSE(e1);
     co_await settle([&] { return zcard_is(readers_of("rw"), 1); }, "1 reader of rw");
     std::vector<double> before;
-    for (std::size_t m = 0; m < cluster.size(); ++m) before.push_back(zscore(m, readers_of("rw"), r1.token()));
+    for (std::size_t m = 0; m < servers.size(); ++m) before.push_back(zscore(m, readers_of("rw"), r1.token()));
     const auto deadline = r1.validity_deadline();
     auto [x1] = co_await r1.async_extend(8000ms, use_tuple);
     EXPECT_FALSE(x1) << x1.message();
@@ -491,7 +491,7 @@ TEST_F(rw_semaphore, reader_and_writer_extensions_reach_the_masters) {
     co_await settle(
         [&, &r1 = r1] {
           std::size_t n = 0;
-          for (std::size_t m = 0; m < cluster.size(); ++m) {
+          for (std::size_t m = 0; m < servers.size(); ++m) {
             n += zscore(m, readers_of("rw"), r1.token()) > before[m] + 5000 && pttl(m, "rw") > 5000 &&
                  pttl(m, readers_of("rw")) > 5000;
           }
@@ -509,7 +509,7 @@ TEST_F(rw_semaphore, reader_and_writer_extensions_reach_the_masters) {
     co_await settle(
         [&] {
           std::size_t n = 0;
-          for (std::size_t m = 0; m < cluster.size(); ++m) n += pttl(m, "rw") > 5000;
+          for (std::size_t m = 0; m < servers.size(); ++m) n += pttl(m, "rw") > 5000;
           return n;
         },
         "the writer's key extended");
@@ -696,7 +696,7 @@ TEST_F(rw_semaphore, at_most_permits_holders_with_a_master_down_and_back) {
     co_await contend(io, *this, s1, 10, 3);
     check(s1, 10, "master 3 down");
     // Back with an empty dataset: holders granted while it was down are not there.
-    cluster[2].restart();
+    servers[2].restart();
     down[2] = false;
     contention s2;
     co_await contend(io, *this, s2, 10, 3);
@@ -800,13 +800,13 @@ TEST_F(rw_semaphore, semaphore_extensions_need_its_quorum) {
     EXPECT_FALSE(e1);
     co_await settle([&] { return zcard_is("sem", 1); }, "ZCARD sem = 1");
     std::vector<double> before;
-    for (std::size_t m = 0; m < cluster.size(); ++m) before.push_back(zscore(m, "sem", l1.token()));
+    for (std::size_t m = 0; m < servers.size(); ++m) before.push_back(zscore(m, "sem", l1.token()));
     auto [x1] = co_await l1.async_extend(8000ms, use_tuple);
     EXPECT_FALSE(x1) << x1.message();
     co_await settle(
         [&, &l1 = l1] {
           std::size_t n = 0;
-          for (std::size_t m = 0; m < cluster.size(); ++m) {
+          for (std::size_t m = 0; m < servers.size(); ++m) {
             n += zscore(m, "sem", l1.token()) > before[m] + 5000 && pttl(m, "sem") > 5000 &&
                  pttl(m, permits_of("sem")) > 5000;
           }
@@ -883,7 +883,7 @@ TEST_F(rw_semaphore, holder_that_stops_renewing_frees_its_slot) {
     EXPECT_GE(got, l1.validity_deadline());
     // Where it was admitted, the expired holder is gone and the live one stays.
     co_await settle([&] { return zcard_is("sem", 2); }, "ZCARD sem = 2");
-    for (std::size_t m = 0; m < cluster.size(); ++m) {
+    for (std::size_t m = 0; m < servers.size(); ++m) {
       EXPECT_LT(zscore(m, "sem", l1.token()), 0.0) << "master " << m + 1;
       EXPECT_GT(zscore(m, "sem", l2.token()), 0.0) << "master " << m + 1;
       EXPECT_GT(zscore(m, "sem", l4.token()), 0.0) << "master " << m + 1;

@@ -23,7 +23,7 @@
 #include <redlock/resp/parser.hpp>
 #include <redlock_test/broken_scripts.hpp>
 #include <redlock_test/master_clock.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <gtest/gtest.h>
 
@@ -1061,7 +1061,7 @@ int env_int(const char* name, int fallback) {
 }
 
 struct script_model : ::testing::TestWithParam<std::string_view> {
-  redlock::test::redis_cluster cluster{1, redlock::test::with_clock_shim()};
+  redlock::test::master_set servers{1, redlock::test::with_clock_shim()};
 };
 
 // The short run CI makes of each kind; a long one sets REDLOCK_MODEL_SEEDS / _STEPS.
@@ -1073,7 +1073,7 @@ TEST_P(script_model, every_call_does_what_the_model_says) {
   int failures = 0;
   for (int s = 1; s <= seeds; ++s) {
     const auto seed = static_cast<std::uint32_t>(only ? only : s);
-    model_run run{cluster[0], seed, {}};
+    model_run run{servers[0], seed, {}};
     const auto why = run.run(GetParam(), steps);
     if (!why.empty()) {
       ++failures;
@@ -1103,7 +1103,7 @@ struct broken_twin {
 // Each old script, put back in place of the current one, is caught within a bounded number of
 // seeds: by a reply or a keyspace the model does not expect, or by a broken invariant.
 TEST(script_model_twins, the_model_catches_each_script_the_review_found_faulty) {
-  redlock::test::redis_cluster cluster{1, redlock::test::with_clock_shim()};
+  redlock::test::master_set servers{1, redlock::test::with_clock_shim()};
   std::vector<broken_twin> twins;
   script_set s;
   s.plain_extend = &old_extend;
@@ -1128,7 +1128,7 @@ TEST(script_model_twins, the_model_catches_each_script_the_review_found_faulty) 
   for (const auto& t : twins) {
     string caught;
     for (std::uint32_t seed = 1; seed <= 40 && caught.empty(); ++seed) {
-      model_run run{cluster[0], seed, t.scripts};
+      model_run run{servers[0], seed, t.scripts};
       caught = run.run(t.kind, 400);
     }
     EXPECT_FALSE(caught.empty()) << "the model did not catch: " << t.name;

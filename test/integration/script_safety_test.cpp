@@ -13,8 +13,8 @@
 #include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
 #include <redlock_test/master_clock.hpp>
+#include <redlock_test/master_set.hpp>
 #include <redlock_test/raw_reply.hpp>
-#include <redlock_test/redis_cluster.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -67,11 +67,11 @@ lock_options fenced() {
 
 struct script_safety : ::testing::Test {
   // Each master's wall clock can be shifted or stopped (master_clock); it runs real unless told.
-  redlock::test::redis_cluster cluster{5, redlock::test::with_clock_shim()};
+  redlock::test::master_set servers{5, redlock::test::with_clock_shim()};
 
   // One attempt per lock: a refusal shows at once.
   redlock::client_config config() {
-    auto cfg = redlock::test::client_config_for(cluster);
+    auto cfg = redlock::test::client_config_for(servers);
     cfg.retry.max_attempts = 1;
     return cfg;
   }
@@ -84,9 +84,9 @@ struct script_safety : ::testing::Test {
     std::vector<std::string> cmd{"EVAL", std::string{s.body}, std::to_string(keys.size())};
     cmd.insert(cmd.end(), keys.begin(), keys.end());
     cmd.insert(cmd.end(), args.begin(), args.end());
-    return cluster[i].command(cmd);
+    return servers[i].command(cmd);
   }
-  std::string run(std::size_t i, std::initializer_list<std::string_view> cmd) { return cluster[i].command(cmd); }
+  std::string run(std::size_t i, std::initializer_list<std::string_view> cmd) { return servers[i].command(cmd); }
   std::int64_t pttl(std::size_t i, const std::string& key) { return integer_of(run(i, {"PTTL", key})).value(); }
   std::optional<std::string> get(std::size_t i, const std::string& key) { return bulk_of(run(i, {"GET", key})); }
   // A sorted-set member's score (server ms), or -1 when absent.
@@ -103,10 +103,10 @@ struct script_safety : ::testing::Test {
     const auto t = strings_of(run(i, {"TIME"}));
     return std::stoll(t.at(0)) * 1000000 + std::stoll(t.at(1));
   }
-  bool up(std::size_t i) { return cluster[i].running() && !cluster[i].paused(); }
+  bool up(std::size_t i) { return servers[i].running() && !servers[i].paused(); }
   std::size_t holding(const std::string& key, const std::string& value) {
     std::size_t n = 0;
-    for (std::size_t i = 0; i < cluster.size(); ++i) n += up(i) && get(i, key) == value;
+    for (std::size_t i = 0; i < servers.size(); ++i) n += up(i) && get(i, key) == value;
     return n;
   }
 };
@@ -201,7 +201,7 @@ TEST_F(script_safety, an_extension_to_a_shorter_ttl_keeps_the_expiry_and_the_dea
     EXPECT_FALSE(ee) << ee.message();
     EXPECT_EQ(la.validity_deadline(), deadline);
     co_await until([&, &la = la] { return holding("sx", la.token()) == 5; });
-    for (std::size_t i = 0; i < cluster.size(); ++i) EXPECT_GT(pttl(i, "sx"), 8000) << "master " << i + 1;
+    for (std::size_t i = 0; i < servers.size(); ++i) EXPECT_GT(pttl(i, "sx"), 8000) << "master " << i + 1;
     // A longer one still moves it later.
     auto [el] = co_await la.async_extend(20s, use_tuple);
     EXPECT_FALSE(el) << el.message();
@@ -224,7 +224,7 @@ TEST_F(script_safety, keep_alive_with_a_shorter_ttl_never_shortens_the_lock) {
     la.keep_alive(opts);
     EXPECT_TRUE(co_await until([&, &la = la] { return la.extensions() >= 1; }));
     co_await until([&, &la = la] { return holding("kx", la.token()) == 5; });
-    for (std::size_t i = 0; i < cluster.size(); ++i) EXPECT_GT(pttl(i, "kx"), 8000) << "master " << i + 1;
+    for (std::size_t i = 0; i < servers.size(); ++i) EXPECT_GT(pttl(i, "kx"), 8000) << "master " << i + 1;
     EXPECT_GE(la.validity_deadline(), deadline);
     co_await sleep_for(300ms);
     // The retry interval (a tenth of 500 ms) paces it: a few extensions, not thousands.
@@ -307,7 +307,7 @@ TEST_F(script_safety, a_cancelled_shorter_multi_extension_lets_no_one_take_a_res
 // refuse B, the rightful holder.
 TEST_F(script_safety, fences_increase_after_a_restart_when_another_masters_clock_was_ahead) {
   const std::string key = "fx", counter = suffixed("fx", scripts::fence_suffix);
-  redlock::test::master_clock fast{cluster[0]};
+  redlock::test::master_clock fast{servers[0]};
   fast.shift(std::chrono::hours{1});
   const auto ahead = server_us(0);
   std::uint64_t fence_a = 0;
@@ -317,7 +317,7 @@ TEST_F(script_safety, fences_increase_after_a_restart_when_another_masters_clock
     EXPECT_FALSE(e0) << e0.message();
     EXPECT_GT(l0.fence(), static_cast<std::uint64_t>(ahead)) << "the first use fences above every clock";
     co_await l0.async_unlock(use_tuple);
-    for (std::size_t i = 0; i < cluster.size(); ++i) EXPECT_EQ(get(i, counter), std::to_string(l0.fence()));
+    for (std::size_t i = 0; i < servers.size(); ++i) EXPECT_EQ(get(i, counter), std::to_string(l0.fence()));
     for (std::size_t i : {3u, 4u}) run(i, {"SET", key, "someone-else", "PX", "60000"});
     auto [ea, la] = co_await a.async_lock(key, 5s, fenced(), use_tuple);
     EXPECT_FALSE(ea) << ea.message();
@@ -327,7 +327,7 @@ TEST_F(script_safety, fences_increase_after_a_restart_when_another_masters_clock
     EXPECT_EQ(a.stats().fences_unverified, 0u);
   });
   for (std::size_t i : {3u, 4u}) run(i, {"DEL", key});
-  cluster[2].restart();
+  servers[2].restart();
   for (std::size_t i : {0u, 1u}) run(i, {"SET", key, "someone-else", "PX", "60000"});
   run_test([&](asio::io_context& io) -> asio::awaitable<void> {
     auto cfg = config();
@@ -357,7 +357,7 @@ TEST_F(script_safety, a_fence_that_rests_on_clocks_is_counted_and_creates_no_cou
     EXPECT_FALSE(e1) << e1.message();
     EXPECT_EQ(a.stats().fences_unverified, 0u) << "a first use with every master heard";
     EXPECT_GT(l1.fence(), static_cast<std::uint64_t>(server_us(0) - 60000000)) << "above the masters' clocks";
-    cluster[4].pause();
+    servers[4].pause();
     auto [e2, l2] = co_await a.async_lock("new-2", 5s, fenced(), use_tuple);
     EXPECT_FALSE(e2) << e2.message();
     EXPECT_EQ(a.stats().fences_unverified, 1u);
@@ -368,7 +368,7 @@ TEST_F(script_safety, a_fence_that_rests_on_clocks_is_counted_and_creates_no_cou
     EXPECT_GT(l3.fence(), l2.fence()) << "clocks moved on";
     EXPECT_EQ(a.stats().fences_unverified, 2u);
     co_await l3.async_unlock(use_tuple);
-    cluster[4].resume();
+    servers[4].resume();
     // Until its overdue replies come, the client treats it as down: wait until it answers a lock.
     bool answers = false;
     for (int i = 0; i < 200 && !answers; ++i) {
@@ -385,7 +385,7 @@ TEST_F(script_safety, a_fence_that_rests_on_clocks_is_counted_and_creates_no_cou
     EXPECT_GT(l4.fence(), l3.fence());
     EXPECT_EQ(a.stats().fences_unverified, 2u) << "every master heard, none with a counter: a first use";
     co_await until([&] { return get(4, counter).has_value(); });
-    for (std::size_t i = 0; i < cluster.size(); ++i) EXPECT_EQ(get(i, counter), std::to_string(l4.fence()));
+    for (std::size_t i = 0; i < servers.size(); ++i) EXPECT_EQ(get(i, counter), std::to_string(l4.fence()));
     co_await l4.async_unlock(use_tuple);
     auto [e5, l5] = co_await a.async_lock("new-2", 5s, fenced(), use_tuple);
     EXPECT_FALSE(e5) << e5.message();
@@ -447,7 +447,7 @@ TEST_F(script_safety, resource_names_that_end_like_a_helper_key_are_refused) {
     const std::vector<std::string> set{"a", "b:redlock-queue"};
     auto [e2, l2] = co_await c.async_lock_all(set, 10s, use_tuple);
     EXPECT_EQ(e2, error::invalid_argument);
-    for (std::size_t i = 0; i < cluster.size(); ++i) EXPECT_EQ(run(i, {"DBSIZE"}), ":0\r\n");
+    for (std::size_t i = 0; i < servers.size(); ++i) EXPECT_EQ(run(i, {"DBSIZE"}), ":0\r\n");
   });
 }
 
@@ -571,7 +571,7 @@ TEST_F(script_safety, an_error_reply_means_the_script_wrote_nothing) {
         auto put = w;
         put[1] = c.keys[pos];
         run(0, {"DEL", c.keys[pos]});
-        cluster[0].command(put);
+        servers[0].command(put);
         std::vector<std::string> before;
         for (const auto& k : c.keys) before.push_back(run(0, {"DUMP", k}) + run(0, {"PTTL", k}));
         const auto reply = eval(0, *c.s, c.keys, c.args);

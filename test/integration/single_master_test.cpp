@@ -9,8 +9,8 @@
 #include <redlock/detail/scripts.hpp>
 #include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
+#include <redlock_test/master_set.hpp>
 #include <redlock_test/raw_reply.hpp>
-#include <redlock_test/redis_cluster.hpp>
 
 #include <gtest/gtest.h>
 
@@ -38,18 +38,18 @@ using clock_type = redlock::clock;
 constexpr auto limit = std::chrono::seconds{20};  // per test body; none should come close
 
 struct single_master : ::testing::Test {
-  redlock::test::redis_cluster cluster{1};
+  redlock::test::master_set servers{1};
 
   // One attempt per lock: a failure shows at once.
   redlock::client_config config() {
-    auto cfg = redlock::test::client_config_for(cluster);
+    auto cfg = redlock::test::client_config_for(servers);
     cfg.retry.max_attempts = 1;
     return cfg;
   }
 
-  std::optional<std::string> get(const std::string& key) { return bulk_of(cluster[0].command({"GET", key})); }
-  std::int64_t pttl(const std::string& key) { return integer_of(cluster[0].command({"PTTL", key})).value(); }
-  std::int64_t hlen(const std::string& key) { return integer_of(cluster[0].command({"HLEN", key})).value(); }
+  std::optional<std::string> get(const std::string& key) { return bulk_of(servers[0].command({"GET", key})); }
+  std::int64_t pttl(const std::string& key) { return integer_of(servers[0].command({"PTTL", key})).value(); }
+  std::int64_t hlen(const std::string& key) { return integer_of(servers[0].command({"HLEN", key})).value(); }
 };
 
 lock_options fenced() {
@@ -238,7 +238,7 @@ TEST_F(single_master, a_stopped_master_fails_fast_and_the_release_in_doubt_arriv
         auto [ea, la] = co_await a.async_lock("held", 10s, use_tuple);
         EXPECT_FALSE(ea) << ea.message();
         if (ea) co_return;
-        cluster[0].pause();
+        servers[0].pause();
 
         auto t0 = clock_type::now();
         auto [eb, lb] = co_await b.async_try_lock("free", 10s, use_tuple);
@@ -264,7 +264,7 @@ TEST_F(single_master, a_stopped_master_fails_fast_and_the_release_in_doubt_arriv
         EXPECT_EQ(held, 0u);
         EXPECT_LT(took, 2500ms);  // release_timeout is 1 s
 
-        cluster[0].resume();
+        servers[0].resume();
         // The release reaches the master now (from the socket buffer, or re-sent on a new
         // connection): the key goes although its ttl has more than 7 s left.
         const bool released = co_await until([&] { return !get("held"); }, 5s);
@@ -299,7 +299,7 @@ TEST_F(single_master, a_killed_master_blocks_locking_until_it_restarts_then_the_
         EXPECT_FALSE(ek) << ek.message();
         if (ek) co_return;
         kept.keep_alive();
-        cluster[0].kill();
+        servers[0].kill();
         // The keep-alive cannot extend any more: the loss is signalled before the validity ends.
         auto [wl] = co_await kept.async_wait_lost(use_tuple);
         EXPECT_FALSE(wl) << wl.message();
@@ -316,7 +316,7 @@ TEST_F(single_master, a_killed_master_blocks_locking_until_it_restarts_then_the_
           EXPECT_FALSE(l.owns_lock());
           EXPECT_LT(clock_type::now() - t0, 1500ms);
         }
-        cluster[0].restart();
+        servers[0].restart();
         bool locked = false;
         const auto end = clock_type::now() + 5s;
         while (!locked && clock_type::now() < end) {
@@ -357,8 +357,8 @@ TEST_F(single_master, a_restart_without_persistence_loses_the_lock_and_a_second_
         auto [eb0, lb0] = co_await b.async_try_lock("only", 10s, fenced(), use_tuple);
         EXPECT_EQ(eb0, error::not_acquired) << eb0.message();  // excluded while the master keeps it
 
-        cluster[0].kill();
-        cluster[0].restart();  // immediately, with an empty dataset
+        servers[0].kill();
+        servers[0].restart();  // immediately, with an empty dataset
         EXPECT_EQ(get("only"), std::nullopt);
 
         std::optional<redlock::lock> lb;

@@ -5,7 +5,7 @@
 #include <redlock/clock.hpp>
 #include <redlock_test/fault_proxy.hpp>
 #include <redlock_test/master_clock.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <gtest/gtest.h>
 
@@ -37,7 +37,7 @@ namespace {
 using namespace std::chrono_literals;
 using redlock::test::acl_user;
 using redlock::test::fault_proxy;
-using redlock::test::redis_cluster;
+using redlock::test::master_set;
 using redlock::test::redis_options;
 
 std::string encode(std::initializer_list<std::string_view> args) {
@@ -166,15 +166,15 @@ bool eventually(const std::function<bool()>& condition, std::chrono::millisecond
 
 bool starts_with(const std::string& s, std::string_view prefix) { return s.starts_with(prefix); }
 
-// ---- redis_cluster ---------------------------------------------------------------------------
+// ---- master_set ---------------------------------------------------------------------------
 
-TEST(redis_cluster, starts_nodes_that_answer_ping_on_distinct_ports) {
-  redis_cluster cluster(3);
-  ASSERT_EQ(cluster.size(), 3u);
+TEST(master_set, starts_nodes_that_answer_ping_on_distinct_ports) {
+  master_set servers(3);
+  ASSERT_EQ(servers.size(), 3u);
   std::set<std::uint16_t> ports;
   std::set<pid_t> pids;
-  for (std::size_t i = 0; i < cluster.size(); ++i) {
-    auto& node = cluster[i];
+  for (std::size_t i = 0; i < servers.size(); ++i) {
+    auto& node = servers[i];
     EXPECT_EQ(node.host(), "127.0.0.1");
     EXPECT_TRUE(node.running());
     EXPECT_FALSE(node.paused());
@@ -187,16 +187,16 @@ TEST(redis_cluster, starts_nodes_that_answer_ping_on_distinct_ports) {
   }
   EXPECT_EQ(ports.size(), 3u);
   EXPECT_EQ(pids.size(), 3u);
-  EXPECT_EQ(&cluster.node(2), &cluster[2]);
-  EXPECT_THROW(cluster.node(3), std::out_of_range);
-  EXPECT_EQ(cluster.ports(), (std::vector<std::uint16_t>{cluster[0].port(), cluster[1].port(), cluster[2].port()}));
+  EXPECT_EQ(&servers.node(2), &servers[2]);
+  EXPECT_THROW(servers.node(3), std::out_of_range);
+  EXPECT_EQ(servers.ports(), (std::vector<std::uint16_t>{servers[0].port(), servers[1].port(), servers[2].port()}));
 }
 
-TEST(redis_cluster, servers_run_without_persistence_and_with_extra_args) {
+TEST(master_set, servers_run_without_persistence_and_with_extra_args) {
   redis_options options;
   options.extra_args = {"--maxmemory", "1mb"};
-  redis_cluster cluster(1, options);
-  auto& node = cluster[0];
+  master_set servers(1, options);
+  auto& node = servers[0];
   EXPECT_EQ(node.command({"CONFIG", "GET", "maxmemory"}), "*2\r\n$9\r\nmaxmemory\r\n$7\r\n1048576\r\n");
   EXPECT_EQ(node.command({"CONFIG", "GET", "save"}), "*2\r\n$4\r\nsave\r\n$0\r\n\r\n");
   EXPECT_EQ(node.command({"CONFIG", "GET", "appendonly"}), "*2\r\n$10\r\nappendonly\r\n$2\r\nno\r\n");
@@ -208,24 +208,24 @@ TEST(redis_cluster, servers_run_without_persistence_and_with_extra_args) {
   EXPECT_TRUE(std::filesystem::is_regular_file(node.directory() / "redis.log"));
 }
 
-TEST(redis_cluster, password_is_required) {
+TEST(master_set, password_is_required) {
   redis_options options;
   options.password = "s3cret with space";
-  redis_cluster cluster(1, options);
-  client c(cluster[0].port());
+  master_set servers(1, options);
+  client c(servers[0].port());
   EXPECT_TRUE(starts_with(c.request({"PING"}), "-NOAUTH")) << c.request({"PING"});
   EXPECT_TRUE(starts_with(c.request({"AUTH", "wrong"}), "-WRONGPASS"));
   EXPECT_EQ(c.request({"AUTH", "s3cret with space"}), "+OK\r\n");
   EXPECT_EQ(c.request({"PING"}), "+PONG\r\n");
-  EXPECT_EQ(cluster[0].command({"PING"}), "+PONG\r\n");  // authenticates by itself
+  EXPECT_EQ(servers[0].command({"PING"}), "+PONG\r\n");  // authenticates by itself
 }
 
-TEST(redis_cluster, acl_user_has_full_rights) {
+TEST(master_set, acl_user_has_full_rights) {
   redis_options options;
   options.password = "default-pass";
   options.user = acl_user{"locker", "user pass"};
-  redis_cluster cluster(1, options);
-  client c(cluster[0].port());
+  master_set servers(1, options);
+  client c(servers[0].port());
   EXPECT_TRUE(starts_with(c.request({"AUTH", "locker", "wrong"}), "-WRONGPASS"));
   EXPECT_EQ(c.request({"AUTH", "locker", "user pass"}), "+OK\r\n");
   EXPECT_EQ(c.request({"ACL", "WHOAMI"}), "$6\r\nlocker\r\n");
@@ -233,29 +233,29 @@ TEST(redis_cluster, acl_user_has_full_rights) {
   EXPECT_EQ(c.request({"EVAL", "return redis.call('GET', KEYS[1])", "1", "k"}), "$1\r\nv\r\n");
 }
 
-TEST(redis_cluster, acl_user_without_requirepass) {
+TEST(master_set, acl_user_without_requirepass) {
   redis_options options;
   options.user = acl_user{"locker", "pw"};
-  redis_cluster cluster(1, options);
-  client c(cluster[0].port());
+  master_set servers(1, options);
+  client c(servers[0].port());
   EXPECT_EQ(c.request({"PING"}), "+PONG\r\n");  // the default user stays open
   EXPECT_EQ(c.request({"AUTH", "locker", "pw"}), "+OK\r\n");
   EXPECT_EQ(c.request({"ACL", "WHOAMI"}), "$6\r\nlocker\r\n");
 }
 
-TEST(redis_cluster, acl_user_alone_when_the_default_user_is_off) {
+TEST(master_set, acl_user_alone_when_the_default_user_is_off) {
   redis_options options;
   options.user = acl_user{"locker", "pw"};
   options.extra_args = {"--user", "default", "off"};
-  redis_cluster cluster(1, options);  // readiness is checked as the ACL user
-  EXPECT_EQ(cluster[0].command({"ACL", "WHOAMI"}), "$6\r\nlocker\r\n");
-  client c(cluster[0].port());
+  master_set servers(1, options);  // readiness is checked as the ACL user
+  EXPECT_EQ(servers[0].command({"ACL", "WHOAMI"}), "$6\r\nlocker\r\n");
+  client c(servers[0].port());
   EXPECT_TRUE(starts_with(c.request({"PING"}), "-NOAUTH"));
 }
 
-TEST(redis_cluster, paused_node_accepts_connections_but_never_answers) {
-  redis_cluster cluster(1);
-  auto& node = cluster[0];
+TEST(master_set, paused_node_accepts_connections_but_never_answers) {
+  master_set servers(1);
+  auto& node = servers[0];
   node.pause();
   EXPECT_TRUE(node.paused());
   EXPECT_TRUE(node.running());
@@ -273,9 +273,9 @@ TEST(redis_cluster, paused_node_accepts_connections_but_never_answers) {
   EXPECT_EQ(node.command({"PING"}), "+PONG\r\n");
 }
 
-TEST(redis_cluster, killed_node_refuses_connections) {
-  redis_cluster cluster(1);
-  auto& node = cluster[0];
+TEST(master_set, killed_node_refuses_connections) {
+  master_set servers(1);
+  auto& node = servers[0];
   client open_before(node.port());
   ASSERT_EQ(open_before.request({"PING"}), "+PONG\r\n");
   const pid_t pid = node.pid();
@@ -295,9 +295,9 @@ TEST(redis_cluster, killed_node_refuses_connections) {
   node.stop();
 }
 
-TEST(redis_cluster, restart_after_kill_keeps_the_port_and_empties_the_dataset) {
-  redis_cluster cluster(1);
-  auto& node = cluster[0];
+TEST(master_set, restart_after_kill_keeps_the_port_and_empties_the_dataset) {
+  master_set servers(1);
+  auto& node = servers[0];
   const auto port = node.port();
   const pid_t old_pid = node.pid();
   ASSERT_EQ(node.command({"SET", "k", "v"}), "+OK\r\n");
@@ -315,11 +315,11 @@ TEST(redis_cluster, restart_after_kill_keeps_the_port_and_empties_the_dataset) {
   EXPECT_EQ(c.request({"PING"}), "+PONG\r\n");
 }
 
-TEST(redis_cluster, restart_of_a_running_or_paused_node) {
+TEST(master_set, restart_of_a_running_or_paused_node) {
   redis_options options;
   options.password = "pw";
-  redis_cluster cluster(1, options);
-  auto& node = cluster[0];
+  master_set servers(1, options);
+  auto& node = servers[0];
   const auto port = node.port();
   ASSERT_EQ(node.command({"SET", "k", "v"}), "+OK\r\n");
   node.restart();
@@ -334,9 +334,9 @@ TEST(redis_cluster, restart_of_a_running_or_paused_node) {
   EXPECT_TRUE(starts_with(c.request({"PING"}), "-NOAUTH"));  // same options after a restart
 }
 
-TEST(redis_cluster, stop_shuts_down_and_closes_connections) {
-  redis_cluster cluster(1);
-  auto& node = cluster[0];
+TEST(master_set, stop_shuts_down_and_closes_connections) {
+  master_set servers(1);
+  auto& node = servers[0];
   client open_before(node.port());
   ASSERT_EQ(open_before.request({"PING"}), "+PONG\r\n");
   const pid_t pid = node.pid();
@@ -352,9 +352,9 @@ TEST(redis_cluster, stop_shuts_down_and_closes_connections) {
   EXPECT_EQ(node.command({"PING"}), "+PONG\r\n");
 }
 
-TEST(redis_cluster, server_that_exits_by_itself_is_not_running) {
-  redis_cluster cluster(1);
-  auto& node = cluster[0];
+TEST(master_set, server_that_exits_by_itself_is_not_running) {
+  master_set servers(1);
+  auto& node = servers[0];
   const pid_t pid = node.pid();
   EXPECT_THROW(node.command({"SHUTDOWN", "NOSAVE"}), std::runtime_error);  // closes without a reply
   EXPECT_TRUE(eventually([&] { return !node.running(); }));
@@ -363,17 +363,17 @@ TEST(redis_cluster, server_that_exits_by_itself_is_not_running) {
   EXPECT_EQ(node.command({"PING"}), "+PONG\r\n");
 }
 
-TEST(redis_cluster, destructor_leaves_no_process_and_no_directory) {
+TEST(master_set, destructor_leaves_no_process_and_no_directory) {
   std::vector<pid_t> pids;
   std::vector<std::filesystem::path> dirs;
   {
-    redis_cluster cluster(3);
-    cluster[1].pause();  // a stopped process must die too
-    cluster[2].kill();
-    cluster[2].restart();
-    for (std::size_t i = 0; i < cluster.size(); ++i) {
-      pids.push_back(cluster[i].pid());
-      dirs.push_back(cluster[i].directory());
+    master_set servers(3);
+    servers[1].pause();  // a stopped process must die too
+    servers[2].kill();
+    servers[2].restart();
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      pids.push_back(servers[i].pid());
+      dirs.push_back(servers[i].directory());
       EXPECT_TRUE(std::filesystem::is_directory(dirs.back()));
     }
   }
@@ -381,33 +381,33 @@ TEST(redis_cluster, destructor_leaves_no_process_and_no_directory) {
   for (const auto& dir : dirs) EXPECT_FALSE(std::filesystem::exists(dir)) << dir;
 }
 
-TEST(redis_cluster, two_clusters_at_once_get_distinct_ports) {
-  redis_cluster a(2);
-  redis_cluster b(2);
+TEST(master_set, two_sets_at_once_get_distinct_ports) {
+  master_set a(2);
+  master_set b(2);
   std::set<std::uint16_t> ports;
-  for (auto* cluster : {&a, &b}) {
-    for (std::size_t i = 0; i < cluster->size(); ++i) {
-      ports.insert((*cluster)[i].port());
-      EXPECT_EQ((*cluster)[i].command({"PING"}), "+PONG\r\n");
+  for (auto* servers : {&a, &b}) {
+    for (std::size_t i = 0; i < servers->size(); ++i) {
+      ports.insert((*servers)[i].port());
+      EXPECT_EQ((*servers)[i].command({"PING"}), "+PONG\r\n");
     }
   }
   EXPECT_EQ(ports.size(), 4u);
 }
 
-TEST(redis_cluster, moved_cluster_keeps_its_servers) {
-  redis_cluster a(1);
+TEST(master_set, moved_set_keeps_its_servers) {
+  master_set a(1);
   const auto port = a[0].port();
-  redis_cluster b = std::move(a);
+  master_set b = std::move(a);
   EXPECT_EQ(b[0].port(), port);
   EXPECT_EQ(b[0].command({"PING"}), "+PONG\r\n");
 }
 
 // The clock shim: a server's wall clock shifted, stopped and moved by the test, while another
 // server of the same set keeps the real one. Key expiry and TIME (what scripts read) follow it.
-TEST(redis_cluster, master_clock_shifts_stops_and_moves_a_servers_wall_clock) {
-  redlock::test::redis_cluster cluster{2, redlock::test::with_clock_shim()};
+TEST(master_set, master_clock_shifts_stops_and_moves_a_servers_wall_clock) {
+  redlock::test::master_set servers{2, redlock::test::with_clock_shim()};
   const auto time_ms = [&](std::size_t i) {
-    const auto raw = cluster[i].command({"TIME"});  // *2 $10 <s> $n <us>
+    const auto raw = servers[i].command({"TIME"});  // *2 $10 <s> $n <us>
     std::vector<std::string> parts;
     std::size_t pos = 0;
     while ((pos = raw.find('$', pos)) != std::string::npos) {
@@ -422,34 +422,34 @@ TEST(redis_cluster, master_clock_shifts_stops_and_moves_a_servers_wall_clock) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
         .count();
   };
-  redlock::test::master_clock clock{cluster[0]};
+  redlock::test::master_clock clock{servers[0]};
   EXPECT_NEAR(static_cast<double>(time_ms(0)), static_cast<double>(real_ms()), 1000.0) << "real until told";
   clock.shift(std::chrono::hours{1});
   EXPECT_NEAR(static_cast<double>(time_ms(0) - real_ms()), 3600000.0, 1000.0);
   EXPECT_NEAR(static_cast<double>(time_ms(1)), static_cast<double>(real_ms()), 1000.0) << "the other server";
   clock.stop();
   const auto stopped = time_ms(0);
-  ASSERT_EQ(cluster[0].command({"SET", "k", "v", "PX", "1000"}), "+OK\r\n");
+  ASSERT_EQ(servers[0].command({"SET", "k", "v", "PX", "1000"}), "+OK\r\n");
   std::this_thread::sleep_for(std::chrono::milliseconds{1100});
   EXPECT_EQ(time_ms(0), stopped);
-  EXPECT_EQ(cluster[0].command({"PTTL", "k"}), ":1000\r\n") << "no time passes for a stopped clock";
+  EXPECT_EQ(servers[0].command({"PTTL", "k"}), ":1000\r\n") << "no time passes for a stopped clock";
   clock.advance(std::chrono::milliseconds{999});
-  EXPECT_EQ(cluster[0].command({"PTTL", "k"}), ":1\r\n");
+  EXPECT_EQ(servers[0].command({"PTTL", "k"}), ":1\r\n");
   clock.advance(std::chrono::milliseconds{1});
-  EXPECT_EQ(cluster[0].command({"PTTL", "k"}), ":0\r\n") << "Redis expires a key once its time is past, not at it";
+  EXPECT_EQ(servers[0].command({"PTTL", "k"}), ":0\r\n") << "Redis expires a key once its time is past, not at it";
   clock.advance(std::chrono::milliseconds{1});
-  EXPECT_EQ(cluster[0].command({"PTTL", "k"}), ":-2\r\n");
+  EXPECT_EQ(servers[0].command({"PTTL", "k"}), ":-2\r\n");
   EXPECT_EQ(clock.now_ms(), stopped + 1001);
   // A restart keeps the clock (the file stays).
-  cluster[0].restart();
+  servers[0].restart();
   EXPECT_EQ(time_ms(0), stopped + 1001);
 }
 
-TEST(redis_cluster, startup_failure_reports_the_server_output) {
+TEST(master_set, startup_failure_reports_the_server_output) {
   redis_options bad_arg;
   bad_arg.extra_args = {"--no-such-directive", "x"};
   try {
-    redis_cluster cluster(2, bad_arg);
+    master_set servers(2, bad_arg);
     FAIL() << "started with a bad directive";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("Bad directive"), std::string::npos) << e.what();
@@ -458,7 +458,7 @@ TEST(redis_cluster, startup_failure_reports_the_server_output) {
   redis_options bad_binary;
   bad_binary.server_binary = "/nonexistent/redis-server";
   try {
-    redis_cluster cluster(1, bad_binary);
+    master_set servers(1, bad_binary);
     FAIL() << "started a missing binary";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/redis-server"), std::string::npos) << e.what();
@@ -496,14 +496,14 @@ class test_certificates {
   std::filesystem::path dir_;
 };
 
-TEST(redis_cluster, tls_node_listens_on_a_second_port_and_keeps_the_plain_one) {
-  EXPECT_EQ(redis_cluster(1)[0].tls_port(), 0);  // no TLS unless asked for
+TEST(master_set, tls_node_listens_on_a_second_port_and_keeps_the_plain_one) {
+  EXPECT_EQ(master_set(1)[0].tls_port(), 0);  // no TLS unless asked for
 
   const test_certificates certs;
   redis_options options;
   options.tls = certs.server(true);
-  redis_cluster cluster(1, options);
-  auto& node = cluster[0];
+  master_set servers(1, options);
+  auto& node = servers[0];
   const auto tls_port = node.tls_port();
   ASSERT_NE(tls_port, 0);
   EXPECT_NE(tls_port, node.port());
@@ -532,13 +532,13 @@ TEST(redis_cluster, tls_node_listens_on_a_second_port_and_keeps_the_plain_one) {
 
 class fault_proxy_test : public ::testing::Test {
  protected:
-  redis_cluster cluster_{1};
-  fault_proxy proxy_{cluster_[0].host(), cluster_[0].port()};
+  master_set servers_{1};
+  fault_proxy proxy_{servers_[0].host(), servers_[0].port()};
 };
 
 TEST_F(fault_proxy_test, forwards_both_ways_and_counts_connections) {
   EXPECT_EQ(proxy_.host(), "127.0.0.1");
-  EXPECT_NE(proxy_.port(), cluster_[0].port());
+  EXPECT_NE(proxy_.port(), servers_[0].port());
   {
     client c(proxy_.port());
     EXPECT_EQ(c.request({"PING"}), "+PONG\r\n");
@@ -589,14 +589,14 @@ TEST_F(fault_proxy_test, blackhole_swallows_everything_until_switched_off) {
   EXPECT_EQ(after.request({"PING"}), "+PONG\r\n");
   before.set_receive_timeout(5s);
   EXPECT_EQ(before.request({"PING"}), "+PONG\r\n");                 // new data flows again on old connections
-  EXPECT_EQ(cluster_[0].command({"GET", "swallowed"}), "$-1\r\n");  // never reached the server
+  EXPECT_EQ(servers_[0].command({"GET", "swallowed"}), "$-1\r\n");  // never reached the server
 }
 
 TEST_F(fault_proxy_test, blackhole_hides_the_upstream_closing) {
   client c(proxy_.port(), 300ms);
   ASSERT_EQ(c.request({"PING"}), "+PONG\r\n");
   proxy_.set_blackhole(true);
-  cluster_[0].kill();
+  servers_[0].kill();
   EXPECT_TRUE(c.read().timed_out);  // no EOF reaches the client
   proxy_.set_blackhole(false);
   c.set_receive_timeout(5s);
@@ -635,19 +635,19 @@ TEST_F(fault_proxy_test, refuse_closes_the_listener_and_reopens_on_the_same_port
 }
 
 TEST_F(fault_proxy_test, upstream_down_closes_the_client_and_recovers) {
-  cluster_[0].kill();
+  servers_[0].kill();
   client c(proxy_.port());
   ASSERT_TRUE(c.connected());
   const auto r = c.read();
   EXPECT_TRUE(r.eof || r.error == ECONNRESET);
   EXPECT_TRUE(eventually([&] { return proxy_.connections() == 0; }));
-  cluster_[0].restart();
+  servers_[0].restart();
   client again(proxy_.port());
   EXPECT_EQ(again.request({"PING"}), "+PONG\r\n");
 }
 
 TEST_F(fault_proxy_test, destructor_closes_busy_connections) {
-  auto proxy = std::make_unique<fault_proxy>(cluster_[0].host(), cluster_[0].port());
+  auto proxy = std::make_unique<fault_proxy>(servers_[0].host(), servers_[0].port());
   client idle(proxy->port());
   ASSERT_EQ(idle.request({"PING"}), "+PONG\r\n");
   client delayed(proxy->port());

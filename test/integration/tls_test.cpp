@@ -9,8 +9,8 @@
 #include <redlock/config.hpp>
 #include <redlock/connection.hpp>
 #include <redlock_test/coro.hpp>
+#include <redlock_test/master_set.hpp>
 #include <redlock_test/raw_reply.hpp>
-#include <redlock_test/redis_cluster.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -120,11 +120,11 @@ struct server_options {
   bool require_client_cert = false;
 };
 
-// One redis-server with a plain port and a TLS port (the test bed holds both). A cluster of one
+// One redis-server with a plain port and a TLS port (the test bed holds both). A set of one
 // per master, so that each can have its own certificate.
 struct tls_master {
   std::uint16_t tls_port = 0;
-  std::unique_ptr<redlock::test::redis_cluster> cluster;
+  std::unique_ptr<redlock::test::master_set> servers;
 
   explicit tls_master(const server_options& o = {}) {
     redlock::test::redis_options opts;
@@ -133,10 +133,10 @@ struct tls_master {
     opts.tls->key_file = certs->server_key;
     opts.tls->ca_file = certs->ca;
     opts.tls->require_client_cert = o.require_client_cert;
-    cluster = std::make_unique<redlock::test::redis_cluster>(1, opts);
+    servers = std::make_unique<redlock::test::master_set>(1, opts);
     tls_port = node().tls_port();
   }
-  redlock::test::redis_node& node() { return (*cluster)[0]; }
+  redlock::test::redis_node& node() { return (*servers)[0]; }
   std::uint16_t plain_port() { return node().port(); }
 };
 

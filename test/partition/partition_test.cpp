@@ -21,7 +21,7 @@
 #include "analysis.hpp"
 #include <redlock/connection.hpp>
 #include <redlock_test/coro.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -469,14 +469,14 @@ class partition : public ::testing::Test {
 // new connections cannot reach the master; the other masters are untouched; after the heal the
 // request still in flight is answered (by TCP's retransmission, at the kernel's next try).
 TEST_F(partition, cut_drops_packets_both_ways_and_heal_restores_them) {
-  redlock::test::redis_cluster cluster{2};
-  firewall fw{cluster.ports()};
+  redlock::test::master_set servers{2};
+  firewall fw{servers.ports()};
 
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   ASSERT_GE(fd, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_port = htons(cluster[0].port());
+  addr.sin_port = htons(servers[0].port());
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
   const auto reply_within = [fd](std::chrono::milliseconds limit) {
@@ -494,13 +494,13 @@ TEST_F(partition, cut_drops_packets_both_ways_and_heal_restores_them) {
   ASSERT_EQ(::write(fd, ping.data(), ping.size()),
             static_cast<ssize_t>(ping.size()));  // no error: dropped, not refused
   EXPECT_EQ(reply_within(1500ms), "") << "a reply came through the cut";
-  EXPECT_THROW(cluster[0].command({"PING"}, 300ms), std::runtime_error) << "a new connection got through the cut";
-  EXPECT_EQ(cluster[1].command({"PING"}), "+PONG\r\n") << "the cut hit another master";
+  EXPECT_THROW(servers[0].command({"PING"}, 300ms), std::runtime_error) << "a new connection got through the cut";
+  EXPECT_EQ(servers[1].command({"PING"}), "+PONG\r\n") << "the cut hit another master";
   EXPECT_GT(fw.dropped(0), 0u);
   const auto stalled = fw.sockets({0});
   fw.heal(0);
   const auto healed = clock_type::now();
-  EXPECT_EQ(cluster[0].command({"PING"}, 1000ms), "+PONG\r\n") << "a new connection after the heal";
+  EXPECT_EQ(servers[0].command({"PING"}, 1000ms), "+PONG\r\n") << "a new connection after the heal";
   EXPECT_EQ(reply_within(10000ms), "+PONG\r\n") << "the stalled request was never answered";
   const auto late = clock_type::now() - healed;
   ::close(fd);
@@ -517,12 +517,12 @@ TEST_F(partition, a_cut_connection_is_replaced_and_back_within_a_probe_interval_
   namespace asio = boost::asio;
   using redlock::test::sleep_for;
   using redlock::test::use_tuple;
-  redlock::test::redis_cluster cluster{1};
-  firewall fw{cluster.ports()};
+  redlock::test::master_set servers{1};
+  firewall fw{servers.ports()};
   redlock::test::run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
     redlock::connection_config cfg;
-    cfg.host = cluster[0].host();
-    cfg.port = cluster[0].port();
+    cfg.host = servers[0].host();
+    cfg.port = servers[0].port();
     redlock::connection conn{ioc.get_executor(), cfg};
     conn.async_run(asio::detached);
     const auto wait_for = [&](auto done, clock_type::duration limit) -> asio::awaitable<bool> {
@@ -583,10 +583,10 @@ TEST_F(partition, rotating_minority_partitions) {
   const auto final_heal_at = t;
   const auto end_at = final_heal_at + tail;
 
-  redlock::test::redis_cluster cluster{5};
-  firewall fw{cluster.ports()};
+  redlock::test::master_set servers{5};
+  firewall fw{servers.ports()};
   const bool show_sockets = env_flag("REDLOCK_PARTITION_SS");
-  worker_pool pool{cluster.ports(), std::chrono::duration<double>(end_at + 500ms).count()};
+  worker_pool pool{servers.ports(), std::chrono::duration<double>(end_at + 500ms).count()};
   const auto t0 = pool.started();
 
   std::vector<pa::heal> heals;
@@ -609,7 +609,7 @@ TEST_F(partition, rotating_minority_partitions) {
     heals.push_back({now, mask_of(heal)});
     heal_names.push_back(masks(mask_of(heal)));
     cut_names.push_back(cut.empty() ? "-" : masks(mask_of(cut)));
-    reachable.push_back(cluster.size() - cut.size());
+    reachable.push_back(servers.size() - cut.size());
     dropped.push_back(d);
     if (show_sockets) {
       std::printf("--- ss -tin, masters %s, at the heal (t=%.0f ms):\n%s", heal_names.back().c_str(), ms(now - ns(t0)),
@@ -695,16 +695,16 @@ TEST_F(partition, random_loss_20_percent) {
   const auto lossy = 30000ms;
   const auto tail = 500ms;
 
-  redlock::test::redis_cluster cluster{5};
-  firewall fw{cluster.ports()};
-  worker_pool pool{cluster.ports(), std::chrono::duration<double>(healthy + lossy + tail + 500ms).count()};
+  redlock::test::master_set servers{5};
+  firewall fw{servers.ports()};
+  worker_pool pool{servers.ports(), std::chrono::duration<double>(healthy + lossy + tail + 500ms).count()};
   const auto t0 = pool.started();
   std::this_thread::sleep_until(t0 + healthy);
   fw.set_loss(loss);
   const auto from = ns(clock_type::now());
   std::this_thread::sleep_until(t0 + healthy + lossy);
   std::uint64_t dropped = 0;
-  for (std::size_t m = 0; m < cluster.size(); ++m) dropped += fw.dropped(m);
+  for (std::size_t m = 0; m < servers.size(); ++m) dropped += fw.dropped(m);
   fw.set_loss(0);
   const auto to = ns(clock_type::now());
   std::this_thread::sleep_until(t0 + healthy + lossy + tail);

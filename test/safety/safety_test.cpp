@@ -14,7 +14,7 @@
 #include <redlock_test/coro.hpp>
 #include <redlock_test/fault_proxy.hpp>
 #include <redlock_test/master_clock.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <gtest/gtest.h>
 
@@ -79,10 +79,10 @@ struct workload {
 // clock shim), worker processes, a fault script.
 class contention_run {
  public:
-  explicit contention_run(bool proxied, redlock::test::redis_options options = {}) : cluster_{5, std::move(options)} {
+  explicit contention_run(bool proxied, redlock::test::redis_options options = {}) : servers_{5, std::move(options)} {
     if (proxied) {
-      for (std::size_t i = 0; i < cluster_.size(); ++i) {
-        proxies_.push_back(std::make_unique<redlock::test::fault_proxy>(cluster_[i].host(), cluster_[i].port()));
+      for (std::size_t i = 0; i < servers_.size(); ++i) {
+        proxies_.push_back(std::make_unique<redlock::test::fault_proxy>(servers_[i].host(), servers_[i].port()));
       }
     }
     dir_ = std::filesystem::temp_directory_path() / fmt::format("redlock-safety-{}-{}", ::getpid(), ++runs_);
@@ -103,7 +103,7 @@ class contention_run {
     std::filesystem::remove_all(dir_, ignored);
   }
 
-  redlock::test::redis_cluster& cluster() { return cluster_; }
+  redlock::test::master_set& servers() { return servers_; }
   redlock::test::fault_proxy& proxy(std::size_t i) { return *proxies_.at(i); }
 
   void start(const std::string& mode = "normal", int count = workers) {
@@ -124,8 +124,8 @@ class contention_run {
     const auto warm_up = client && load.guard ? quarantine_for(load.ttl) + 500ms : 0ms;
     seconds_ = load.seconds;
     std::string masters;
-    for (std::size_t i = 0; i < cluster_.size(); ++i) {
-      const auto port = proxies_.empty() ? cluster_[i].port() : proxies_[i]->port();
+    for (std::size_t i = 0; i < servers_.size(); ++i) {
+      const auto port = proxies_.empty() ? servers_[i].port() : proxies_[i]->port();
       masters += fmt::format("{}127.0.0.1:{}", i ? "," : "", port);
     }
     for (int w = 0; w < load.count; ++w) {
@@ -220,7 +220,7 @@ class contention_run {
 
  private:
   static inline int runs_ = 0;
-  redlock::test::redis_cluster cluster_{5};
+  redlock::test::master_set servers_{5};
   std::vector<std::unique_ptr<redlock::test::fault_proxy>> proxies_;
   std::filesystem::path dir_;
   std::vector<std::string> outputs_;
@@ -259,11 +259,11 @@ TEST(safety, minority_kill_with_delayed_restart) {
   contention_run run{false};
   run.start();
   run.sleep_until_offset(1000ms);
-  run.cluster()[0].kill();
-  run.cluster()[1].kill();
+  run.servers()[0].kill();
+  run.servers()[1].kill();
   run.sleep_until_offset(1000ms + std::chrono::milliseconds{ttl_ms} + 300ms);  // down for longer than the ttl
-  run.cluster()[0].restart();
-  run.cluster()[1].restart();
+  run.servers()[0].restart();
+  run.servers()[1].restart();
   run.healed_now();
   expect_safe(run.finish("kill -9 2 of 5, restart after > ttl"));
 }
@@ -272,11 +272,11 @@ TEST(safety, minority_stopped_longer_than_the_ttl) {
   contention_run run{false};
   run.start();
   run.sleep_until_offset(1000ms);
-  run.cluster()[3].pause();
-  run.cluster()[4].pause();
+  run.servers()[3].pause();
+  run.servers()[4].pause();
   run.sleep_until_offset(2500ms);
-  run.cluster()[3].resume();
-  run.cluster()[4].resume();
+  run.servers()[3].resume();
+  run.servers()[4].resume();
   run.healed_now();
   expect_safe(run.finish("SIGSTOP 2 of 5 for 1.5 s"));
 }
@@ -325,9 +325,9 @@ TEST(safety, all_masters_restarted_one_after_another) {
   run.start();
   for (std::size_t m = 0; m < 5; ++m) {
     run.sleep_until_offset(800ms + m * 700ms);
-    run.cluster()[m].kill();
+    run.servers()[m].kill();
     run.sleep_until_offset(800ms + m * 700ms + std::chrono::milliseconds{ttl_ms} + 200ms);
-    run.cluster()[m].restart();
+    run.servers()[m].restart();
   }
   run.healed_now();
   expect_safe(run.finish("rolling restart of all 5, each down > ttl"));
@@ -406,13 +406,13 @@ constexpr auto resume_at = 2600ms;
 // blackhole, then TCP resets on every master three times.
 void fault_schedule(contention_run& run, const fault_targets& t) {
   run.sleep_until_offset(700ms);
-  for (auto m : t.killed) run.cluster()[m].kill();
+  for (auto m : t.killed) run.servers()[m].kill();
   run.sleep_until_offset(700ms + std::chrono::milliseconds{ttl_ms} + 300ms);  // down for longer than the ttl
-  for (auto m : t.killed) run.cluster()[m].restart();
+  for (auto m : t.killed) run.servers()[m].restart();
   run.sleep_until_offset(stop_at);
-  for (auto m : t.stopped) run.cluster()[m].pause();
+  for (auto m : t.stopped) run.servers()[m].pause();
   run.sleep_until_offset(resume_at);
-  for (auto m : t.stopped) run.cluster()[m].resume();
+  for (auto m : t.stopped) run.servers()[m].resume();
   run.sleep_until_offset(2900ms);
   for (auto m : t.delayed) run.proxy(m).set_latency(60ms);
   run.sleep_until_offset(3700ms);
@@ -727,10 +727,10 @@ clock_type::time_point rolling_restarts(contention_run& run) {
   for (int k = 0; k < hazard_rounds; ++k) {
     run.sleep_until_offset(hazard_first_round + k * hazard_round_every);
     const auto [a, b] = hazard_pair(k);
-    run.cluster()[a].kill();
-    run.cluster()[b].kill();
-    run.cluster()[a].restart();
-    run.cluster()[b].restart();
+    run.servers()[a].kill();
+    run.servers()[b].kill();
+    run.servers()[a].restart();
+    run.servers()[b].restart();
   }
   return clock_type::now();
 }
@@ -741,7 +741,7 @@ clock_type::time_point rolling_restarts(contention_run& run) {
 // for a pause of its own, which lifts their quarantine. Returns when the last jump was made.
 clock_type::time_point rolling_clock_jumps(contention_run& run) {
   std::vector<std::unique_ptr<redlock::test::master_clock>> clocks;
-  for (std::size_t m = 0; m < 5; ++m) clocks.push_back(std::make_unique<redlock::test::master_clock>(run.cluster()[m]));
+  for (std::size_t m = 0; m < 5; ++m) clocks.push_back(std::make_unique<redlock::test::master_clock>(run.servers()[m]));
   std::vector<std::chrono::milliseconds> offset(5, 0ms);
   auto jump = hazard_ttl + 200ms;
   for (int k = 0; k < hazard_rounds; ++k, jump = jump * 5 / 4) {
@@ -812,22 +812,22 @@ TEST(safety_hazards, rolling_forward_clock_jumps_unguarded) {
 // again. With the hazard guards off (both clients) it happens: this is why the spec asks for
 // delayed restarts.
 TEST(safety, immediate_restart_without_persistence_lets_two_clients_hold_the_lock) {
-  redlock::test::redis_cluster cluster{5};
+  redlock::test::master_set servers{5};
   redlock::test::run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
     using redlock::test::use_tuple;
-    auto cfg = redlock::test::client_config_for(cluster, 100ms);
+    auto cfg = redlock::test::client_config_for(servers, 100ms);
     cfg.guard.restarts = redlock::restart_detection::off;
     cfg.guard.clock_jumps = false;
     redlock::client a{ioc.get_executor(), cfg};
     redlock::client b{ioc.get_executor(), cfg};
-    cluster[3].kill();
-    cluster[4].kill();
+    servers[3].kill();
+    servers[4].kill();
     co_await redlock::test::sleep_for(50ms);
     auto [ea, la] = co_await a.async_try_lock("hazard", 10s, use_tuple);  // granted by masters 1, 2, 3
     EXPECT_FALSE(ea) << ea.message();
-    cluster[3].restart();  // back, empty
-    cluster[4].restart();
-    cluster[2].restart();                      // one of A's three, restarted at once: A's key there is forgotten
+    servers[3].restart();  // back, empty
+    servers[4].restart();
+    servers[2].restart();                      // one of A's three, restarted at once: A's key there is forgotten
     co_await redlock::test::sleep_for(300ms);  // the clients reconnect
     auto [eb, lb] = co_await b.async_try_lock("hazard", 10s, use_tuple);  // masters 3, 4, 5 say yes
     EXPECT_FALSE(eb) << eb.message();
@@ -838,11 +838,11 @@ TEST(safety, immediate_restart_without_persistence_lets_two_clients_hold_the_loc
     // With the restart delayed past A's ttl instead, B cannot get it while A's validity lasts.
     auto [ea2, la2] = co_await a.async_try_lock("hazard2", 1000ms, use_tuple);
     EXPECT_FALSE(ea2);
-    cluster[0].kill();  // one of A's masters crashes and stays down for longer than the ttl
+    servers[0].kill();  // one of A's masters crashes and stays down for longer than the ttl
     auto [eb2, lb2] = co_await b.async_try_lock("hazard2", 1000ms, use_tuple);
     EXPECT_TRUE(eb2 == redlock::error::not_acquired || eb2 == redlock::error::quorum_unavailable) << eb2.message();
     co_await redlock::test::sleep_for(1100ms);  // A's lock has expired everywhere
-    cluster[0].restart();
+    servers[0].restart();
     co_await redlock::test::sleep_for(300ms);
     auto [eb3, lb3] = co_await b.async_try_lock("hazard2", 1000ms, use_tuple);
     EXPECT_FALSE(eb3) << eb3.message();
@@ -854,10 +854,10 @@ TEST(safety, immediate_restart_without_persistence_lets_two_clients_hold_the_loc
 // than any ttl), so B does not get the lock while A holds it; after the quarantine it does.
 TEST(safety, immediate_restart_without_persistence_is_quarantined_by_the_default_guard) {
   constexpr std::chrono::milliseconds ttl{1500};
-  redlock::test::redis_cluster cluster{5};
+  redlock::test::master_set servers{5};
   redlock::test::run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
     using redlock::test::use_tuple;
-    auto cfg = redlock::test::client_config_for(cluster, 100ms);
+    auto cfg = redlock::test::client_config_for(servers, 100ms);
     cfg.guard = redlock::hazard_guard_options{};  // the library's defaults, whatever the test bed's are
     cfg.max_ttl = ttl;                            // the quarantine: ttl + drift + 1 s, about 2.5 s
     redlock::client a{ioc.get_executor(), cfg};
@@ -872,14 +872,14 @@ TEST(safety, immediate_restart_without_persistence_is_quarantined_by_the_default
     // restart): every vote is quarantined until one quarantine after the clients connected.
     EXPECT_TRUE(co_await redlock::test::until([&] { return all_count(a) && all_count(b); }, 10s, 20ms))
         << "the fresh masters' quarantine did not end";
-    cluster[3].kill();
-    cluster[4].kill();
+    servers[3].kill();
+    servers[4].kill();
     co_await redlock::test::sleep_for(50ms);
     auto [ea, la] = co_await a.async_try_lock("hazard", ttl, use_tuple);  // granted by masters 1, 2, 3
     EXPECT_FALSE(ea) << ea.message();
-    cluster[3].restart();
-    cluster[4].restart();
-    cluster[2].restart();  // one of A's three: A's key there is forgotten
+    servers[3].restart();
+    servers[4].restart();
+    servers[2].restart();  // one of A's three: A's key there is forgotten
     const auto restarted = [&] {
       const auto h = b.hazards();
       return h[2].cause == redlock::hazard_cause::restarted && h[3].cause == redlock::hazard_cause::restarted &&

@@ -4,7 +4,7 @@
 /// Local `redis-server` masters on free loopback ports, each in a private directory, without
 /// persistence, with process-level supervision (stop, kill -9, pause, resume, restart on the same
 /// port). One library for everything that starts servers of its own: the tests, the benchmarks and
-/// the demonstration (through `node_set`, aliased as `redlock::test::redis_cluster`) and the
+/// the demonstration (through `node_set`, aliased as `redlock::test::master_set`) and the
 /// `redlock nodes` command, whose detached sets (tools/redlock/local_nodes.hpp) are built on `node`.
 ///
 /// Internal: a static library of the build (`redlock_local_masters`), never installed. Linux only

@@ -85,7 +85,7 @@ TEST(quorum, a_dead_minority_does_not_delay_success_or_failure) {
   EXPECT_EQ(f.state(), quorum_state::impossible);
 }
 
-TEST(quorum, even_cluster_tie_is_a_failure) {
+TEST(quorum, even_fleet_tie_is_a_failure) {
   quorum q{4};
   q.yes();
   q.yes();

@@ -5,20 +5,20 @@
 /// and reconnect backoff, so faults show quickly).
 
 #include <redlock/config.hpp>
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <chrono>
 
 namespace redlock::test {
 
-inline client_config client_config_for(redis_cluster& cluster,
+inline client_config client_config_for(master_set& servers,
                                        std::chrono::milliseconds request_timeout = std::chrono::milliseconds{200}) {
   using namespace std::chrono_literals;
   client_config cfg;
-  for (std::size_t i = 0; i < cluster.size(); ++i) {
+  for (std::size_t i = 0; i < servers.size(); ++i) {
     connection_config m;
-    m.host = cluster[i].host();
-    m.port = cluster[i].port();
+    m.host = servers[i].host();
+    m.port = servers[i].port();
     m.connect_timeout = 300ms;
     m.reconnect = {10ms, 100ms, 0.5};
     cfg.masters.push_back(m);

@@ -6,7 +6,7 @@
 /// (`with_clock_shim`); its key expiry and `TIME` (and so every script's idea of "now") follow.
 /// Header-only, tests only.
 
-#include <redlock_test/redis_cluster.hpp>
+#include <redlock_test/master_set.hpp>
 
 #include <sys/mman.h>
 #include <unistd.h>

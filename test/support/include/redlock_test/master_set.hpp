@@ -8,7 +8,7 @@
 /// The test bed's names for the local-masters library (tools/local_masters/local_masters.hpp),
 /// which `redlock nodes` and the demonstration use too; see there for each operation.
 ///
-/// Thread-safety: none. Create, use and destroy a cluster and its nodes from one thread, and keep
+/// Thread-safety: none. Create, use and destroy a set and its nodes from one thread, and keep
 /// that thread alive while the servers run: the servers are started with a parent-death signal,
 /// which Linux ties to the thread that forked them (normally the test's main thread).
 
@@ -20,11 +20,11 @@ namespace redlock::test {
 using acl_user = local::acl_user;
 /// A TLS listener next to the plain port (`redis_node::tls_port()`).
 using tls_options = local::tls_options;
-/// How the servers of a `redis_cluster` are started.
+/// How the servers of a `master_set` are started.
 using redis_options = local::server_options;
-/// One `redis-server` process, owned by a `redis_cluster`; keeps its port while down.
+/// One `redis-server` process, owned by a `master_set`; keeps its port while down.
 using redis_node = local::node;
 /// A set of independent masters on loopback, started in parallel; the destructor kills them.
-using redis_cluster = local::node_set;
+using master_set = local::node_set;
 
 }  // namespace redlock::test
