@@ -28,8 +28,47 @@ bool parse_port(std::string_view s, std::uint16_t& port) {
   return true;
 }
 
+std::string parse_entry(std::string_view e, connection_config& m);
+
+// A cluster master: "redis-cluster://seed+seed+..." (or "rediss-cluster://"); every seed is a
+// host[:port] entry of its own. False when `e` is not one.
+bool parse_cluster(std::string_view e, connection_config& m, std::string& problem) {
+  constexpr std::string_view plain = "redis-cluster://";
+  constexpr std::string_view tls = "rediss-cluster://";
+  const bool secure = e.starts_with(tls);
+  if (!secure && !e.starts_with(plain)) return false;
+  e.remove_prefix(secure ? tls.size() : plain.size());
+  std::size_t n = 0;
+  for (;;) {
+    const auto plus = e.find('+');
+    const auto seed = trim(e.substr(0, plus));
+    ++n;
+    connection_config s;
+    std::string p = seed.empty() ? std::string{"empty seed"}
+                    : seed.starts_with("unix:") || seed.find("://") != std::string_view::npos
+                        ? std::string{"a seed is host:port (no scheme, no unix socket)"}
+                        : parse_entry(seed, s);
+    if (!p.empty()) {
+      problem = "seed " + std::to_string(n) + ": " + p;
+      return true;
+    }
+    if (n == 1) {
+      m.host = s.host;
+      m.port = s.port;
+    } else {
+      m.cluster.seeds.push_back(node_address{s.host, s.port});
+    }
+    if (plus == std::string_view::npos) break;
+    e.remove_prefix(plus + 1);
+  }
+  m.cluster.enabled = true;
+  m.tls.enabled = secure;
+  return true;
+}
+
 // One entry; returns a description of the problem, or an empty string.
 std::string parse_entry(std::string_view e, connection_config& m) {
+  if (std::string problem; parse_cluster(e, m, problem)) return problem;
   constexpr std::string_view unix_prefix = "unix:";
   constexpr std::string_view tls_scheme = "rediss://";
   constexpr std::string_view plain_scheme = "redis://";

@@ -6,6 +6,7 @@
 // machine's steps, its timers, and counts and logs. It also implements detail::master_link, the
 // lock client's path to a connection that runs on the client's own strand.
 
+#include "detail/cluster_link.hpp"
 #include "detail/completion.hpp"
 #include "detail/connection_counters.hpp"
 #include "detail/failure_words.hpp"
@@ -723,35 +724,46 @@ connection_stats connection::stats() const { return impl_->stats(); }
 
 namespace detail {
 
-master_link::master_link(strand_type strand, connection_config cfg)
-    : impl_(std::make_shared<connection::impl>(std::move(strand), std::move(cfg))) {}
-
-master_link::~master_link() {
-  if (impl_) impl_->close();
+// A cluster master is a cluster_link (src/cluster_link.cpp) of node links; a plain master is one
+// connection. Every member passes to the one that is there.
+master_link::master_link(strand_type strand, connection_config cfg) {
+  if (cfg.cluster.enabled) {
+    cluster_ = std::make_shared<cluster_link>(std::move(strand), std::move(cfg));
+  } else {
+    impl_ = std::make_shared<connection::impl>(std::move(strand), std::move(cfg));
+  }
 }
 
-void master_link::run() { impl_->run_detached(); }
+master_link::~master_link() { close(); }
+
+void master_link::run() { cluster_ ? cluster_->run() : impl_->run_detached(); }
 
 void master_link::observe(std::weak_ptr<link_observer> o, std::size_t index, bool identify, bool ask_time) {
-  impl_->observe(std::move(o), index, identify, ask_time);
+  cluster_ ? cluster_->observe(std::move(o), index, identify, ask_time)
+           : impl_->observe(std::move(o), index, identify, ask_time);
 }
 
-void master_link::close() { impl_->close(); }
+void master_link::close() { cluster_ ? cluster_->close() : impl_->close(); }
 
-void master_link::close_after_writes(clock::duration limit) { impl_->close_after_writes(limit); }
+void master_link::close_after_writes(clock::duration limit) {
+  cluster_ ? cluster_->close_after_writes(limit) : impl_->close_after_writes(limit);
+}
 
 error_code master_link::submit(std::string_view payload, std::size_t replies, clock::time_point deadline,
                                std::shared_ptr<reply_sink> sink, std::uint64_t tag, bool push_confirmed) {
+  if (cluster_) return cluster_->submit(payload, replies, deadline, std::move(sink), tag, push_confirmed);
   return impl_->submit(payload, replies, deadline, std::move(sink), tag, push_confirmed);
 }
 
-int master_link::protocol() const noexcept { return impl_->protocol(); }
+int master_link::protocol() const noexcept { return cluster_ ? cluster_->protocol() : impl_->protocol(); }
 
-connection_status master_link::status() const { return impl_->status(); }
+connection_status master_link::status() const { return cluster_ ? cluster_->status() : impl_->status(); }
 
-connection_stats master_link::stats() const { return impl_->stats(); }
+connection_stats master_link::stats() const { return cluster_ ? cluster_->stats() : impl_->stats(); }
 
-const connection_config& master_link::config() const noexcept { return impl_->cfg_; }
+const connection_config& master_link::config() const noexcept { return cluster_ ? cluster_->config() : impl_->cfg_; }
+
+std::size_t master_link::answering_node() const noexcept { return cluster_ ? cluster_->answering_node() : 0; }
 
 }  // namespace detail
 

@@ -28,6 +28,16 @@ error_code validate(const connection_config& cfg, std::string* what) {
   } else if (cfg.unix_socket.size() >= sizeof(sockaddr_un::sun_path)) {
     return bad("unix_socket path longer than the system allows");
   }
+  if (cfg.cluster.enabled) {
+    if (!cfg.unix_socket.empty()) return bad("cluster with unix_socket: a cluster's nodes are reached over TCP");
+    for (const auto& seed : cfg.cluster.seeds) {
+      if (seed.host.empty()) return bad("cluster.seeds: a seed's host is empty");
+      if (seed.port == 0) return bad("cluster.seeds: a seed's port is 0");
+    }
+    if (cfg.database != 0) return bad("database with cluster: a cluster serves database 0 only");
+  } else if (!cfg.cluster.seeds.empty()) {
+    return bad("cluster.seeds without cluster.enabled");
+  }
   if (cfg.database < 0) return bad("database is negative");
   if (cfg.connect_timeout <= std::chrono::milliseconds::zero()) return bad("connect_timeout is not positive");
   if (cfg.stall_grace < std::chrono::milliseconds::zero()) return bad("stall_grace is negative");
@@ -54,11 +64,22 @@ error_code validate(const connection_config& cfg, std::string* what) {
   return {};
 }
 
+namespace {
+std::string host_port(const std::string& host, std::uint16_t port) {
+  if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
+  return fmt::format("{}:{}", host, port);
+}
+}  // namespace
+
 std::string address_of(const connection_config& cfg) {
   if (!cfg.unix_socket.empty()) return "unix:" + cfg.unix_socket;
-  const std::string_view scheme = cfg.tls.enabled ? "rediss://" : "";
-  if (cfg.host.find(':') != std::string::npos) return fmt::format("{}[{}]:{}", scheme, cfg.host, cfg.port);
-  return fmt::format("{}{}:{}", scheme, cfg.host, cfg.port);
+  if (cfg.cluster.enabled) {
+    std::string out = cfg.tls.enabled ? "rediss-cluster://" : "redis-cluster://";
+    out += host_port(cfg.host, cfg.port);
+    for (const auto& s : cfg.cluster.seeds) out += "+" + host_port(s.host, s.port);
+    return out;
+  }
+  return (cfg.tls.enabled ? "rediss://" : "") + host_port(cfg.host, cfg.port);
 }
 
 }  // namespace redlock

@@ -85,6 +85,9 @@ class error_category_impl final : public boost::system::error_category {
       case error::restart_guard_refused:
         return "the master refused INFO, which the restart guard needs: its votes do not count (allow INFO, or "
                "choose restart_detection::reconnect or off)";
+      case error::cross_slot:
+        return "the request names keys in more than one hash slot of a cluster master (give the resources a common "
+               "hash tag, e.g. '{acct}:42' and '{acct}:99')";
     }
     return "unknown redlock error " + std::to_string(ev);
   }
@@ -120,6 +123,7 @@ class error_category_impl final : public boost::system::error_category {
       case error::invalid_config:
       case error::invalid_argument:
       case error::not_locked:
+      case error::cross_slot:
         return make_error_condition(condition::invalid_input);
       case error::not_acquired:
       case error::not_owner:

@@ -114,6 +114,8 @@ std::string_view to_string(error e) noexcept {
       return "master_quarantined";
     case error::restart_guard_refused:
       return "restart_guard_refused";
+    case error::cross_slot:
+      return "cross_slot";
   }
   return "unknown";
 }

@@ -103,7 +103,9 @@ std::chrono::milliseconds queue_entry_timeout(const client_config& cfg) noexcept
 ///
 /// Entries are separated by commas (blanks around them are ignored); each is `host:port`, `host`
 /// (port 6379), `[ipv6]:port`, `[ipv6]` or `unix:/path/of/socket`. A TCP entry may start with
-/// `rediss://` (TLS: `tls.enabled` set) or `redis://` (plain, the same as no scheme). Appends one
+/// `rediss://` (TLS: `tls.enabled` set) or `redis://` (plain, the same as no scheme). A master that
+/// is a Redis Cluster is `redis-cluster://seed+seed+...` (`rediss-cluster://` with TLS), each seed
+/// `host:port`, `host` or `[ipv6]:port` (`cluster_options`). Appends one
 /// `connection_config` per entry to `out`, each otherwise default (credentials and the TLS files
 /// are not part of the list: set `username`/`password` and `tls` afterwards, e.g. from the
 /// environment). Returns `error::invalid_config`

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace redlock {
 
@@ -54,6 +55,31 @@ struct tls_options {
   /// the traffic (lock tokens, passwords). For tests against throw-away servers only; `validate`
   /// refuses it together with `ca_file`, `ca_dir` or `server_name`, which it would ignore.
   bool insecure_skip_verify = false;
+};
+
+/// A node's address (a cluster's further seeds).
+struct node_address {
+  /// Host name or IP address.
+  std::string host;
+  /// TCP port.
+  std::uint16_t port = 6379;
+  /// Equal when host and port are.
+  friend bool operator==(const node_address&, const node_address&) = default;
+};
+
+/// @brief A Redlock master that is a whole Redis Cluster (`redis-cluster://` in a master list).
+///
+/// The lock client learns the cluster's slot map from its seeds (`CLUSTER SHARDS`, else
+/// `CLUSTER SLOTS`), keeps one multiplexed connection per primary, and sends each request to the
+/// primary that owns its key's slot, following `MOVED`, `ASK` and `TRYAGAIN` within the request's
+/// deadline. The cluster is one Redlock master: one vote per round (docs/safety.md, "Cluster
+/// masters"). The other fields of `connection_config` (credentials, TLS, timeouts) apply to every
+/// node of the cluster. A plain `connection` ignores this.
+struct cluster_options {
+  /// The master is a cluster: `connection_config::host`:`port` is its first seed.
+  bool enabled = false;
+  /// More seeds, tried when the first cannot be reached.
+  std::vector<node_address> seeds;
 };
 
 /// Where and how to reach one Redis node.
@@ -109,6 +135,9 @@ struct connection_config {
   /// always`), so the restart quarantine (`hazard_guard_options`) is skipped for it. Clock jumps
   /// are still guarded. Ignored by a plain connection.
   bool durable = false;
+  /// For a Redlock master: the master is a Redis Cluster, reached through `host`:`port` and
+  /// `cluster.seeds` (off by default).
+  cluster_options cluster{};
   /// Log sink and level for this connection's messages (off by default). A `client` gives each
   /// master without a sink of its own the client's `logging`, prefixed "master N (address)".
   log_options logging{};
@@ -121,7 +150,8 @@ struct connection_config {
 boost::system::error_code validate(const connection_config& cfg, std::string* what = nullptr);
 
 /// The node's address as `parse_masters` reads it: "host:port", "[ipv6]:port" or "unix:/path",
-/// prefixed "rediss://" when TLS is on.
+/// prefixed "rediss://" when TLS is on; a cluster master's seeds as
+/// "redis-cluster://host:port+host:port" ("rediss-cluster://" with TLS).
 std::string address_of(const connection_config& cfg);
 
 /// Where a connection is in its life.

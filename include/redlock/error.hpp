@@ -111,6 +111,11 @@ enum class error {
   /// votes do not count. Allow `INFO` to the client's ACL user, or choose
   /// `restart_detection::reconnect` (or `off`) for such masters.
   restart_guard_refused,
+
+  // Cluster masters (appended)
+  /// A request names keys in more than one hash slot of a cluster master (`async_lock_all` over
+  /// resources without a common hash tag, say): no node of the cluster can run it.
+  cross_slot,
 };
 
 /// Coarse groups of errors, for tests such as `ec == redlock::condition::timeout`.

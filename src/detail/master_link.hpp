@@ -67,8 +67,11 @@ class link_observer {
   ~link_observer() = default;
 };
 
+class cluster_link;
+
 /// One master's connection as the lock client sees it. Owns a `connection::impl` that runs on the
-/// strand it was given (shared with the client's operations).
+/// strand it was given (shared with the client's operations), or, for a cluster master
+/// (`connection_config::cluster`), a `cluster_link` of such connections, one per node.
 class master_link {
  public:
   using clock = redlock::boot_clock;
@@ -122,9 +125,15 @@ class master_link {
   connection_status status() const;
   connection_stats stats() const;
   const connection_config& config() const noexcept;
+  /// For a cluster master: the node (its number in the slot map) whose answer is being handed to
+  /// a sink now (valid during `reply_sink::on_reply` only). 0 for a plain master.
+  std::size_t answering_node() const noexcept;
+  /// The cluster behind a cluster master (`connection_config::cluster`), else null.
+  const std::shared_ptr<cluster_link>& cluster() const noexcept { return cluster_; }
 
  private:
-  std::shared_ptr<connection::impl> impl_;
+  std::shared_ptr<connection::impl> impl_;  // a plain master
+  std::shared_ptr<cluster_link> cluster_;   // a cluster master
 };
 
 }  // namespace redlock::detail

@@ -337,7 +337,8 @@ struct child_setup {
 
 /// The command line of one start; everything on it (no config file), so each start is self-contained.
 std::vector<std::string> server_args(const std::string& binary, const std::string& host, std::uint16_t port,
-                                     std::uint16_t tls_port, const fs::path& dir, const server_options& o) {
+                                     std::uint16_t tls_port, std::uint16_t bus_port, const fs::path& dir,
+                                     const server_options& o) {
   std::vector<std::string> args = {binary,
                                    "--port",
                                    std::to_string(port),
@@ -360,6 +361,11 @@ std::vector<std::string> server_args(const std::string& binary, const std::strin
     const auto& user = *o.user;
     args.insert(args.end(), {"--user", user.name, "on", user.password.empty() ? "nopass" : ">" + user.password, "~*",
                              "&*", "+@all"});
+  }
+  if (o.cluster_node_timeout) {
+    args.insert(args.end(),
+                {"--cluster-enabled", "yes", "--cluster-config-file", (dir / "nodes.conf").string(), "--cluster-port",
+                 std::to_string(bus_port), "--cluster-node-timeout", std::to_string(o.cluster_node_timeout->count())});
   }
   if (o.tls) {
     args.insert(args.end(),
@@ -436,6 +442,7 @@ node::node(std::shared_ptr<const server_options> options, fs::path dir, lifetime
   } catch (...) {
     close_fd(port_holder_);
     close_fd(tls_port_holder_);
+    close_fd(bus_port_holder_);
     throw;
   }
 }
@@ -445,6 +452,7 @@ node::~node() {
   reap();
   close_fd(port_holder_);
   close_fd(tls_port_holder_);
+  close_fd(bus_port_holder_);
 }
 
 void node::reserve_ports() {
@@ -453,18 +461,24 @@ void node::reserve_ports() {
   std::uint16_t tls_port = 0;
   unique_fd tls;
   if (options_->tls) tls = unique_fd(hold_free_port(tls_port));
+  std::uint16_t bus_port = 0;
+  unique_fd bus;
+  if (options_->cluster_node_timeout) bus = unique_fd(hold_free_port(bus_port));
   close_fd(port_holder_);
   close_fd(tls_port_holder_);
+  close_fd(bus_port_holder_);
   port_holder_ = plain.release();
   tls_port_holder_ = tls.release();
+  bus_port_holder_ = bus.release();
   port_ = port;
   tls_port_ = tls_port;
+  bus_port_ = bus_port;
 }
 
 std::string node::address() const { return fmt::format("{}:{}", host_, port_); }
 
 void node::spawn() {
-  auto args = server_args(binary_, host_, port_, tls_port_, dir_, *options_);
+  auto args = server_args(binary_, host_, port_, tls_port_, bus_port_, dir_, *options_);
   std::vector<char*> argv;
   argv.reserve(args.size() + 1);
   for (auto& arg : args) argv.push_back(arg.data());
@@ -688,6 +702,7 @@ void node::release() noexcept {
   paused_ = false;
   close_fd(port_holder_);
   close_fd(tls_port_holder_);
+  close_fd(bus_port_holder_);
 }
 
 std::string node::command(std::initializer_list<std::string_view> args, std::chrono::milliseconds timeout) {

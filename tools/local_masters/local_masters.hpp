@@ -69,6 +69,10 @@ struct server_options {
   /// the wall clock from `node::clock_file()`, so that a test can shift or stop a server's clock
   /// (the test bed's clock shim, redlock_test/master_clock.hpp).
   std::string clock_shim;
+  /// Set: each server runs in cluster mode (`--cluster-enabled yes`, its `nodes.conf` in its
+  /// directory, kept across restarts) with a cluster bus port of its own (`node::bus_port()`),
+  /// and this `--cluster-node-timeout`. A `cluster_set` joins such servers into clusters.
+  std::optional<std::chrono::milliseconds> cluster_node_timeout;
 };
 
 /// The server executable `options` designate, as a path; throws `std::runtime_error` when none is found.
@@ -104,6 +108,8 @@ class node {
   std::uint16_t port() const noexcept { return port_; }
   /// The TLS port, 0 without `server_options::tls`; unchanged by `restart()`.
   std::uint16_t tls_port() const noexcept { return tls_port_; }
+  /// The cluster bus port, 0 without `server_options::cluster_node_timeout`; unchanged by `restart()`.
+  std::uint16_t bus_port() const noexcept { return bus_port_; }
   /// "127.0.0.1:PORT".
   std::string address() const;
   /// The server's process id, or -1 when not running.
@@ -188,6 +194,8 @@ class node {
   std::uint16_t tls_port_ = 0;
   int port_holder_ = -1;  // bound, never listening: keeps the port ours between runs
   int tls_port_holder_ = -1;
+  std::uint16_t bus_port_ = 0;
+  int bus_port_holder_ = -1;
   // Mutable: `running()` and `pid()` reap a server that exited by itself.
   mutable pid_t pid_ = -1;
   mutable bool paused_ = false;
@@ -254,6 +262,49 @@ class node_set {
   std::shared_ptr<const server_options> options_;
   std::filesystem::path dir_;
   std::vector<std::unique_ptr<local::node>> nodes_;
+};
+
+/// @brief Redis Clusters on loopback: `clusters` independent clusters of `shards` primaries each
+/// (and `replicas` replicas per primary), each one Redlock master (`masters()`).
+///
+/// The servers are a `node_set` started with `server_options::cluster_node_timeout`; the slots
+/// are spread evenly over each cluster's primaries (`CLUSTER ADDSLOTSRANGE`), the nodes meet
+/// (`CLUSTER MEET`), replicas follow their primary (`CLUSTER REPLICATE`), and the constructor
+/// returns once every node of every cluster reports `cluster_state:ok` and knows every slot.
+class cluster_set {
+ public:
+  /// Throws `std::runtime_error` when a server cannot start or a cluster does not form in time.
+  cluster_set(std::size_t clusters, std::size_t shards, server_options options = {}, std::size_t replicas = 0);
+
+  std::size_t size() const noexcept { return clusters_; }
+  std::size_t shards() const noexcept { return shards_; }
+  /// Primary `shard` of cluster `c` (as started: a failover does not renumber).
+  local::node& primary(std::size_t c, std::size_t shard) { return nodes_[index(c, shard, 0)]; }
+  /// Replica `r` of primary `shard` of cluster `c`.
+  local::node& replica(std::size_t c, std::size_t shard, std::size_t r = 0) { return nodes_[index(c, shard, 1 + r)]; }
+  /// Every server, primaries and replicas.
+  node_set& servers() noexcept { return nodes_; }
+  /// Cluster `c` as a master list entry: "redis-cluster://127.0.0.1:P1+127.0.0.1:P2...".
+  std::string master(std::size_t c) const;
+  /// Every cluster, comma-separated: the list `redlock::parse_masters` reads.
+  std::string masters() const;
+  /// Waits until every node of cluster `c` reports `cluster_state:ok` and the same owner for
+  /// every slot; throws `std::runtime_error` after `timeout`.
+  void wait_stable(std::size_t c, std::chrono::milliseconds timeout = std::chrono::milliseconds{20000});
+  /// The node id of `n` (`CLUSTER MYID`).
+  static std::string id_of(local::node& n);
+  /// Moves slot `slot` of cluster `c` from the primary that owns it to `to` with its keys
+  /// (`CLUSTER SETSLOT ... IMPORTING/MIGRATING`, `MIGRATE` of every key, `SETSLOT ... NODE`).
+  void move_slot(std::size_t c, std::uint16_t slot, local::node& to);
+
+ private:
+  std::size_t index(std::size_t c, std::size_t shard, std::size_t member) const noexcept {
+    return (c * shards_ + shard) * (1 + replicas_) + member;
+  }
+  std::size_t clusters_;
+  std::size_t shards_;
+  std::size_t replicas_;
+  node_set nodes_;
 };
 
 }  // namespace redlock::local

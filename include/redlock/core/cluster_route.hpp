@@ -7,13 +7,16 @@
 
 #include <redlock/core/key_slot.hpp>
 #include <redlock/detail/scripts.hpp>
+#include <redlock/resp/node.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace redlock::core {
 
@@ -176,8 +179,180 @@ inline request_route route_request(std::string_view payload, std::string& out) {
   return r;
 }
 
+/// How the answers of the slot groups of one request make the cluster's one answer.
+enum class join_rule : std::uint8_t {
+  all_set,    ///< `multi_acquire_script`: {1, n} when every group set its keys, else the first refusal {0, i}
+  any_one,    ///< `multi_release_script`: 1 when any group deleted a key of ours
+  every_one,  ///< `multi_extend_script`: 1 only when every group extended
+};
+
+/// A request over several slots cut into one request per slot (`split_by_slot`).
+struct slot_split {
+  /// One slot's part: the same script and ARGV over the keys of that slot.
+  struct group {
+    std::uint16_t slot = 0;         ///< the slot of its keys
+    std::string payload;            ///< the script over its keys (the first group carries the other commands)
+    std::size_t replies = 1;        ///< replies it gets
+    std::vector<std::size_t> keys;  ///< the positions (from 1) of its keys in the whole request
+  };
+  join_rule rule = join_rule::all_set;  ///< how the groups' answers join
+  std::vector<group> groups;            ///< in order of their first key
+};
+
+/// @brief Cuts a request whose keys span several slots into one per slot, when its script can
+/// be (the multi-resource scripts, `async_lock_all`); nothing otherwise.
+///
+/// The script must be the first command; commands after it (the `TIME` behind a vote) go with
+/// the first group. The cluster then votes yes only if every group's part did (`join_replies`);
+/// each part is atomic on its node, the whole is not (docs/safety.md, "Cluster masters").
+inline std::optional<slot_split> split_by_slot(std::string_view payload) {
+  using namespace detail_route;
+  cursor c{payload};
+  std::size_t argc = 0;
+  std::string_view cmd, script, count;
+  if (!c.number('*', argc) || argc < 3 || !c.bulk(cmd) || !c.bulk(script) || !c.bulk(count)) return std::nullopt;
+  const bool by_sha = iequals(cmd, "EVALSHA");
+  if (!by_sha && !iequals(cmd, "EVAL")) return std::nullopt;
+  slot_split out;
+  auto is = [&](const redlock::detail::script& s) { return script == (by_sha ? s.sha1 : s.body); };
+  if (is(redlock::detail::multi_acquire_script)) {
+    out.rule = join_rule::all_set;
+  } else if (is(redlock::detail::multi_release_script)) {
+    out.rule = join_rule::any_one;
+  } else if (is(redlock::detail::multi_extend_script)) {
+    out.rule = join_rule::every_one;
+  } else {
+    return std::nullopt;
+  }
+  std::size_t numkeys = 0;
+  if (auto [p, ec] = std::from_chars(count.data(), count.data() + count.size(), numkeys);
+      ec != std::errc{} || p != count.data() + count.size() || numkeys > argc - 3)
+    return std::nullopt;
+  std::vector<std::string_view> keys(numkeys), args(argc - 3 - numkeys);
+  for (auto& k : keys)
+    if (!c.bulk(k)) return std::nullopt;
+  for (auto& a : args)
+    if (!c.bulk(a)) return std::nullopt;
+  const auto rest = payload.substr(c.at);  // the commands after the script
+  std::size_t rest_commands = 0;
+  for (cursor r{rest}; r.at < rest.size(); ++rest_commands) {
+    std::size_t n = 0;
+    std::string_view skip;
+    if (!r.number('*', n)) return std::nullopt;
+    for (std::size_t i = 0; i < n; ++i)
+      if (!r.bulk(skip)) return std::nullopt;
+  }
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const auto slot = key_slot(keys[i]);
+    auto g = std::find_if(out.groups.begin(), out.groups.end(), [&](const auto& x) { return x.slot == slot; });
+    if (g == out.groups.end()) {
+      out.groups.push_back({});
+      g = out.groups.end() - 1;
+      g->slot = slot;
+    }
+    g->keys.push_back(i + 1);
+  }
+  for (std::size_t gi = 0; gi < out.groups.size(); ++gi) {
+    auto& g = out.groups[gi];
+    auto& p = g.payload;
+    p = "*" + std::to_string(3 + g.keys.size() + args.size()) + "\r\n";
+    put_bulk(p, cmd);
+    put_bulk(p, script);
+    put_bulk(p, std::to_string(g.keys.size()));
+    for (auto k : g.keys) put_bulk(p, keys[k - 1]);
+    for (auto a : args) put_bulk(p, a);
+    if (gi == 0) {
+      p.append(rest);
+      g.replies += rest_commands;
+    }
+  }
+  return out;
+}
+
+/// @brief For a part of a cut `multi_acquire_script` that set its keys while another part was
+/// refused: the `multi_release_script` over the same keys and token, which undoes it, so that a
+/// refused vote leaves nothing of ours on the cluster (as the uncut script would not have).
+/// Empty when `part` is not a multi acquire.
+inline std::string undo_part(std::string_view part) {
+  using namespace detail_route;
+  cursor c{part};
+  std::size_t argc = 0, numkeys = 0;
+  std::string_view cmd, script, count;
+  if (!c.number('*', argc) || argc < 4 || !c.bulk(cmd) || !c.bulk(script) || !c.bulk(count)) return {};
+  const bool by_sha = iequals(cmd, "EVALSHA");
+  if (script != (by_sha ? redlock::detail::multi_acquire_script.sha1 : redlock::detail::multi_acquire_script.body))
+    return {};
+  if (auto [p, ec] = std::from_chars(count.data(), count.data() + count.size(), numkeys);
+      ec != std::errc{} || numkeys + 3 >= argc)
+    return {};
+  std::string out = "*" + std::to_string(3 + numkeys + 1) + "\r\n";
+  put_bulk(out, "EVAL");  // nobody waits to fall back from NOSCRIPT
+  put_bulk(out, redlock::detail::multi_release_script.body);
+  put_bulk(out, count);
+  for (std::size_t i = 0; i <= numkeys; ++i) {  // the keys, then ARGV[1]: the token
+    std::string_view a;
+    if (!c.bulk(a)) return {};
+    put_bulk(out, a);
+  }
+  return out;
+}
+
+/// @brief The cluster's one answer from its groups' answers (`answers[g]`: group `g`'s reply
+/// nodes, its script's reply first, then, for the first group, the replies of the commands that
+/// went with it), as the unsplit script would have given it.
+inline resp::response join_replies(const slot_split& split, const std::vector<resp::response>& answers) {
+  using resp::node;
+  using resp::type;
+  auto first_reply_end = [](const resp::response& r) {
+    std::size_t i = 1;
+    while (i < r.size() && r[i].depth > 0) ++i;
+    return std::min(i, r.size());
+  };
+  auto integer_at = [](const resp::response& r, std::size_t i) -> long long {
+    long long v = 0;
+    if (i < r.size()) std::from_chars(r[i].value.data(), r[i].value.data() + r[i].value.size(), v);
+    return v;
+  };
+  resp::response out;
+  if (split.rule == join_rule::all_set) {
+    long long total = 0;
+    std::optional<long long> refused;
+    for (std::size_t g = 0; g < split.groups.size() && g < answers.size(); ++g) {
+      const auto& r = answers[g];
+      if (integer_at(r, 1) == 1) {
+        total += static_cast<long long>(split.groups[g].keys.size());
+        continue;
+      }
+      const auto i = integer_at(r, 2);  // 1-based within the group
+      if (i >= 1 && static_cast<std::size_t>(i) <= split.groups[g].keys.size()) {
+        const auto whole = static_cast<long long>(split.groups[g].keys[static_cast<std::size_t>(i - 1)]);
+        refused = refused ? std::min(*refused, whole) : whole;
+      } else {
+        refused = refused.value_or(0);
+      }
+    }
+    out.push_back(node{type::array, 2, 0, {}});
+    out.push_back(node{type::integer, 0, 1, refused ? "0" : "1"});
+    out.push_back(node{type::integer, 0, 1, std::to_string(refused ? *refused : total)});
+  } else {
+    bool any = false, every = true;
+    for (const auto& r : answers) {
+      const bool one = !r.empty() && r[0].value == "1";
+      any = any || one;
+      every = every && one;
+    }
+    out.push_back(node{type::integer, 0, 0, (split.rule == join_rule::any_one ? any : every) ? "1" : "0"});
+  }
+  if (!answers.empty()) {
+    const auto& first = answers[0];
+    out.insert(out.end(), first.begin() + static_cast<std::ptrdiff_t>(first_reply_end(first)), first.end());
+  }
+  return out;
+}
+
 /// What a cluster node's error reply asks the client to do.
 struct redirect {
+  /// The kinds of redirect.
   enum class kind : std::uint8_t {
     none,         ///< not a redirect: the answer itself
     moved,        ///< `MOVED slot host:port`: the slot lives elsewhere for good; refresh the map
@@ -185,10 +360,10 @@ struct redirect {
     try_again,    ///< `TRYAGAIN`: a multi-key request during a slot's migration; retry shortly
     cluster_down  ///< `CLUSTERDOWN`: the cluster cannot serve the slot now; retry shortly
   };
-  kind what = kind::none;
-  std::uint16_t slot = 0;
-  std::string host;  ///< empty: the node that answered
-  std::uint16_t port = 0;
+  kind what = kind::none;  ///< which redirect
+  std::uint16_t slot = 0;  ///< the slot (`MOVED`, `ASK`)
+  std::string host;        ///< where to (`MOVED`, `ASK`); empty: the node that answered
+  std::uint16_t port = 0;  ///< where to (`MOVED`, `ASK`)
 };
 
 /// Reads a cluster redirect from an error reply's text; `kind::none` for any other text.

@@ -82,8 +82,7 @@ inline std::string_view slotted_key_problem(std::string_view lock_key) noexcept 
 }
 
 /// Appends the helper key of `lock_key` with `suffix` under `naming` to `out`.
-inline void append_helper_key(std::string& out, std::string_view lock_key, std::string_view suffix,
-                              key_naming naming) {
+inline void append_helper_key(std::string& out, std::string_view lock_key, std::string_view suffix, key_naming naming) {
   if (naming == key_naming::slotted && !hash_tag(lock_key)) {
     out += '{';
     out += lock_key;

@@ -21,9 +21,10 @@ namespace redlock::core {
 
 /// A primary node of a cluster as the map names it.
 struct shard_node {
-  std::string host;
-  std::uint16_t port = 0;
-  std::string id;  ///< the node id (40 hex digits); empty when the reply did not say
+  std::string host;        ///< its address as the cluster announces it
+  std::uint16_t port = 0;  ///< its client port
+  std::string id;          ///< the node id (40 hex digits); empty when the reply did not say
+  /// Equal when address and id are.
   friend bool operator==(const shard_node&, const shard_node&) = default;
 };
 
@@ -36,6 +37,7 @@ class slot_map {
 
   slot_map() { owner_.assign(slot_count, unowned); }
 
+  /// The nodes by number.
   const std::vector<shard_node>& nodes() const noexcept { return nodes_; }
   /// The node that owns `slot`, or `unowned`.
   std::uint16_t owner(std::uint16_t slot) const noexcept { return owner_[slot]; }

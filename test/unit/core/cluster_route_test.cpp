@@ -4,6 +4,7 @@
 // slot map read from real CLUSTER SHARDS / CLUSTER SLOTS replies (core/slot_map.hpp).
 
 #include <redlock/core/cluster_route.hpp>
+#include <redlock/core/hazard_guard.hpp>
 #include <redlock/core/kind_spec.hpp>
 #include <redlock/core/slot_map.hpp>
 #include <redlock/resp/parser.hpp>
@@ -17,13 +18,19 @@ namespace {
 
 using namespace redlock::core;
 
+// Every reply in `bytes`, one after the other.
 redlock::resp::response parse(std::string_view bytes) {
   redlock::resp::parser p;
   redlock::resp::response out;
   boost::system::error_code ec;
-  const auto n = p.consume(bytes, out, ec);
-  EXPECT_FALSE(ec) << ec.message();
-  EXPECT_EQ(n, bytes.size());
+  while (!bytes.empty()) {
+    const auto n = p.consume(bytes, out, ec);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_TRUE(p.done());
+    if (ec || n == 0) break;
+    bytes.remove_prefix(n);
+    p.reset();
+  }
   return out;
 }
 
@@ -153,6 +160,92 @@ TEST(cluster_route, keys_of_different_slots_are_cross_slot) {
   r = route_request(req.payload(), out);
   EXPECT_FALSE(r.cross_slot);
   EXPECT_EQ(r.slot, key_slot("a"));
+}
+
+redlock::resp::response reply(std::string_view bytes) { return parse(bytes); }
+
+TEST(cluster_route, a_multi_resource_request_is_cut_by_slot_and_joined) {
+  step_values v;
+  const std::string keys[] = {"foo", "bar", "{foo}x", "baz"};  // slots 12182, 5061, 12182, 4813
+  v.all_keys = keys;
+  v.token = "tok";
+  v.ttl_ms = 5000;
+  redlock::resp::request req;
+  ASSERT_TRUE(encode_step(req, kinds::multi.acquire, v, true));
+  req.push("TIME");  // a vote carries TIME behind it
+  auto split = split_by_slot(req.payload());
+  ASSERT_TRUE(split);
+  EXPECT_EQ(split->rule, join_rule::all_set);
+  ASSERT_EQ(split->groups.size(), 3u);
+  EXPECT_EQ(split->groups[0].slot, key_slot("foo"));
+  EXPECT_EQ(split->groups[0].keys, (std::vector<std::size_t>{1, 3}));
+  EXPECT_EQ(split->groups[0].replies, 2u);  // with TIME
+  EXPECT_EQ(split->groups[1].keys, (std::vector<std::size_t>{2}));
+  EXPECT_EQ(split->groups[2].keys, (std::vector<std::size_t>{4}));
+  // Each part is the same script over its own keys, and routes to its slot.
+  for (const auto& g : split->groups) {
+    std::string out;
+    const auto r = route_request(g.payload, out);
+    EXPECT_FALSE(r.malformed);
+    EXPECT_FALSE(r.cross_slot);
+    EXPECT_EQ(r.slot, g.slot);
+    EXPECT_NE(g.payload.find(std::string{redlock::detail::multi_acquire_script.sha1}), std::string::npos);
+    EXPECT_NE(g.payload.find("$3\r\ntok\r\n$4\r\n5000\r\n"), std::string::npos);
+  }
+  EXPECT_NE(split->groups[0].payload.find("TIME"), std::string::npos);
+  EXPECT_EQ(split->groups[1].payload.find("TIME"), std::string::npos);
+  // All parts set: {1, 4}, then TIME's reply as the first part had it.
+  const auto time = "*2\r\n$10\r\n1700000000\r\n$6\r\n123456\r\n";
+  auto joined = join_replies(*split, {reply(std::string{"*2\r\n:1\r\n:2\r\n"} + time), reply("*2\r\n:1\r\n:1\r\n"),
+                                      reply("*2\r\n:1\r\n:1\r\n")});
+  ASSERT_GE(joined.size(), 3u);
+  EXPECT_EQ(joined[1].value, "1");
+  EXPECT_EQ(joined[2].value, "4");
+  EXPECT_EQ(parse_time(joined, 3), 1700000000123456);
+  // A refusal in the second part's first key: key 2 of the whole; the earliest refusal wins.
+  joined =
+      join_replies(*split, {reply("*2\r\n:1\r\n:2\r\n"), reply("*2\r\n:0\r\n:1\r\n"), reply("*2\r\n:0\r\n:1\r\n")});
+  EXPECT_EQ(joined[1].value, "0");
+  EXPECT_EQ(joined[2].value, "2");
+  joined =
+      join_replies(*split, {reply("*2\r\n:0\r\n:2\r\n"), reply("*2\r\n:1\r\n:1\r\n"), reply("*2\r\n:1\r\n:1\r\n")});
+  EXPECT_EQ(joined[2].value, "3");  // the first part's second key is key 3
+  // A part that set its keys while another was refused is undone: the release over its keys.
+  const auto undo = undo_part(split->groups[0].payload);
+  std::string routed;
+  const auto undo_route = route_request(undo, routed);
+  EXPECT_EQ(undo_route.commands, 1u);  // not the TIME that went with the part
+  EXPECT_EQ(undo_route.slot, key_slot("foo"));
+  EXPECT_NE(undo.find(std::string{redlock::detail::multi_release_script.body}), std::string::npos);
+  EXPECT_NE(undo.find("$3\r\nfoo\r\n$6\r\n{foo}x\r\n$3\r\ntok\r\n"), std::string::npos) << undo;
+  EXPECT_EQ(undo.find("5000"), std::string::npos);
+  EXPECT_TRUE(undo_part(redlock::resp::request{}.payload()).empty());
+}
+
+TEST(cluster_route, release_and_extension_join_as_any_and_every) {
+  step_values v;
+  const std::string keys[] = {"foo", "bar"};
+  v.all_keys = keys;
+  v.token = "tok";
+  v.ttl_ms = 5000;
+  redlock::resp::request rel, ext, plain;
+  ASSERT_TRUE(encode_step(rel, kinds::multi.release, v, false));  // EVAL: recognised by its body
+  ASSERT_TRUE(encode_step(ext, kinds::multi.extend, v, true));
+  auto r = split_by_slot(rel.payload());
+  auto e = split_by_slot(ext.payload());
+  ASSERT_TRUE(r && e);
+  EXPECT_EQ(r->rule, join_rule::any_one);
+  EXPECT_EQ(e->rule, join_rule::every_one);
+  EXPECT_EQ(join_replies(*r, {reply(":0\r\n"), reply(":1\r\n")})[0].value, "1");
+  EXPECT_EQ(join_replies(*r, {reply(":0\r\n"), reply(":0\r\n")})[0].value, "0");
+  EXPECT_EQ(join_replies(*e, {reply(":1\r\n"), reply(":0\r\n")})[0].value, "0");
+  EXPECT_EQ(join_replies(*e, {reply(":1\r\n"), reply(":1\r\n")})[0].value, "1");
+  // Scripts that cannot be cut are not.
+  step_values one;
+  one.key = "k";
+  one.token = "t";
+  ASSERT_TRUE(encode_step(plain, kinds::plain.release, one, true));
+  EXPECT_FALSE(split_by_slot(plain.payload()));
 }
 
 TEST(cluster_route, malformed_payloads_are_reported) {

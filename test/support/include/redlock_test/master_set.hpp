@@ -26,5 +26,7 @@ using redis_options = local::server_options;
 using redis_node = local::node;
 /// A set of independent masters on loopback, started in parallel; the destructor kills them.
 using master_set = local::node_set;
+/// Redis Clusters on loopback, each one Redlock master (`redis-cluster://` entries).
+using cluster_set = local::cluster_set;
 
 }  // namespace redlock::test

@@ -1,0 +1,526 @@
+// SPDX-License-Identifier: BSL-1.0
+// A cluster master (src/detail/cluster_link.hpp): routing by slot, redirects, the slot map's
+// refreshes, and one up/down story for the lock client. Everything runs on the client's strand
+// except run/close (posted) and the snapshots (status, stats, protocol).
+
+#include "detail/cluster_link.hpp"
+
+#include "detail/timer.hpp"
+#include <redlock/core/cluster_route.hpp>
+#include <redlock/resp/request.hpp>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+namespace redlock::detail {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+namespace {
+// A request may be redirected (MOVED, ASK) this often; more is a loop (a cluster in flux or
+// misconfigured): its last answer is handed over.
+constexpr int max_redirects = 5;
+// The pause before a retry after TRYAGAIN (a slot being migrated) or CLUSTERDOWN.
+constexpr std::chrono::milliseconds retry_pause{10};
+constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+bool is_script_load(std::string_view payload) {
+  // "*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n..." (the client's own batch)
+  return payload.find("$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n") == 4;
+}
+
+// The nodes of `r` without its first reply (the ASKING that went before the request).
+resp::response without_first_reply(const resp::response& r) {
+  std::size_t i = 1;
+  while (i < r.size() && r[i].depth > 0) ++i;
+  return resp::response(r.begin() + static_cast<std::ptrdiff_t>(std::min(i, r.size())), r.end());
+}
+
+const std::string asking_command = "*1\r\n$6\r\nASKING\r\n";
+}  // namespace
+
+// A request on its way through the cluster; the sink of every node request made for it.
+struct cluster_link::request final : reply_sink, std::enable_shared_from_this<request> {
+  std::weak_ptr<cluster_link> owner;
+  std::string payload;  // as sent (helper keys renamed)
+  std::size_t replies = 0;
+  clock::time_point deadline;
+  std::shared_ptr<reply_sink> sink;
+  std::uint64_t tag = 0;
+  bool push_confirmed = false;
+  std::size_t node = 0;  // where it went last
+  int redirects = 0;
+  bool asking = false;  // the last send had ASKING in front
+  std::unique_ptr<redlock::detail::timer> pause;
+
+  void on_reply(std::uint64_t, error_code ec, const resp::response& r) override {
+    if (auto o = owner.lock()) {
+      o->on_answer(shared_from_this(), ec, r);
+    } else {
+      sink->on_reply(tag, ec ? ec : make_error_code(boost::system::errc::operation_canceled), r);
+    }
+  }
+};
+
+// The parts of a request cut by slot: their answers joined into the one the caller waits for.
+struct cluster_link::group_join final : reply_sink {
+  std::weak_ptr<cluster_link> owner;
+  core::slot_split split;
+  std::vector<std::shared_ptr<request>> parts;
+  std::vector<resp::response> answers;
+  std::size_t left = 0;
+  error_code failure;         // a part whose outcome is unknown (timeout, connection lost...)
+  resp::response error_reply;  // a part the node refused
+  std::shared_ptr<reply_sink> sink;
+  std::uint64_t tag = 0;
+
+  void on_reply(std::uint64_t part, error_code ec, const resp::response& r) override {
+    if (ec == error::server_error) {
+      if (error_reply.empty()) error_reply = r;
+    } else if (ec) {
+      if (!failure) failure = ec;
+    } else if (part < answers.size()) {
+      answers[part] = r;
+    }
+    if (--left > 0) return;
+    auto joined = core::join_replies(split, answers);
+    const bool granted = !failure && error_reply.empty() && joined.size() > 1 && joined[1].value == "1";
+    if (!granted && split.rule == core::join_rule::all_set) undo_granted_parts();
+    parts.clear();  // each part's request holds this join: the cycle ends here
+    if (failure) return sink->on_reply(tag, failure, resp::response{});
+    if (!error_reply.empty()) return sink->on_reply(tag, make_error_code(error::server_error), error_reply);
+    sink->on_reply(tag, {}, joined);
+  }
+
+  // A refused (or failed) acquisition whose other parts set their keys: undone at once, behind
+  // the acquisition on the same connection, so that the caller's "taken" means what it means on
+  // a plain master (nothing of ours was set) and its release planning holds.
+  void undo_granted_parts() {
+    auto o = owner.lock();
+    if (!o) return;
+    for (std::size_t i = 0; i < parts.size() && i < answers.size(); ++i) {
+      const auto& a = answers[i];
+      if (a.size() < 2 || a[1].value != "1") continue;
+      const auto undo = core::undo_part(parts[i]->payload);
+      if (undo.empty() || parts[i]->node >= o->nodes_.size()) continue;
+      (void)o->nodes_[parts[i]->node].link->submit(undo, 1, clock::now() + o->cfg_.connect_timeout, o->ignore_, 0);
+    }
+  }
+};
+
+// The answers to CLUSTER SHARDS / CLUSTER SLOTS.
+struct cluster_link::refresh_sink final : reply_sink {
+  std::weak_ptr<cluster_link> owner;
+  void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override {
+    if (auto o = owner.lock()) o->refresh_answered(static_cast<std::size_t>(tag >> 1), ec, r, tag & 1);
+  }
+};
+
+// Answers nobody waits for (scripts loaded on the other nodes).
+struct cluster_link::ignore_sink final : reply_sink {
+  void on_reply(std::uint64_t, error_code, const resp::response&) override {}
+};
+
+cluster_link::cluster_link(strand_type strand, connection_config cfg)
+    : strand_(std::move(strand)), cfg_(std::move(cfg)), node_cfg_(cfg_), ignore_(std::make_shared<ignore_sink>()) {
+  node_cfg_.cluster = {};
+  // The seeds are the first nodes; the map numbers nodes by address, in the order first seen.
+  map_.add(core::shard_node{cfg_.host, cfg_.port, {}});
+  for (const auto& s : cfg_.cluster.seeds) map_.add(core::shard_node{s.host, s.port, {}});
+}
+
+cluster_link::~cluster_link() = default;
+
+void cluster_link::run() {
+  if (running_.exchange(true)) return;
+  asio::dispatch(strand_, [self = shared_from_this()] {
+    if (self->closed_) return;
+    for (std::size_t i = 0; i < self->map_.nodes().size(); ++i) self->ensure_node(static_cast<std::uint16_t>(i));
+  });
+}
+
+void cluster_link::observe(std::weak_ptr<link_observer> o, std::size_t index, bool identify, bool ask_time) {
+  observer_ = std::move(o);
+  index_ = index;
+  identify_ = identify;
+  ask_time_ = ask_time;
+}
+
+void cluster_link::close() {
+  {
+    std::lock_guard guard{mutex_};
+    for (auto& n : nodes_) n.link->close();
+  }
+  asio::dispatch(strand_, [self = shared_from_this()] { self->closed_ = true; });
+}
+
+void cluster_link::close_after_writes(clock::duration limit) {
+  std::lock_guard guard{mutex_};
+  for (auto& n : nodes_) n.link->close_after_writes(limit);
+  asio::dispatch(strand_, [self = shared_from_this()] { self->closed_ = true; });
+}
+
+std::size_t cluster_link::ensure_node(std::uint16_t number) {
+  if (number < nodes_.size()) return number;
+  while (nodes_.size() <= number) {
+    const auto i = nodes_.size();
+    auto c = node_cfg_;
+    c.host = map_.nodes()[i].host;
+    c.port = map_.nodes()[i].port;
+    node_state n;
+    n.link = std::make_unique<master_link>(strand_, std::move(c));
+    {
+      std::lock_guard guard{mutex_};
+      nodes_.push_back(std::move(n));
+    }
+    start_node(i);
+  }
+  return number;
+}
+
+void cluster_link::start_node(std::size_t i) {
+  nodes_[i].link->observe(weak_from_this(), i, identify_, ask_time_);
+  if (running_.load() && !closed_) nodes_[i].link->run();
+}
+
+bool cluster_link::owns_slots(std::size_t node) const { return map_loaded_ && map_.slots_of(static_cast<std::uint16_t>(node)) > 0; }
+
+std::size_t cluster_link::home() const {
+  std::size_t fallback = npos;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    if (!nodes_[i].up) continue;
+    if (owns_slots(i)) return i;
+    if (fallback == npos) fallback = i;
+  }
+  return fallback;
+}
+
+error_code cluster_link::submit(std::string_view payload, std::size_t replies, clock::time_point deadline,
+                                std::shared_ptr<reply_sink> sink, std::uint64_t tag, bool push_confirmed) {
+  if (payload.empty() || replies == 0 || !sink) return make_error_code(error::invalid_argument);
+  if (closed_ || !running_) return make_error_code(error::not_connected);
+  const auto route = core::route_request(payload, rewritten_);
+  if (route.malformed) return make_error_code(error::invalid_argument);
+  if (route.cross_slot) return submit_split(route.rewritten ? std::string_view{rewritten_} : payload, deadline,
+                                            std::move(sink), tag);
+  std::size_t target = npos;
+  if (route.slot && !map_loaded_) {
+    // As a plain master queues requests until its first connect's outcome.
+    auto req = std::make_shared<request>();
+    req->owner = weak_from_this();
+    req->payload.assign(route.rewritten ? std::string_view{rewritten_} : payload);
+    req->replies = replies;
+    req->deadline = deadline;
+    req->sink = std::move(sink);
+    req->tag = tag;
+    req->push_confirmed = push_confirmed;
+    waiting_.push_back(std::move(req));
+    return {};
+  }
+  if (route.slot) {
+    const auto owner = map_.owner(*route.slot);
+    if (owner == core::slot_map::unowned) return make_error_code(error::not_connected);
+    target = ensure_node(owner);
+  } else {
+    target = home();
+    if (target == npos) return make_error_code(error::not_connected);
+    if (is_script_load(payload)) {
+      // Every node loads the scripts (and every node that comes up later): EVALSHA then finds
+      // them wherever a redirect sends it.
+      script_payload_.assign(payload);
+      script_replies_ = replies;
+      for (std::size_t i = 0; i < nodes_.size(); ++i) {
+        if (i != target && nodes_[i].up)
+          (void)nodes_[i].link->submit(payload, replies, deadline, ignore_, 0);
+      }
+    }
+  }
+  auto req = std::make_shared<request>();
+  req->owner = weak_from_this();
+  req->payload.assign(route.rewritten ? std::string_view{rewritten_} : payload);
+  req->replies = replies;
+  req->deadline = deadline;
+  req->sink = std::move(sink);
+  req->tag = tag;
+  req->push_confirmed = push_confirmed;
+  req->node = target;
+  return nodes_[target].link->submit(req->payload, replies, deadline, req, tag, push_confirmed);
+}
+
+error_code cluster_link::submit_split(std::string_view payload, clock::time_point deadline,
+                                      std::shared_ptr<reply_sink> sink, std::uint64_t tag) {
+  auto split = core::split_by_slot(payload);
+  if (!split) return make_error_code(error::cross_slot);
+  if (!map_loaded_) return make_error_code(error::not_connected);
+  std::vector<std::size_t> targets;
+  for (const auto& g : split->groups) {
+    const auto owner = map_.owner(g.slot);
+    if (owner == core::slot_map::unowned) return make_error_code(error::not_connected);
+    targets.push_back(ensure_node(owner));
+  }
+  auto join = std::make_shared<group_join>();
+  join->owner = weak_from_this();
+  join->answers.resize(split->groups.size());
+  join->left = split->groups.size();
+  join->sink = std::move(sink);
+  join->tag = tag;
+  join->split = std::move(*split);
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    auto req = std::make_shared<request>();
+    req->owner = weak_from_this();
+    req->payload = join->split.groups[i].payload;
+    req->replies = join->split.groups[i].replies;
+    req->deadline = deadline;
+    req->sink = join;
+    req->tag = i;
+    req->node = targets[i];
+    join->parts.push_back(req);
+    if (auto ec = nodes_[targets[i]].link->submit(req->payload, req->replies, deadline, req, i, false)) {
+      if (i == 0) return ec;  // nothing was sent: refused at once, as a plain master would
+      // Earlier parts are on their way: this one's failure joins their answers, later.
+      join->failure = join->failure ? join->failure : ec;
+      --join->left;
+    }
+  }
+  return {};
+}
+
+void cluster_link::send(const std::shared_ptr<request>& req, std::size_t node) {
+  req->node = node;
+  error_code ec;
+  if (clock::now() >= req->deadline) {
+    ec = make_error_code(error::master_timeout);
+  } else if (req->asking) {
+    std::string both = asking_command + req->payload;
+    ec = nodes_[node].link->submit(both, req->replies + 1, req->deadline, req, req->tag, false);
+  } else {
+    ec = nodes_[node].link->submit(req->payload, req->replies, req->deadline, req, req->tag, req->push_confirmed);
+  }
+  if (ec) {
+    req->asking = false;
+    deliver(*req, ec, resp::response{});
+  }
+}
+
+void cluster_link::route(const std::shared_ptr<request>& req) {
+  const auto slot = core::route_request(req->payload, rewritten_).slot;
+  const auto owner = slot ? map_.owner(*slot) : core::slot_map::unowned;
+  if (owner == core::slot_map::unowned) return deliver(*req, make_error_code(error::not_connected), {});
+  send(req, ensure_node(owner));
+}
+
+void cluster_link::fail_waiting(error_code ec) {
+  auto waiting = std::move(waiting_);
+  waiting_.clear();
+  for (auto& req : waiting) deliver(*req, ec, {});
+}
+
+void cluster_link::retry_later(const std::shared_ptr<request>& req) {
+  if (clock::now() + retry_pause >= req->deadline) return deliver(*req, make_error_code(error::master_timeout), {});
+  if (!req->pause) req->pause = std::make_unique<redlock::detail::timer>(strand_);
+  req->pause->expires_after(retry_pause);
+  req->pause->async_wait([req](error_code ec) {
+    auto o = req->owner.lock();
+    if (!o) return;
+    if (ec || o->closed_) return o->deliver(*req, make_error_code(boost::asio::error::operation_aborted), {});
+    o->retries_.fetch_add(1, std::memory_order_relaxed);
+    // Where the slot lives now (the map may have moved on).
+    o->route(req);
+  });
+}
+
+void cluster_link::on_answer(const std::shared_ptr<request>& req, error_code ec, const resp::response& r) {
+  const bool asked = std::exchange(req->asking, false);
+  const resp::response* answer = &r;
+  resp::response stripped;
+  if (asked) {
+    stripped = without_first_reply(r);
+    answer = &stripped;
+  }
+  if (ec == error::server_error && req->redirects < max_redirects) {
+    const auto* v = resp::reply_value(*answer);
+    if (v && resp::is_error(v->data_type)) {
+      auto rd = core::parse_redirect(v->value);
+      const auto& from = map_.nodes()[req->node];
+      switch (rd.what) {
+        case core::redirect::kind::moved: {
+          ++req->redirects;
+          redirects_.fetch_add(1, std::memory_order_relaxed);
+          map_.moved(rd.slot, rd.host.empty() ? std::string_view{from.host} : std::string_view{rd.host}, rd.port);
+          want_refresh();
+          return send(req, ensure_node(map_.owner(rd.slot)));
+        }
+        case core::redirect::kind::ask: {
+          ++req->redirects;
+          redirects_.fetch_add(1, std::memory_order_relaxed);
+          const auto n = map_.add(core::shard_node{rd.host.empty() ? from.host : rd.host, rd.port, {}});
+          req->asking = true;
+          return send(req, ensure_node(n));
+        }
+        case core::redirect::kind::try_again:
+        case core::redirect::kind::cluster_down:
+          return retry_later(req);
+        case core::redirect::kind::none:
+          break;
+      }
+    }
+  }
+  if (asked && ec == error::server_error) {
+    // The ASKING's +OK is gone; whether the rest failed is for the caller to read.
+    const bool failed = std::any_of(answer->begin(), answer->end(),
+                                    [](const resp::node& n) { return n.depth == 0 && resp::is_error(n.data_type); });
+    if (!failed) ec = {};
+  }
+  deliver(*req, ec, *answer);
+}
+
+void cluster_link::deliver(request& req, error_code ec, const resp::response& r) {
+  answering_ = req.node;
+  req.sink->on_reply(req.tag, ec, r);
+}
+
+// ---- the slot map ------------------------------------------------------------------------------
+
+void cluster_link::want_refresh() {
+  if (closed_) return;
+  if (refresh_in_flight_) {
+    refresh_again_ = true;
+    return;
+  }
+  // Ask a node that is up: one owning slots first (its view is the freshest).
+  const auto n = home();
+  if (n == npos) return;  // asked again when a node comes up
+  auto sink = std::make_shared<refresh_sink>();
+  sink->owner = weak_from_this();
+  resp::request req;
+  req.push("CLUSTER", "SHARDS");
+  const auto deadline = clock::now() + cfg_.connect_timeout;
+  if (!nodes_[n].link->submit(req.payload(), 1, deadline, sink, std::uint64_t{n} << 1)) {
+    refresh_in_flight_ = true;
+    refreshes_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void cluster_link::refresh_answered(std::size_t node, error_code ec, const resp::response& r, bool slots) {
+  if (closed_) return;
+  const auto* v = resp::reply_value(r);
+  if (!slots && ec == error::server_error && v && v->value.find("unknown") != std::string::npos) {
+    // Redis < 7: no CLUSTER SHARDS.
+    auto sink = std::make_shared<refresh_sink>();
+    sink->owner = weak_from_this();
+    resp::request req;
+    req.push("CLUSTER", "SLOTS");
+    if (node < nodes_.size() &&
+        !nodes_[node].link->submit(req.payload(), 1, clock::now() + cfg_.connect_timeout, sink, std::uint64_t{node} << 1 | 1))
+      return;
+  }
+  refresh_in_flight_ = false;
+  if (!ec && node < nodes_.size() && map_.load(r, map_.nodes()[node].host)) {
+    map_loaded_ = true;
+    for (std::size_t i = nodes_.size(); i < map_.nodes().size(); ++i) ensure_node(static_cast<std::uint16_t>(i));
+    auto waiting = std::move(waiting_);
+    waiting_.clear();
+    for (auto& req : waiting) route(req);
+  }
+  if (std::exchange(refresh_again_, false)) want_refresh();
+  update_up();
+}
+
+// ---- one up/down story for the lock client -----------------------------------------------------
+
+// Up: the map is known and covers every slot, and every node that owns slots is connected.
+void cluster_link::update_up() {
+  bool up = map_loaded_ && map_.complete() && !closed_;
+  for (std::size_t i = 0; up && i < nodes_.size(); ++i)
+    if (owns_slots(i) && !nodes_[i].up) up = false;
+  if (up == up_reported_) return;
+  up_reported_ = up;
+  if (auto o = observer()) up ? o->on_link_up(index_) : o->on_link_down(index_);
+}
+
+void cluster_link::on_link_up(std::size_t node) {
+  nodes_[node].up = true;
+  if (!script_payload_.empty())
+    (void)nodes_[node].link->submit(script_payload_, script_replies_, clock::now() + cfg_.connect_timeout, ignore_, 0);
+  if (!map_loaded_) want_refresh();
+  update_up();
+}
+
+void cluster_link::on_link_identified(std::size_t node, const node_facts& facts) {
+  // The lock client's restart guard keeps one identity per master. A cluster's identity changes
+  // when any node it knew comes back as another process (a restart without the keys it had):
+  // the whole cluster is then quarantined, as a restarted plain master would be.
+  auto f = facts;
+  auto& known = nodes_[node].run_id;
+  if (facts.identity.answered) {
+    if (!known.empty() && known != facts.identity.run_id) ++identity_generation_;
+    known = facts.identity.run_id;
+    f.identity.run_id = "cluster:" + std::to_string(identity_generation_);
+  }
+  if (auto o = observer()) o->on_link_identified(index_, f);
+}
+
+void cluster_link::on_link_failed(std::size_t node, error_code cause) {
+  if (owns_slots(node) || !map_loaded_) {
+    if (auto o = observer()) o->on_link_failed(index_, cause);
+  }
+  if (!map_loaded_ && home() == npos) fail_waiting(make_error_code(error::not_connected));
+  if (map_loaded_ && owns_slots(node)) want_refresh();  // a failover may have moved its slots
+}
+
+void cluster_link::on_link_down(std::size_t node) {
+  nodes_[node].up = false;
+  want_refresh();  // a failover may have moved its slots
+  update_up();
+}
+
+void cluster_link::on_push(std::size_t, const resp::response& push) {
+  if (auto o = observer()) o->on_push(index_, push);
+}
+
+// ---- snapshots (any thread) --------------------------------------------------------------------
+
+int cluster_link::protocol() const noexcept {
+  std::lock_guard guard{mutex_};
+  for (const auto& n : nodes_)
+    if (auto p = n.link->protocol()) return p;
+  return 0;
+}
+
+connection_status cluster_link::status() const {
+  std::lock_guard guard{mutex_};
+  connection_status out;
+  bool waiting = false;  // a node up or connecting: the cluster may come up without a new attempt
+  for (const auto& n : nodes_) {
+    auto s = n.link->status();
+    out.connects += s.connects;
+    out.dropped_replies += s.dropped_replies;
+    out.pushes += s.pushes;
+    if (s.state == connection_state::up || s.state == connection_state::connecting) waiting = true;
+    if (s.state != connection_state::up) {
+      if (s.last_error && !out.last_error) {
+        out.last_error = s.last_error;
+        out.last_error_text = address_of(n.link->config()) + ": " + s.last_error_text;
+      }
+    }
+  }
+  out.state = up_reported_.load() ? connection_state::up
+              : !running_.load()  ? connection_state::idle
+              : waiting           ? connection_state::connecting
+                                  : connection_state::down;
+  return out;
+}
+
+connection_stats cluster_link::stats() const {
+  std::lock_guard guard{mutex_};
+  connection_stats out;
+  for (const auto& n : nodes_) out += n.link->stats();
+  return out;
+}
+
+}  // namespace redlock::detail
