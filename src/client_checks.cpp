@@ -5,6 +5,7 @@
 #include "detail/client_state.hpp"
 #include "detail/completion.hpp"
 #include "detail/log.hpp"
+#include <redlock/core/key_slot.hpp>
 #include <redlock/core/validity.hpp>
 #include <redlock/detail/token.hpp>
 #include <redlock/resp/request.hpp>
@@ -105,6 +106,24 @@ boost::system::error_code validate_lock(const client_config& cfg, std::string_vi
 namespace detail {
 
 // The reasons behind error::invalid_argument: each check fills `what` only when it fails.
+namespace {
+// With a cluster master in the fleet, the lock key must have a slotted form (core::key_slot.hpp).
+error_code check_slotted(const client_config& cfg, std::string_view resource, std::string* what) {
+  if (std::none_of(cfg.masters.begin(), cfg.masters.end(), [](const auto& m) { return m.cluster.enabled; })) return {};
+  std::string key;
+  std::string_view lock_key = resource;
+  if (!cfg.key_prefix.empty()) {
+    key = cfg.key_prefix;
+    key += resource;
+    lock_key = key;
+  }
+  const auto problem = core::slotted_key_problem(lock_key);
+  if (problem.empty()) return {};
+  if (what) *what = fmt::format("the lock key \"{}\" {}", printable(lock_key, 64), problem);
+  return error::invalid_argument;
+}
+}  // namespace
+
 error_code check_resource(const client_config& cfg, std::string_view resource, std::string* what) {
   if (resource.empty()) {
     if (what) *what = "resource is empty";
@@ -130,6 +149,7 @@ error_code check_resource(const client_config& cfg, std::string_view resource, s
   std::copy_n(cfg.key_prefix.end() - static_cast<std::ptrdiff_t>(from_prefix), from_prefix, buf);
   std::copy_n(resource.end() - static_cast<std::ptrdiff_t>(from_resource), from_resource, buf + from_prefix);
   const std::string_view tail{buf, from_prefix + from_resource};
+  if (auto ec = check_slotted(cfg, resource, what)) return ec;
   const auto colon_at = [&tail](std::size_t back) { return tail.size() >= back && tail[tail.size() - back] == ':'; };
   if (!colon_at(14) && !colon_at(15) && !colon_at(16)) return {};
   for (const auto suffix : helper_suffixes) {

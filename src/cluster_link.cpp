@@ -74,7 +74,7 @@ struct cluster_link::group_join final : reply_sink {
   std::vector<std::shared_ptr<request>> parts;
   std::vector<resp::response> answers;
   std::size_t left = 0;
-  error_code failure;         // a part whose outcome is unknown (timeout, connection lost...)
+  error_code failure;          // a part whose outcome is unknown (timeout, connection lost...)
   resp::response error_reply;  // a part the node refused
   std::shared_ptr<reply_sink> sink;
   std::uint64_t tag = 0;
@@ -188,7 +188,9 @@ void cluster_link::start_node(std::size_t i) {
   if (running_.load() && !closed_) nodes_[i].link->run();
 }
 
-bool cluster_link::owns_slots(std::size_t node) const { return map_loaded_ && map_.slots_of(static_cast<std::uint16_t>(node)) > 0; }
+bool cluster_link::owns_slots(std::size_t node) const {
+  return map_loaded_ && map_.slots_of(static_cast<std::uint16_t>(node)) > 0;
+}
 
 std::size_t cluster_link::home() const {
   std::size_t fallback = npos;
@@ -206,8 +208,8 @@ error_code cluster_link::submit(std::string_view payload, std::size_t replies, c
   if (closed_ || !running_) return make_error_code(error::not_connected);
   const auto route = core::route_request(payload, rewritten_);
   if (route.malformed) return make_error_code(error::invalid_argument);
-  if (route.cross_slot) return submit_split(route.rewritten ? std::string_view{rewritten_} : payload, deadline,
-                                            std::move(sink), tag);
+  if (route.cross_slot)
+    return submit_split(route.rewritten ? std::string_view{rewritten_} : payload, deadline, std::move(sink), tag);
   std::size_t target = npos;
   if (route.slot && !map_loaded_) {
     // As a plain master queues requests until its first connect's outcome.
@@ -235,8 +237,7 @@ error_code cluster_link::submit(std::string_view payload, std::size_t replies, c
       script_payload_.assign(payload);
       script_replies_ = replies;
       for (std::size_t i = 0; i < nodes_.size(); ++i) {
-        if (i != target && nodes_[i].up)
-          (void)nodes_[i].link->submit(payload, replies, deadline, ignore_, 0);
+        if (i != target && nodes_[i].up) (void)nodes_[i].link->submit(payload, replies, deadline, ignore_, 0);
       }
     }
   }
@@ -415,13 +416,21 @@ void cluster_link::refresh_answered(std::size_t node, error_code ec, const resp:
     sink->owner = weak_from_this();
     resp::request req;
     req.push("CLUSTER", "SLOTS");
-    if (node < nodes_.size() &&
-        !nodes_[node].link->submit(req.payload(), 1, clock::now() + cfg_.connect_timeout, sink, std::uint64_t{node} << 1 | 1))
+    if (node < nodes_.size() && !nodes_[node].link->submit(req.payload(), 1, clock::now() + cfg_.connect_timeout, sink,
+                                                           std::uint64_t{node} << 1 | 1))
       return;
   }
   refresh_in_flight_ = false;
+  // What the map said before: a replica that now owns slots was promoted (a failover).
+  std::vector<std::pair<bool, bool>> before;  // (owned slots, was a replica) by node number
+  for (std::uint16_t i = 0; i < map_.nodes().size(); ++i)
+    before.emplace_back(map_loaded_ && map_.slots_of(i) > 0, map_.is_replica(i));
   if (!ec && node < nodes_.size() && map_.load(r, map_.nodes()[node].host)) {
+    const bool first = !map_loaded_;
     map_loaded_ = true;
+    for (std::uint16_t i = 0; !first && i < before.size(); ++i) {
+      if (map_.slots_of(i) > 0 && !before[i].first && before[i].second) note_failover(i);
+    }
     for (std::size_t i = nodes_.size(); i < map_.nodes().size(); ++i) ensure_node(static_cast<std::uint16_t>(i));
     auto waiting = std::move(waiting_);
     waiting_.clear();
@@ -453,15 +462,34 @@ void cluster_link::on_link_up(std::size_t node) {
 
 void cluster_link::on_link_identified(std::size_t node, const node_facts& facts) {
   // The lock client's restart guard keeps one identity per master. A cluster's identity changes
-  // when any node it knew comes back as another process (a restart without the keys it had):
-  // the whole cluster is then quarantined, as a restarted plain master would be.
+  // when a node that serves slots comes back as another process (a restart without the keys it
+  // had), or when a replica is promoted (note_failover): the whole cluster is then quarantined,
+  // as a restarted plain master would be. A replica's restart loses nothing: it copies its
+  // primary again before it can be promoted.
   auto f = facts;
   auto& known = nodes_[node].run_id;
   if (facts.identity.answered) {
-    if (!known.empty() && known != facts.identity.run_id) ++identity_generation_;
+    const bool serving = !map_loaded_ || owns_slots(node);
+    if (!known.empty() && known != facts.identity.run_id && serving) ++identity_generation_;
     known = facts.identity.run_id;
     f.identity.run_id = "cluster:" + std::to_string(identity_generation_);
   }
+  if (auto o = observer()) o->on_link_identified(index_, f);
+}
+
+void cluster_link::note_failover(std::size_t node) {
+  // The promoted replica may lack the last writes of the primary it replaced (replication is
+  // asynchronous): for the locks, a restart without those keys. Told as a new identity that has
+  // been up for no time, so the full quarantine applies.
+  ++identity_generation_;
+  failovers_.fetch_add(1, std::memory_order_relaxed);
+  node_facts f;
+  f.identify = identify_;
+  f.identity.asked = true;
+  f.identity.answered = true;
+  f.identity.run_id = "cluster:" + std::to_string(identity_generation_);
+  f.identity.uptime = 0;
+  (void)node;
   if (auto o = observer()) o->on_link_identified(index_, f);
 }
 

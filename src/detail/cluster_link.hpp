@@ -49,6 +49,8 @@ class cluster_link final : public link_observer, public std::enable_shared_from_
   std::uint64_t redirects() const noexcept { return redirects_.load(std::memory_order_relaxed); }
   std::uint64_t retries() const noexcept { return retries_.load(std::memory_order_relaxed); }
   std::uint64_t refreshes() const noexcept { return refreshes_.load(std::memory_order_relaxed); }
+  // Replicas seen promoted (each quarantines the cluster as a restart would).
+  std::uint64_t failovers() const noexcept { return failovers_.load(std::memory_order_relaxed); }
 
   // ---- link_observer, for the node links (index: the node's number) -------------------------
   void on_link_up(std::size_t node) override;
@@ -81,6 +83,7 @@ class cluster_link final : public link_observer, public std::enable_shared_from_
   void want_refresh();
   void refresh_answered(std::size_t node, boost::system::error_code ec, const resp::response& r, bool slots);
   void update_up();
+  void note_failover(std::size_t node);
   void route(const std::shared_ptr<request>& req);  // to the node that owns its slot (map known)
   void fail_waiting(boost::system::error_code ec);
   // A request over several slots (async_lock_all): one part per slot, joined (core::split_by_slot).
@@ -97,8 +100,8 @@ class cluster_link final : public link_observer, public std::enable_shared_from_
   bool identify_ = false;
   bool ask_time_ = false;
 
-  mutable std::mutex mutex_;  // guards the size of nodes_ (read by status() and stats())
-  std::vector<node_state> nodes_;   // by map number
+  mutable std::mutex mutex_;       // guards the size of nodes_ (read by status() and stats())
+  std::vector<node_state> nodes_;  // by map number
   core::slot_map map_;
   bool map_loaded_ = false;
   std::atomic<bool> running_{false};  // run() was called
@@ -115,7 +118,7 @@ class cluster_link final : public link_observer, public std::enable_shared_from_
   std::string rewritten_;  // route_request's output (reused)
   std::size_t answering_ = 0;
   std::shared_ptr<reply_sink> ignore_;
-  std::atomic<std::uint64_t> redirects_{0}, retries_{0}, refreshes_{0};
+  std::atomic<std::uint64_t> redirects_{0}, retries_{0}, refreshes_{0}, failovers_{0};
 };
 
 }  // namespace redlock::detail

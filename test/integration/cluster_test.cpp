@@ -13,8 +13,14 @@
 #include <boost/asio/co_spawn.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <map>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -24,11 +30,11 @@ using namespace std::chrono_literals;
 using boost::system::error_code;
 using redlock::error;
 using redlock::master_status;
+using redlock::core::key_slot;
 using redlock::test::run_test;
 using redlock::test::sleep_for;
 using redlock::test::until;
 using redlock::test::use_tuple;
-using redlock::core::key_slot;
 
 redlock::client_config config_for(redlock::test::cluster_set& set) {
   redlock::client_config cfg;
@@ -48,6 +54,7 @@ redlock::client_config config_for(redlock::test::cluster_set& set) {
 int holder_of(redlock::test::cluster_set& set, std::size_t c, const std::string& key) {
   int found = -1;
   for (std::size_t s = 0; s < set.shards(); ++s) {
+    if (!set.primary(c, s).running()) continue;
     auto session = set.primary(c, s).open();
     (void)session.command({"ASKING"});
     if (session.command({"EXISTS", key}) == ":1\r\n") found = static_cast<int>(s);
@@ -137,7 +144,8 @@ TEST_F(cluster, every_kind_lives_on_the_shard_that_owns_its_slot) {
       auto [ec, l] = co_await a.async_lock(name, 10s, k.o, use_tuple);
       EXPECT_FALSE(ec) << k.what << ": " << ec.message();
       if (ec) continue;
-      for (const auto& m : l.masters()) EXPECT_NE(m.status, master_status::server_error) << k.what << " " << m.server_text;
+      for (const auto& m : l.masters())
+        EXPECT_NE(m.status, master_status::server_error) << k.what << " " << m.server_text;
       if (k.helper) {
         EXPECT_TRUE(co_await settled(set, k.helper, static_cast<int>(shard_of(name)))) << k.helper;
       }
@@ -175,7 +183,7 @@ TEST_F(cluster, several_resources_over_several_slots_are_taken_per_slot_group) {
     // Another client wants "baz" and "foo": its part on shard 0 ("baz") is granted, the one on
     // shard 1 ("foo") is refused, so no cluster votes yes, and what it set is released.
     const std::vector<std::string> second = {"baz", "foo"};
-    auto [eb, lb] = co_await b.async_lock_all(second, 10s, use_tuple);
+    auto [eb, lb] = co_await b.async_try_lock_all(second, 10s, use_tuple);
     EXPECT_EQ(eb, error::not_acquired) << eb.message();
     for (const auto& m : lb.masters()) {
       if (m.status == master_status::taken) {
@@ -229,7 +237,7 @@ TEST_F(cluster, a_slot_moved_under_a_held_lock_is_followed) {
     // Another client cannot take it meanwhile.
     redlock::client b{io.get_executor(), config_for(set)};
     (void)co_await b.async_wait_ready(5s, use_tuple);
-    auto [eb, lb] = co_await b.async_lock(name, 10s, use_tuple);
+    auto [eb, lb] = co_await b.async_try_lock(name, 10s, use_tuple);
     EXPECT_EQ(eb, error::not_acquired) << eb.message();
     auto [eu, held] = co_await l.async_unlock(use_tuple);
     EXPECT_FALSE(eu) << eu.message();
@@ -254,8 +262,10 @@ TEST_F(cluster, ask_and_tryagain_during_a_migration_are_followed) {
     for (std::size_t c = 0; c < set.size(); ++c) {
       auto& src = set.primary(c, from);
       auto& dst = set.primary(c, 1 - from);
-      EXPECT_EQ(dst.command({"CLUSTER", "SETSLOT", slot, "IMPORTING", redlock::test::cluster_set::id_of(src)}), "+OK\r\n");
-      EXPECT_EQ(src.command({"CLUSTER", "SETSLOT", slot, "MIGRATING", redlock::test::cluster_set::id_of(dst)}), "+OK\r\n");
+      EXPECT_EQ(dst.command({"CLUSTER", "SETSLOT", slot, "IMPORTING", redlock::test::cluster_set::id_of(src)}),
+                "+OK\r\n");
+      EXPECT_EQ(src.command({"CLUSTER", "SETSLOT", slot, "MIGRATING", redlock::test::cluster_set::id_of(dst)}),
+                "+OK\r\n");
     }
     // SET on the owner, where the key is absent: ASK, then ASKING + SET on the importing node.
     auto [ec, l] = co_await a.async_lock(name, 10s, use_tuple);
@@ -276,6 +286,81 @@ TEST_F(cluster, ask_and_tryagain_during_a_migration_are_followed) {
     for (std::size_t c = 0; c < set.size(); ++c) set.move_slot(c, key_slot(name), set.primary(c, from));
     a.close();
   });
+}
+
+// Slots move back and forth between the shards of every cluster (a reshard, with MIGRATE) while
+// two clients contend for a few resources and keep their locks alive: no two holders at once, no
+// lock lost.
+TEST_F(cluster, a_reshard_under_contention_and_keep_alive_loses_nothing) {
+  auto& set = *set_;
+  std::vector<std::string> names;
+  for (int i = 0; i < 6; ++i) names.push_back("rs:" + std::to_string(i));
+  std::atomic<bool> stop{false};
+  std::atomic<int> moves{0};
+  std::string reshard_failure;
+  std::thread resharder([&] {
+    try {
+      for (int round = 0; !stop; ++round) {
+        for (const auto& n : names) {
+          for (std::size_t c = 0; c < set.size() && !stop; ++c) {
+            set.move_slot(c, key_slot(n), set.primary(c, (shard_of(n) + 1 + round) % 2));
+            ++moves;
+            // A reshard's pace: Redis settles each move by gossip before the next one.
+            std::this_thread::sleep_for(20ms);
+          }
+        }
+      }
+      for (const auto& n : names)  // home again for the other tests
+        for (std::size_t c = 0; c < set.size(); ++c) set.move_slot(c, key_slot(n), set.primary(c, shard_of(n)));
+    } catch (const std::exception& e) {
+      reshard_failure = e.what();
+    }
+  });
+  std::map<std::string, int> holders;
+  int overlaps = 0, lost = 0, cycles = 0, failures = 0;
+  run_test([&](asio::io_context& io) -> asio::awaitable<void> {
+    redlock::client a{io.get_executor(), config_for(set)};
+    redlock::client b{io.get_executor(), config_for(set)};
+    (void)co_await a.async_wait_ready(5s, use_tuple);
+    (void)co_await b.async_wait_ready(5s, use_tuple);
+    auto worker = [&](redlock::client& c, int seed) -> asio::awaitable<void> {
+      std::minstd_rand rng(static_cast<unsigned>(seed));
+      const auto end = redlock::clock::now() + 4s;
+      while (redlock::clock::now() < end) {
+        const auto& name = names[rng() % names.size()];
+        auto [ec, got] = co_await c.async_lock(name, 1s, use_tuple);
+        if (ec) {
+          ++failures;
+          continue;
+        }
+        redlock::lock l = std::move(got);
+        l.keep_alive();
+        if (holders[name]++ != 0) ++overlaps;
+        co_await sleep_for(std::chrono::milliseconds{10 + rng() % (seed % 2 ? 40 : 1500)});  // some outlive the ttl
+        --holders[name];
+        if (l.lost()) ++lost;
+        (void)co_await l.async_unlock(use_tuple);
+        ++cycles;
+      }
+    };
+    int done = 0;
+    for (int w = 0; w < 4; ++w) {
+      asio::co_spawn(io, worker(w % 2 ? a : b, w + 1), [&](std::exception_ptr) { ++done; });
+    }
+    co_await until([&] { return done == 4; }, 20s);
+    stop = true;
+    a.close();
+    b.close();
+  });
+  stop = true;
+  resharder.join();
+  EXPECT_EQ(reshard_failure, "");
+  EXPECT_EQ(overlaps, 0);
+  EXPECT_EQ(lost, 0);
+  EXPECT_GT(moves.load(), 10) << "the slots hardly moved";
+  EXPECT_GT(cycles, 10);
+  std::printf("reshard: %d slot moves, %d lock cycles, %d failed acquisitions (contention)\n", moves.load(), cycles,
+              failures);
 }
 
 TEST_F(cluster, a_killed_shard_costs_its_master_one_vote) {
@@ -302,21 +387,120 @@ TEST_F(cluster, a_killed_shard_costs_its_master_one_vote) {
     // On the live shard of cluster 0: all three.
     auto [e1, l1] = co_await a.async_lock(on_shard[1], 10s, use_tuple);
     EXPECT_FALSE(e1) << e1.message();
-    co_await until([&, &l1 = l1] {
-      std::size_t granted = 0;
-      for (const auto& r : l1.masters()) granted += r.status == master_status::granted;
-      return granted == 3;
-    });
+    EXPECT_TRUE(co_await settled(set, on_shard[1], 1)) << "every cluster set it";
     (void)co_await l0.async_unlock(use_tuple);
     (void)co_await l1.async_unlock(use_tuple);
     a.close();
   });
 }
 
+// The restart guard on, with a short quarantine (max_ttl 4 s: out for 5 s).
+redlock::client_config guarded(redlock::test::cluster_set& set) {
+  auto cfg = config_for(set);
+  cfg.guard.restarts = redlock::restart_detection::run_id;
+  cfg.max_ttl = 4s;
+  cfg.guard.quarantine = 5s;
+  return cfg;
+}
+
+// Every cluster identified (its nodes' INFO read) and counting.
+bool all_count(const redlock::client& c) {
+  const auto h = c.hazards();
+  return std::all_of(h.begin(), h.end(),
+                     [](const auto& m) { return !m.run_id.empty() && m.cause == redlock::hazard_cause::none; });
+}
+
+// A failover that loses a lock's key: the replica is cut off while the lock is taken, the primary
+// dies, and the replica takes over without the key (asynchronous replication's loss, for real). The cluster is
+// quarantined as a restarted master; the majority of clusters still holds the lock, so nobody else gets it.
+TEST(cluster_failover, a_promoted_replica_that_lost_the_key_is_quarantined_and_the_majority_holds) {
+  redlock::test::cluster_set set{3, 1, {}, 1};
+  run_test([&](asio::io_context& io) -> asio::awaitable<void> {
+    redlock::client a{io.get_executor(), guarded(set)};
+    redlock::client b{io.get_executor(), guarded(set)};
+    EXPECT_TRUE(co_await until([&] { return all_count(a) && all_count(b); }, 10s)) << "fresh clusters stay quarantined";
+    // The replica is cut off before the lock is taken: stopped, and its replication link
+    // dropped by the primary, which keeps the writes after that for a reconnect that never comes.
+    set.replica(0, 0).pause();
+    EXPECT_EQ(set.primary(0, 0).command({"CLIENT", "KILL", "TYPE", "replica"}), ":1\r\n");
+    auto [ec, got] = co_await a.async_lock("f:held", 4s, use_tuple);
+    if (ec) {
+      set.replica(0, 0).resume();
+      ADD_FAILURE() << ec.message();
+      co_return;
+    }
+    redlock::lock held = std::move(got);
+    EXPECT_TRUE(co_await settled(set, "f:held", 0));
+    set.primary(0, 0).kill();
+    set.replica(0, 0).resume();
+    EXPECT_EQ(set.replica(0, 0).command({"CLUSTER", "FAILOVER", "TAKEOVER"}), "+OK\r\n");
+    EXPECT_EQ(set.replica(0, 0).command({"EXISTS", "f:held"}), ":0\r\n") << "the promoted replica lacks the key";
+    // The client sees the promotion (its map, refreshed while the old primary fails) and
+    // quarantines that cluster.
+    EXPECT_TRUE(co_await until([&] { return a.hazards()[0].cause == redlock::hazard_cause::restarted; }, 5s));
+    EXPECT_TRUE(co_await until([&] { return b.hazards()[0].cause == redlock::hazard_cause::restarted; }, 5s));
+    // Another client: cluster 0 grants (the key is gone there) but its vote does not count, and
+    // clusters 1 and 2 refuse. With the guard off, cluster 0's vote would count and still be one
+    // of three: a lock is lost only when a majority of clusters lose its key.
+    auto [eb, lb] = co_await b.async_try_lock("f:held", 1s, use_tuple);
+    EXPECT_EQ(eb, error::not_acquired) << eb.message();
+    const auto m = lb.masters();
+    if (m.size() == 3 && m[0].status != master_status::pending) {
+      EXPECT_EQ(m[0].error, error::master_quarantined) << m[0].error.message();
+    }
+    EXPECT_TRUE(held.owns_lock());
+    auto [eu, n] = co_await held.async_unlock(use_tuple);
+    EXPECT_FALSE(eu) << eu.message();
+    a.close();
+    b.close();
+  });
+}
+
+// A shard's primary killed and restarted empty (same node id, same slots, no keys): its cluster
+// is quarantined, the others count.
+TEST(cluster_failover, a_restarted_shard_quarantines_its_cluster) {
+  redlock::test::cluster_set set{3, 2};
+  run_test([&](asio::io_context& io) -> asio::awaitable<void> {
+    redlock::client a{io.get_executor(), guarded(set)};
+    EXPECT_TRUE(co_await until([&] { return all_count(a); }, 10s));
+    set.primary(1, 1).kill();
+    set.primary(1, 1).restart();
+    EXPECT_TRUE(co_await until([&] { return a.hazards()[1].cause == redlock::hazard_cause::restarted; }, 5s));
+    EXPECT_EQ(a.hazards()[0].cause, redlock::hazard_cause::none);
+    EXPECT_EQ(a.hazards()[2].cause, redlock::hazard_cause::none);
+    auto [ec, l] = co_await a.async_lock("r:1", 4s, use_tuple);
+    EXPECT_FALSE(ec) << ec.message();
+    if (!ec) (void)co_await l.async_unlock(use_tuple);
+    a.close();
+  });
+}
+
+TEST(cluster_config, names_without_a_slotted_form_are_refused_before_any_request) {
+  run_test([&](asio::io_context& io) -> asio::awaitable<void> {
+    redlock::client_config cfg;
+    EXPECT_FALSE(redlock::parse_masters("redis-cluster://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", cfg.masters));
+    redlock::client a{io.get_executor(), cfg};
+    for (const char* name : {"{orders}", "a}b"}) {
+      std::string what;
+      EXPECT_EQ(redlock::validate_lock(cfg, name, 10s, {}, &what), error::invalid_argument) << name;
+      EXPECT_NE(what.find("hash tag"), std::string::npos) << what;
+      auto [ec, l] = co_await a.async_lock(name, 10s, use_tuple);
+      EXPECT_EQ(ec, error::invalid_argument) << name;
+    }
+    a.close();
+    // Without a cluster master, both are ordinary names.
+    cfg.masters.clear();
+    EXPECT_FALSE(redlock::parse_masters("127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", cfg.masters));
+    std::string what;
+    EXPECT_FALSE(redlock::validate_lock(cfg, "{orders}", 10s, {}, &what)) << what;
+  });
+}
+
 TEST(cluster_config, masters_lists_name_clusters_by_their_seeds) {
   std::vector<redlock::connection_config> out;
   std::string what;
-  ASSERT_FALSE(redlock::parse_masters("redis-cluster://10.0.0.1:7000+10.0.0.2:7001, 10.0.0.3:6379", out, &what)) << what;
+  ASSERT_FALSE(redlock::parse_masters("redis-cluster://10.0.0.1:7000+10.0.0.2:7001, 10.0.0.3:6379", out, &what))
+      << what;
   ASSERT_EQ(out.size(), 2u);
   EXPECT_TRUE(out[0].cluster.enabled);
   EXPECT_EQ(out[0].host, "10.0.0.1");

@@ -120,7 +120,8 @@ void cluster_set::wait_stable(std::size_t c, std::chrono::milliseconds timeout) 
       }
       // Every node must say the same about a sample of slots.
       std::vector<std::uint16_t> mine;
-      for (std::uint32_t s = 0; s < core::slot_count; s += 97) mine.push_back(m.nodes()[m.owner(static_cast<std::uint16_t>(s))].port);
+      for (std::uint32_t s = 0; s < core::slot_count; s += 97)
+        mine.push_back(m.nodes()[m.owner(static_cast<std::uint16_t>(s))].port);
       if (owners.empty()) owners = mine;
       if (owners != mine) {
         ok = false;
@@ -155,14 +156,29 @@ std::string cluster_set::masters() const {
 }
 
 void cluster_set::move_slot(std::size_t c, std::uint16_t slot, local::node& to) {
-  core::slot_map m;
-  if (!m.load(parse(to.command({"CLUSTER", "SLOTS"})), to.host()))
-    throw std::runtime_error("cluster_set::move_slot: no slot map");
-  const auto owner_port = m.nodes()[m.owner(slot)].port;
+  // The owner is the primary that claims the slot itself (another node's view may lag behind).
   local::node* from = nullptr;
-  for (std::size_t i = c * shards_ * (1 + replicas_); i < (c + 1) * shards_ * (1 + replicas_); ++i)
-    if (nodes_[i].port() == owner_port) from = &nodes_[i];
-  if (!from) throw std::runtime_error("cluster_set::move_slot: the slot's owner is not in this cluster");
+  const auto members = shards_ * (1 + replicas_);
+  for (std::size_t i = c * members; i < (c + 1) * members && !from; ++i) {
+    auto& n = nodes_[i];
+    if (!n.running() || n.paused()) continue;
+    core::slot_map m;
+    if (m.load(parse(n.command({"CLUSTER", "SLOTS"})), n.host()) && m.owner(slot) != core::slot_map::unowned &&
+        m.nodes()[m.owner(slot)].port == n.port())
+      from = &n;
+  }
+  if (!from) {
+    std::string views;
+    for (std::size_t i = c * members; i < (c + 1) * members; ++i) {
+      auto& n = nodes_[i];
+      core::slot_map m;
+      if (n.running() && m.load(parse(n.command({"CLUSTER", "SLOTS"})), n.host()))
+        views += fmt::format(" {} says {}", n.port(),
+                             m.owner(slot) == core::slot_map::unowned ? 0 : m.nodes()[m.owner(slot)].port);
+    }
+    throw std::runtime_error(
+        fmt::format("cluster_set::move_slot: no node of cluster {} claims slot {}:{}", c, slot, views));
+  }
   if (from == &to) return;
   const auto from_id = id_of(*from);
   const auto to_id = id_of(to);
@@ -179,10 +195,29 @@ void cluster_set::move_slot(std::size_t c, std::uint16_t slot, local::node& to) 
       throw std::runtime_error("cluster_set::move_slot: MIGRATE: " + raw);
   }
   expect_ok(to, {"CLUSTER", "SETSLOT", s, "NODE", to_id});
+  // The new owner's claim must carry the greatest epoch, or gossip of an older claim can undo it
+  // when slots move back and forth quickly (redis-cli's reshard has the same need).
+  (void)to.command({"CLUSTER", "BUMPEPOCH"});
   expect_ok(*from, {"CLUSTER", "SETSLOT", s, "NODE", to_id});
   for (std::size_t i = c * shards_ * (1 + replicas_); i < (c + 1) * shards_ * (1 + replicas_); ++i) {
     auto& n = nodes_[i];
-    if (&n != from && &n != &to && n.running() && !n.paused()) (void)n.command({"CLUSTER", "SETSLOT", s, "NODE", to_id});
+    if (&n != from && &n != &to && n.running() && !n.paused())
+      (void)n.command({"CLUSTER", "SETSLOT", s, "NODE", to_id});
+  }
+  // Returns once the old and the new owner agree.
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  for (;;) {
+    bool agreed = true;
+    for (auto* n : {from, &to}) {
+      core::slot_map m;
+      if (!m.load(parse(n->command({"CLUSTER", "SLOTS"})), n->host()) || m.owner(slot) == core::slot_map::unowned ||
+          m.nodes()[m.owner(slot)].port != to.port())
+        agreed = false;
+    }
+    if (agreed) return;
+    if (std::chrono::steady_clock::now() > until)
+      throw std::runtime_error(fmt::format("cluster_set::move_slot: slot {} did not settle on {}", slot, to.address()));
+    std::this_thread::sleep_for(10ms);
   }
 }
 

@@ -43,6 +43,8 @@ class slot_map {
   std::uint16_t owner(std::uint16_t slot) const noexcept { return owner_[slot]; }
   /// True once every slot has an owner.
   bool complete() const noexcept { return std::find(owner_.begin(), owner_.end(), unowned) == owner_.end(); }
+  /// True when the last `load` listed `node` as a replica (of some primary).
+  bool is_replica(std::uint16_t node) const noexcept { return node < replica_.size() && replica_[node]; }
   /// The slots `node` owns.
   std::size_t slots_of(std::uint16_t node) const noexcept {
     return static_cast<std::size_t>(std::count(owner_.begin(), owner_.end(), node));
@@ -74,10 +76,21 @@ class slot_map {
   /// `ip`/endpoint, or "?"), the host the reply came from. False, and nothing changed, when the
   /// reply is neither.
   bool load(const resp::response& r, std::string_view default_host) {
-    std::vector<std::pair<std::pair<std::uint16_t, std::uint16_t>, shard_node>> ranges;
-    if (!read_shards(r, default_host, ranges) && !read_slots(r, default_host, ranges)) return false;
+    ranges_t ranges;
+    std::vector<shard_node> replicas;
+    if (!read_shards(r, default_host, ranges, replicas)) {
+      ranges.clear();
+      replicas.clear();
+      if (!read_slots(r, default_host, ranges, replicas)) return false;
+    }
     owner_.assign(slot_count, unowned);
     for (auto& [range, node] : ranges) assign(range.first, range.second, add(node));
+    replica_.assign(nodes_.size(), false);
+    for (const auto& n : replicas) {
+      const auto i = add(n);
+      replica_.resize(nodes_.size(), false);
+      replica_[i] = true;
+    }
     return true;
   }
 
@@ -108,7 +121,8 @@ class slot_map {
 
   // CLUSTER SHARDS: [ {slots: [a, b, ...], nodes: [ {id, port, ip, endpoint, role, ...}, ...]}, ...]
   // (maps in RESP3, flat key/value arrays in RESP2).
-  static bool read_shards(const resp::response& r, std::string_view default_host, ranges_t& out) {
+  static bool read_shards(const resp::response& r, std::string_view default_host, ranges_t& out,
+                          std::vector<shard_node>& replicas) {
     if (r.empty() || r[0].data_type != resp::type::array) return false;
     const auto top = r[0].depth;
     for (std::size_t i = 1; i < r.size();) {
@@ -149,9 +163,13 @@ class slot_map {
                 if (p && *p > 0 && *p <= 65535) node.port = static_cast<std::uint16_t>(*p);
               }
             }
-            if (role == "master" && node.port != 0) {
+            if (node.port != 0) {
               node.host = host_of(!endpoint.empty() && endpoint != "?" ? endpoint : ip, default_host);
-              primary = std::move(node);
+              if (role == "master") {
+                primary = std::move(node);
+              } else if (role == "replica" || role == "slave") {
+                replicas.push_back(std::move(node));
+              }
             }
             n = n_end;
           }
@@ -171,7 +189,8 @@ class slot_map {
   }
 
   // CLUSTER SLOTS: [ [start, end, [ip, port, id, ...], replicas...], ... ]
-  static bool read_slots(const resp::response& r, std::string_view default_host, ranges_t& out) {
+  static bool read_slots(const resp::response& r, std::string_view default_host, ranges_t& out,
+                         std::vector<shard_node>& replicas) {
     if (r.empty() || r[0].data_type != resp::type::array) return false;
     const auto top = r[0].depth;
     for (std::size_t i = 1; i < r.size();) {
@@ -182,13 +201,23 @@ class slot_map {
       if (!a || !b || !slot_range(*a, *b)) return false;
       const auto p = i + 3;
       if (p >= end || r[p].data_type != resp::type::array || r[p].aggregate_size < 2) return false;
-      shard_node node;
-      node.host = host_of(r[p + 1].value, default_host);
-      auto port = integer(r[p + 2]);
-      if (!port || *port <= 0 || *port > 65535) return false;
-      node.port = static_cast<std::uint16_t>(*port);
-      if (r[p].aggregate_size >= 3 && p + 3 < end && r[p + 3].depth == r[p].depth + 1) node.id = r[p + 3].value;
-      out.push_back({{static_cast<std::uint16_t>(*a), static_cast<std::uint16_t>(*b)}, std::move(node)});
+      // The primary, then its replicas: [ip, port, id, ...] each.
+      bool first = true;
+      for (std::size_t q = p; q < end; q = skip(r, q)) {
+        if (r[q].data_type != resp::type::array || r[q].aggregate_size < 2 || q + 2 >= end) return false;
+        shard_node node;
+        node.host = host_of(r[q + 1].value, default_host);
+        auto port = integer(r[q + 2]);
+        if (!port || *port <= 0 || *port > 65535) return false;
+        node.port = static_cast<std::uint16_t>(*port);
+        if (r[q].aggregate_size >= 3 && q + 3 < end && r[q + 3].depth == r[q].depth + 1) node.id = r[q + 3].value;
+        if (first) {
+          out.push_back({{static_cast<std::uint16_t>(*a), static_cast<std::uint16_t>(*b)}, std::move(node)});
+        } else {
+          replicas.push_back(std::move(node));
+        }
+        first = false;
+      }
       i = end;
     }
     return true;
@@ -196,6 +225,7 @@ class slot_map {
 
   std::vector<shard_node> nodes_;
   std::vector<std::uint16_t> owner_;
+  std::vector<bool> replica_;
 };
 
 }  // namespace redlock::core

@@ -330,6 +330,39 @@ TEST(slot_map, refuses_what_is_not_a_map_and_keeps_the_old_one) {
   EXPECT_EQ(empty.owner(0), slot_map::unowned);
 }
 
+// Captured from redis-server 7.0.15: 17003 replicates 17001 (HELLO 3).
+constexpr std::string_view shards_with_replica =
+    "*2\r\n%2\r\n$5\r\nslots\r\n*2\r\n:0\r\n:8191\r\n$5\r\nnodes\r\n*2\r\n%7\r\n$2\r\nid\r\n$40\r\n"
+    "da05d7feab23168cbaac000ae9b4645f1bf71dda\r\n$4\r\nport\r\n:17001\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\n"
+    "endpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n"
+    "$6\r\nonline\r\n%7\r\n$2\r\nid\r\n$40\r\n199209008e4a66137807a4ba7dd204871d16454d\r\n$4\r\nport\r\n:17003\r\n$"
+    "2\r\n"
+    "ip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$7\r\nreplica\r\n$18\r\n"
+    "replication-offset\r\n:0\r\n$6\r\nhealth\r\n$7\r\nloading\r\n%2\r\n$5\r\nslots\r\n*2\r\n:8192\r\n:16383\r\n$5\r\n"
+    "nodes\r\n*1\r\n%7\r\n$2\r\nid\r\n$40\r\ne13cf4adb6d0b586e275122d0daf73a80c29d9ea\r\n$4\r\nport\r\n:17002\r\n$2\r\n"
+    "ip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\n"
+    "replication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n";
+
+TEST(slot_map, replicas_are_known_so_that_a_promotion_can_be_seen) {
+  slot_map m;
+  ASSERT_TRUE(m.load(parse(shards_with_replica), "seed"));
+  ASSERT_EQ(m.nodes().size(), 3u);
+  EXPECT_EQ(m.nodes()[2].port, 17003);
+  EXPECT_TRUE(m.is_replica(2));
+  EXPECT_FALSE(m.is_replica(0));
+  EXPECT_EQ(m.slots_of(2), 0u);
+  // CLUSTER SLOTS lists replicas after the primary of each range.
+  slot_map s;
+  ASSERT_TRUE(s.load(parse("*1\r\n*4\r\n:0\r\n:16383\r\n*2\r\n$1\r\na\r\n:1\r\n*2\r\n$1\r\nb\r\n:2\r\n"), "seed"));
+  EXPECT_EQ(s.owner(7), 0);
+  EXPECT_TRUE(s.is_replica(1));
+  // After a failover the replica owns the slots and is no replica any more.
+  ASSERT_TRUE(s.load(parse("*1\r\n*4\r\n:0\r\n:16383\r\n*2\r\n$1\r\nb\r\n:2\r\n*2\r\n$1\r\na\r\n:1\r\n"), "seed"));
+  EXPECT_EQ(s.owner(7), 1);
+  EXPECT_FALSE(s.is_replica(1));
+  EXPECT_TRUE(s.is_replica(0));
+}
+
 TEST(slot_map, a_node_without_an_address_is_the_one_that_answered) {
   slot_map m;
   ASSERT_TRUE(m.load(parse("*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$0\r\n\r\n:7000\r\n"), "10.0.0.9"));
