@@ -876,6 +876,45 @@ TEST_F(cli, local_nodes_up_status_run_down) {
   EXPECT_EQ(r.status, 0) << r.describe();
 }
 
+// `nodes up N --shards S`: N masters, each a Redis Cluster of S shards; run and status reach the
+// node that owns the key's slot.
+TEST_F(cli, local_cluster_nodes_up_run_status_down) {
+  auto r = run({"nodes", "up", "2", "--shards", "8"});
+  EXPECT_EQ(r.status, 64) << r.describe();
+  EXPECT_TRUE(contains(r.err, "would start 16 servers; at most 15")) << r.describe();
+  r = run({"nodes", "down", "--shards", "2"});
+  EXPECT_EQ(r.status, 64) << r.describe();
+  r = run({"nodes", "up", "3", "--shards", "2"});
+  ASSERT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, "3 local Redis Cluster masters of 2 shards each")) << r.describe();
+  EXPECT_TRUE(contains(r.out, "export REDLOCK_NODES=redis-cluster://127.0.0.1:")) << r.describe();
+  r = run({"nodes", "--json"});
+  ASSERT_EQ(r.status, 0) << r.describe();
+  const auto pids = pids_in(r.out);
+  struct cleanup {
+    std::vector<pid_t> pids;
+    ~cleanup() {
+      for (pid_t p : pids) {
+        if (!process_gone(p)) ::kill(p, SIGKILL);
+      }
+    }
+  } guard{pids};
+  ASSERT_EQ(pids.size(), 6u) << r.describe();
+  EXPECT_TRUE(contains(r.out, R"("shards":2)")) << r.describe();
+  // Names on both shards of every cluster.
+  for (const char* name : {"orders:1", "orders:2", "orders:3"}) {
+    r = run({"run", "--resource", name, "--", "sh", "-c", "echo inside"});
+    EXPECT_EQ(r.status, 0) << r.describe();
+    EXPECT_EQ(r.out, "inside\n") << r.describe();
+    r = run({"status", name});
+    EXPECT_EQ(r.status, 1) << r.describe();
+    EXPECT_TRUE(contains(r.out, "is free (no key on the 3 of 3 masters that answered)")) << r.describe();
+  }
+  r = run({"nodes", "down"});
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, "stopped 6 local nodes")) << r.describe();
+}
+
 TEST(cli_local_nodes, owned_set_kill_and_restart_on_the_same_port) {
   redlock::local::node_set set{2};
   ASSERT_EQ(set.size(), 2u);

@@ -11,6 +11,7 @@
 #include <redlock_test/raw_reply.hpp>
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -361,6 +362,53 @@ TEST_F(cluster, a_reshard_under_contention_and_keep_alive_loses_nothing) {
   EXPECT_GT(cycles, 10);
   std::printf("reshard: %d slot moves, %d lock cycles, %d failed acquisitions (contention)\n", moves.load(), cycles,
               failures);
+}
+
+// Fair hand-over on clusters: the release script publishes the wake-up on the shard that owns the
+// lock key; Redis Cluster carries a PUBLISH to every node, so the waiter's subscription (on any
+// node of each cluster) hears it, and the waiter holds the lock long before its 3 s retry tick.
+TEST_F(cluster, a_release_wakes_the_fair_waiter_through_the_cluster) {
+  auto& set = *set_;
+  run_test([&](asio::io_context& io) -> asio::awaitable<void> {
+    auto cfg = config_for(set);
+    cfg.retry.base_delay = 3000ms;
+    cfg.retry.jitter = 0ms;
+    cfg.retry.max_wait = 20s;
+    redlock::client a{io.get_executor(), cfg};
+    redlock::client b{io.get_executor(), cfg};
+    (void)co_await a.async_wait_ready(5s, use_tuple);
+    (void)co_await b.async_wait_ready(5s, use_tuple);
+    // A name on the shard that is not the subscription's first choice: the message must cross.
+    std::string name;
+    for (int i = 0; name.empty(); ++i)
+      if (shard_of("wake:" + std::to_string(i)) == 1) name = "wake:" + std::to_string(i);
+    auto [ea, la] = co_await a.async_lock(name, 10s, use_tuple);
+    EXPECT_FALSE(ea) << ea.message();
+    if (ea) co_return;
+    EXPECT_TRUE(co_await settled(set, name, 1));
+    bool done = false;
+    error_code eb;
+    redlock::lock lb;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          auto [e, l] = co_await b.async_lock(name, 10s, use_tuple);
+          eb = e;
+          lb = std::move(l);
+          done = true;
+        },
+        asio::detached);
+    EXPECT_TRUE(co_await until([&] { return b.stats().locks_queued == 1; }, 5s)) << "b did not queue";
+    const auto released = redlock::clock::now();
+    (void)co_await la.async_unlock(use_tuple);
+    EXPECT_TRUE(co_await until([&] { return done; }, 10s));
+    EXPECT_FALSE(eb) << eb.message();
+    EXPECT_LT(redlock::clock::now() - released, 1s) << "woken, not by its retry tick";
+    EXPECT_GE(b.stats().lock_wakeups, 1u);
+    if (!eb) (void)co_await lb.async_unlock(use_tuple);
+    a.close();
+    b.close();
+  });
 }
 
 TEST_F(cluster, a_killed_shard_costs_its_master_one_vote) {

@@ -56,58 +56,55 @@ server_options with_cluster(server_options o) {
 
 std::string cluster_set::id_of(local::node& n) { return text_of(n.command({"CLUSTER", "MYID"})); }
 
-cluster_set::cluster_set(std::size_t clusters, std::size_t shards, server_options options, std::size_t replicas)
-    : clusters_(clusters),
-      shards_(shards),
-      replicas_(replicas),
-      nodes_(clusters * shards * (1 + replicas), with_cluster(std::move(options))) {
-  if (shards == 0) throw std::invalid_argument("cluster_set: a cluster needs at least one shard");
-  for (std::size_t c = 0; c < clusters_; ++c) {
-    auto& first = primary(c, 0);
-    for (std::size_t s = 0; s < shards_; ++s) {
-      const auto lo = s * core::slot_count / shards_;
-      const auto hi = (s + 1) * core::slot_count / shards_ - 1;
-      expect_ok(primary(c, s), {"CLUSTER", "ADDSLOTSRANGE", std::to_string(lo), std::to_string(hi)});
-      for (std::size_t r = 0; r <= replicas_; ++r) {
-        auto& n = nodes_[index(c, s, r)];
+void form_clusters(std::span<node* const> nodes, std::size_t shards, std::size_t replicas) {
+  if (shards == 0) throw std::invalid_argument("form_clusters: a cluster needs at least one shard");
+  const auto members = shards * (1 + replicas);
+  if (nodes.size() % members != 0) throw std::invalid_argument("form_clusters: nodes do not make whole clusters");
+  for (std::size_t base = 0; base < nodes.size(); base += members) {
+    auto member = [&](std::size_t s, std::size_t r) -> local::node& { return *nodes[base + s * (1 + replicas) + r]; };
+    auto& first = member(0, 0);
+    for (std::size_t s = 0; s < shards; ++s) {
+      const auto lo = s * core::slot_count / shards;
+      const auto hi = (s + 1) * core::slot_count / shards - 1;
+      expect_ok(member(s, 0), {"CLUSTER", "ADDSLOTSRANGE", std::to_string(lo), std::to_string(hi)});
+      for (std::size_t r = 0; r <= replicas; ++r) {
+        auto& n = member(s, r);
         if (&n == &first) continue;
         expect_ok(first, {"CLUSTER", "MEET", n.host(), std::to_string(n.port()), std::to_string(n.bus_port())});
       }
     }
-    if (replicas_ > 0) {
-      // A replica can follow its primary once it knows it (gossip after MEET).
-      for (std::size_t s = 0; s < shards_; ++s) {
-        const auto id = id_of(primary(c, s));
-        for (std::size_t r = 0; r < replicas_; ++r) {
-          auto& n = replica(c, s, r);
-          const auto until = std::chrono::steady_clock::now() + 20s;
-          for (;;) {
-            const auto raw = n.command({"CLUSTER", "REPLICATE", id});
-            if (raw.rfind("+OK", 0) == 0) break;
-            if (std::chrono::steady_clock::now() > until)
-              throw std::runtime_error(fmt::format("cluster_set: CLUSTER REPLICATE on {}: {}", n.address(), raw));
-            std::this_thread::sleep_for(50ms);
-          }
+    // A replica can follow its primary once it knows it (gossip after MEET).
+    for (std::size_t s = 0; s < shards && replicas > 0; ++s) {
+      const auto id = cluster_set::id_of(member(s, 0));
+      for (std::size_t r = 1; r <= replicas; ++r) {
+        auto& n = member(s, r);
+        const auto until = std::chrono::steady_clock::now() + 20s;
+        for (;;) {
+          const auto raw = n.command({"CLUSTER", "REPLICATE", id});
+          if (raw.rfind("+OK", 0) == 0) break;
+          if (std::chrono::steady_clock::now() > until)
+            throw std::runtime_error(fmt::format("cluster_set: CLUSTER REPLICATE on {}: {}", n.address(), raw));
+          std::this_thread::sleep_for(50ms);
         }
       }
     }
   }
-  for (std::size_t c = 0; c < clusters_; ++c) wait_stable(c);
+  for (std::size_t base = 0; base < nodes.size(); base += members)
+    wait_cluster_stable(nodes.subspan(base, members), 20s);
 }
 
-void cluster_set::wait_stable(std::size_t c, std::chrono::milliseconds timeout) {
-  const auto members = shards_ * (1 + replicas_);
+void wait_cluster_stable(std::span<node* const> members, std::chrono::milliseconds timeout) {
   const auto until = std::chrono::steady_clock::now() + timeout;
   std::string last;
   for (;;) {
     bool ok = true;
     std::vector<std::uint16_t> owners;
-    for (std::size_t i = 0; ok && i < members; ++i) {
-      auto& n = nodes_[c * members + i];
+    for (auto* np : members) {
+      auto& n = *np;
       if (!n.running() || n.paused()) continue;
       const auto info = text_of(n.command({"CLUSTER", "INFO"}));
       if (field(info, "cluster_state") != "ok" || field(info, "cluster_slots_ok") != "16384" ||
-          field(info, "cluster_known_nodes") != std::to_string(members)) {
+          field(info, "cluster_known_nodes") != std::to_string(members.size())) {
         ok = false;
         last = n.address() + ": " + info.substr(0, 300);
         break;
@@ -126,18 +123,37 @@ void cluster_set::wait_stable(std::size_t c, std::chrono::milliseconds timeout) 
       if (owners != mine) {
         ok = false;
         last = n.address() + ": its slot map differs from another node's";
+        break;
       }
-      if (ok && replicas_ > 0 && field(text_of(n.command({"INFO", "replication"})), "role") == "slave" &&
-          field(text_of(n.command({"INFO", "replication"})), "master_link_status") != "up") {
+      const auto replication = text_of(n.command({"INFO", "replication"}));
+      if (field(replication, "role") == "slave" && field(replication, "master_link_status") != "up") {
         ok = false;
         last = n.address() + ": replica not in sync";
+        break;
       }
     }
     if (ok) return;
     if (std::chrono::steady_clock::now() > until)
-      throw std::runtime_error(fmt::format("cluster_set: cluster {} did not become stable: {}", c, last));
+      throw std::runtime_error(fmt::format("cluster did not become stable: {}", last));
     std::this_thread::sleep_for(50ms);
   }
+}
+
+cluster_set::cluster_set(std::size_t clusters, std::size_t shards, server_options options, std::size_t replicas)
+    : clusters_(clusters),
+      shards_(shards),
+      replicas_(replicas),
+      nodes_(clusters * shards * (1 + replicas), with_cluster(std::move(options))) {
+  std::vector<node*> all;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) all.push_back(&nodes_[i]);
+  form_clusters(all, shards_, replicas_);
+}
+
+void cluster_set::wait_stable(std::size_t c, std::chrono::milliseconds timeout) {
+  const auto members = shards_ * (1 + replicas_);
+  std::vector<node*> of;
+  for (std::size_t i = c * members; i < (c + 1) * members; ++i) of.push_back(&nodes_[i]);
+  wait_cluster_stable(of, timeout);
 }
 
 std::string cluster_set::master(std::size_t c) const {

@@ -264,6 +264,16 @@ class node_set {
   std::vector<std::unique_ptr<local::node>> nodes_;
 };
 
+/// Joins running `nodes` (started with `server_options::cluster_node_timeout`) into clusters of
+/// `shards` primaries with `replicas` replicas each: cluster `c`'s shard `s` member `r` (0: the
+/// primary) is `nodes[(c * shards + s) * (1 + replicas) + r]`. Spreads the slots evenly, meets
+/// the nodes, makes the replicas follow, and returns once every cluster is stable. Throws
+/// `std::runtime_error` when a cluster does not form within 20 s.
+void form_clusters(std::span<node* const> nodes, std::size_t shards, std::size_t replicas = 0);
+/// Waits until every member of one cluster reports `cluster_state:ok`, knows every member and
+/// every slot, and agrees with the others on the owners; throws after `timeout`.
+void wait_cluster_stable(std::span<node* const> members, std::chrono::milliseconds timeout);
+
 /// @brief Redis Clusters on loopback: `clusters` independent clusters of `shards` primaries each
 /// (and `replicas` replicas per primary), each one Redlock master (`masters()`).
 ///

@@ -85,7 +85,14 @@ std::string recorded_node::address() const { return fmt::format("{}:{}", host, p
 
 std::string recorded_set::masters() const {
   std::string out;
-  for (const auto& n : nodes) out += (out.empty() ? "" : ",") + n.address();
+  if (shards == 0) {
+    for (const auto& n : nodes) out += (out.empty() ? "" : ",") + n.address();
+    return out;
+  }
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (i % shards == 0) out += (out.empty() ? "redis-cluster://" : ",redis-cluster://");
+    out += (i % shards == 0 ? "" : "+") + nodes[i].address();
+  }
   return out;
 }
 
@@ -147,6 +154,7 @@ void write_state(const fs::path& dir, const recorded_set& set) {
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << "# redlock local nodes (redlock nodes up): host port pid start_time\n";
+    if (set.shards) out << "shards " << set.shards << '\n';
     for (const auto& n : set.nodes) out << n.host << ' ' << n.port << ' ' << n.pid << ' ' << n.start_time << '\n';
     out.flush();
     if (!out) throw std::runtime_error("cannot write " + tmp.string());
@@ -181,6 +189,14 @@ std::optional<recorded_set> read_state(const fs::path& dir) {
     ++line_no;
     if (line.empty() || line[0] == '#') continue;
     std::istringstream fields(line);
+    if (line.rfind("shards ", 0) == 0) {
+      std::string word;
+      if (!(fields >> word >> set.shards) || set.shards == 0) {
+        throw std::runtime_error(
+            fmt::format("{}:{}: malformed record (remove the file to forget it)", file.string(), line_no));
+      }
+      continue;
+    }
     recorded_node n;
     unsigned port = 0;
     if (!(fields >> n.host >> port >> n.pid >> n.start_time) || port == 0 || port > 65535 || n.pid <= 0) {
@@ -200,7 +216,7 @@ bool is_running(const recorded_node& n) {
   return n.start_time == 0 || st->start_time == n.start_time;
 }
 
-recorded_set start_detached(const fs::path& dir, std::size_t count, const server_options& options) {
+recorded_set start_detached(const fs::path& dir, std::size_t count, const server_options& options, std::size_t shards) {
   ensure_private_dir(dir);
   dir_lock guard(dir);
   if (auto old = read_state(dir)) {
@@ -214,10 +230,14 @@ recorded_set start_detached(const fs::path& dir, std::size_t count, const server
   }
   remove_state(dir);  // a stale record, or leftovers of a failed start
 
-  const auto shared = std::make_shared<const server_options>(options);
+  auto with_cluster = options;
+  if (shards && !with_cluster.cluster_node_timeout) with_cluster.cluster_node_timeout = std::chrono::milliseconds{2000};
+  const auto shared = std::make_shared<const server_options>(with_cluster);
   std::vector<std::unique_ptr<node>> nodes;
   recorded_set set;
   set.dir = dir;
+  set.shards = shards;
+  if (shards) count *= shards;
   const auto record = [&] {
     set.nodes.clear();
     for (const auto& n : nodes) {
@@ -234,6 +254,11 @@ recorded_set start_detached(const fs::path& dir, std::size_t count, const server
     record();                          // before waiting: an interrupted start can still be stopped
     for (auto& n : nodes) n->wait_started();
     record();  // a server whose port was taken moved to another port, with another pid
+    if (shards) {
+      std::vector<node*> all;
+      for (auto& n : nodes) all.push_back(n.get());
+      form_clusters(all, shards);
+    }
   } catch (...) {
     nodes.clear();  // kills them
     remove_state(dir);

@@ -39,6 +39,8 @@ struct recorded_node {
 struct recorded_set {
   std::filesystem::path dir;
   std::vector<recorded_node> nodes;
+  /// 0: every node is a master; else the nodes are clusters of this many shards, each a master.
+  std::size_t shards = 0;
   std::string masters() const;
 };
 
@@ -64,7 +66,8 @@ bool is_running(const recorded_node& n);
 /// waits until each answers, and records them in `dir` (created 0700 if needed). A stale record
 /// (no server running) is replaced. Throws `already_running` when a recorded set still runs and
 /// `std::runtime_error` for other failures (then nothing stays running).
-recorded_set start_detached(const std::filesystem::path& dir, std::size_t count, const server_options& options = {});
+recorded_set start_detached(const std::filesystem::path& dir, std::size_t count, const server_options& options = {},
+                            std::size_t shards = 0);
 
 /// What `stop_detached` did.
 struct stop_report {

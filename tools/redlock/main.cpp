@@ -143,7 +143,7 @@ expiring, or masters missing); 69 fewer than a majority of masters answered;
 
 )";
 
-constexpr std::string_view nodes_usage = R"(usage: redlock nodes [list | up N | down] [--json] [--verbose]
+constexpr std::string_view nodes_usage = R"(usage: redlock nodes [list | up N [--shards S] | down] [--json] [--verbose]
 
 Local redis-server masters on free loopback ports, for trying things out. They run
 detached (they outlive 'nodes up'), without persistence, and are recorded in the
@@ -154,6 +154,9 @@ masters are configured. The server binary: REDLOCK_REDIS_SERVER, else redis-serv
   list     show the recorded set (the default)
   up N     start N masters (1..15), wait until each answers, print them and an
            'export REDLOCK_NODES=...' line; refused while a recorded set runs
+           --shards S: each master is a Redis Cluster of S primaries (1..8; at most
+           15 servers in all), its slots spread evenly; the masters are then
+           redis-cluster://A+B entries
   down     stop the recorded set (SIGTERM, then SIGKILL) and forget it
 
 Exit status: 0 done; 1 ('list') nothing recorded; 73 ('up') a set already runs;

@@ -16,7 +16,12 @@ namespace {
 void print_set(const local::recorded_set& set, bool json, bool verbose) {
   if (json) {
     json_writer j;
-    j.begin_object().field("state_dir", set.dir.string()).field("masters", set.masters()).key("nodes").begin_array();
+    j.begin_object()
+        .field("state_dir", set.dir.string())
+        .field("masters", set.masters())
+        .field("shards", set.shards)
+        .key("nodes")
+        .begin_array();
     for (const auto& n : set.nodes) {
       j.begin_object()
           .field("address", n.address())
@@ -31,8 +36,14 @@ void print_set(const local::recorded_set& set, bool json, bool verbose) {
     return;
   }
   // Lines other than the export are comments, so that `eval "$(redlock nodes up 3)"` works.
-  fmt::print("# {} local redis-server master{} (state in {}; stop with 'redlock nodes down'):\n", set.nodes.size(),
-             set.nodes.size() == 1 ? "" : "s", set.dir.string());
+  if (set.shards) {
+    const auto masters = set.nodes.size() / set.shards;
+    fmt::print("# {} local Redis Cluster master{} of {} shard{} each (state in {}; stop with 'redlock nodes down'):\n",
+               masters, masters == 1 ? "" : "s", set.shards, set.shards == 1 ? "" : "s", set.dir.string());
+  } else {
+    fmt::print("# {} local redis-server master{} (state in {}; stop with 'redlock nodes down'):\n", set.nodes.size(),
+               set.nodes.size() == 1 ? "" : "s", set.dir.string());
+  }
   for (std::size_t i = 0; i < set.nodes.size(); ++i) {
     const auto& n = set.nodes[i];
     fmt::print("#   {:<22} pid {:<8} {}\n", n.address(), n.pid, local::is_running(n) ? "running" : "not running");
@@ -48,7 +59,7 @@ int nodes_command(const nodes_options& o) {
   switch (o.what) {
     case nodes_options::action::up: {
       try {
-        const auto set = local::start_detached(dir, o.count);
+        const auto set = local::start_detached(dir, o.count, {}, o.shards);
         print_set(set, o.json, o.verbose);
         return exit_ok;
       } catch (const local::already_running& e) {

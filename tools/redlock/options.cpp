@@ -432,6 +432,13 @@ nodes_options parse_nodes(std::span<const std::string> args) {
     } else if (n == "--verbose" || n == "-v") {
       w.flag();
       o.verbose = true;
+    } else if (n == "--shards") {
+      const auto t = w.value();
+      std::size_t v = 0;
+      const auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+      if (ec != std::errc{} || p != t.data() + t.size() || v < 1 || v > max_local_shards)
+        throw usage_error(fmt::format("--shards: '{}' is not a number of shards in 1..{}", t, max_local_shards));
+      o.shards = v;
     } else if (n == "--help" || n == "-h") {
       w.flag();
       o.help = true;
@@ -440,6 +447,8 @@ nodes_options parse_nodes(std::span<const std::string> args) {
     }
   }
   if (o.help) return o;
+  if (o.shards && (positional.empty() || positional[0] != "up"))
+    throw usage_error("--shards is for 'nodes up' (each master a cluster of that many shards)");
   if (positional.empty() || positional[0] == "list") {
     o.what = nodes_options::action::list;
     if (positional.size() > 1)
@@ -454,6 +463,9 @@ nodes_options parse_nodes(std::span<const std::string> args) {
       throw usage_error(fmt::format("'nodes up': '{}' is not a number of masters in 1..{}", t, max_local_nodes));
     }
     o.count = n;
+    if (o.shards && n * o.shards > max_local_nodes)
+      throw usage_error(fmt::format("'nodes up {} --shards {}' would start {} servers; at most {}", n, o.shards,
+                                    n * o.shards, max_local_nodes));
   } else if (positional[0] == "down") {
     o.what = nodes_options::action::down;
     if (positional.size() > 1)

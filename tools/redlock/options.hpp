@@ -106,7 +106,8 @@ struct status_options {
 struct nodes_options {
   enum class action { list, up, down };
   action what = action::list;
-  std::size_t count = 0;  ///< for `up`
+  std::size_t count = 0;   ///< for `up`
+  std::size_t shards = 0;  ///< for `up`: each master a Redis Cluster of this many shards (0: plain)
   bool json = false;
   bool verbose = false;
   bool help = false;
@@ -129,6 +130,8 @@ nodes_options parse_nodes(std::span<const std::string> args);
 
 /// Most local nodes `nodes up` starts.
 inline constexpr std::size_t max_local_nodes = 15;
+/// Most shards per cluster `nodes up --shards` starts.
+inline constexpr std::size_t max_local_shards = 8;
 
 /// The settings a configuration file may hold (`key = value` lines; `#` starts a comment line).
 struct file_settings {

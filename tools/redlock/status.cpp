@@ -5,6 +5,7 @@
 #include "commands.hpp"
 #include "output.hpp"
 #include <redlock/connection.hpp>
+#include <redlock/core/cluster_route.hpp>
 
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -12,6 +13,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -112,22 +114,37 @@ int status_command(const status_options& o, const resolved_config& cfg) {
   asio::io_context ioc{1};
   std::vector<std::unique_ptr<connection>> conns;
   const auto start = clock_type::now();
-  for (std::size_t i = 0; i < n; ++i) {
-    views[i].address = redlock::address_of(masters[i]);
-    auto mc = masters[i];
+  // Asks master `i` through `mc`; a cluster master's seed may answer MOVED: then the node that
+  // owns the key's slot is asked (once), with what is left of the deadline.
+  std::function<void(std::size_t, connection_config, int)> ask = [&](std::size_t i, connection_config mc, int hops) {
     conns.push_back(std::make_unique<connection>(ioc.get_executor(), mc));
-    conns[i]->async_run(asio::detached);
+    auto* c = conns.back().get();
+    c->async_run(asio::detached);
     // The connect and the answer within one deadline: a master that accepts connections but never
     // answers (stopped, overloaded) costs at most this.
     const auto deadline = mc.connect_timeout + cfg.client.request_timeout;
     resp::request req;
     req.push("GET", key);
     req.push("PTTL", key);
-    conns[i]->async_exec(std::move(req), deadline, [&, i](error_code ec, resp::response r) {
+    c->async_exec(std::move(req), deadline, [&, i, c, mc, hops](error_code ec, resp::response r) {
+      c->close();
+      if (ec == error::server_error && hops > 0 && mc.cluster.enabled) {
+        const auto* v = resp::reply_value(r);
+        const auto rd = v ? core::parse_redirect(v->value) : core::redirect{};
+        if (rd.what == core::redirect::kind::moved) {
+          auto next = mc;
+          if (!rd.host.empty()) next.host = rd.host;
+          next.port = rd.port;
+          return ask(i, next, hops - 1);
+        }
+      }
       views[i].latency = std::chrono::duration_cast<std::chrono::microseconds>(clock_type::now() - start);
-      interpret(views[i], ec, r, conns[i]->status());
-      conns[i]->close();
+      interpret(views[i], ec, r, c->status());
     });
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    views[i].address = redlock::address_of(masters[i]);
+    ask(i, masters[i], 2);
   }
   ioc.run();
 
