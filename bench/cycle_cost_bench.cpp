@@ -13,11 +13,13 @@
 //                                  handlers_per_cycle=X handlers_per_reply=Y")
 //        KIND: plain (default), fence, reentrant, read, write, semaphore (2 permits), multi1,
 //        multi4, multi16 (async_lock_all of 1, 4, 16 resources): the lock kinds; noclock: plain
-//        without the hazard guard's TIME behind each vote (its cost, against plain).
+//        without the hazard guard's TIME behind each vote (its cost, against plain); cluster: plain
+//        on five one-shard Redis Clusters (what routing by slot costs, against plain).
 //        bench/run.sh runs it twice under callgrind and divides.
 
 #include "counting_new.hpp"
 #include <redlock/client.hpp>
+#include <redlock/config.hpp>
 #include <redlock_test/master_set.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -30,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,18 +65,27 @@ int main(int argc, char** argv) {
   } else if (kind.starts_with("multi")) {
     const int n = std::atoi(kind.substr(5).data());
     for (int i = 0; i < n; ++i) set.push_back("cost:" + std::to_string(i));
-  } else if (kind != "plain" && kind != "noclock") {
+  } else if (kind != "plain" && kind != "noclock" && kind != "cluster") {
     std::fprintf(stderr, "unknown kind %.*s\n", static_cast<int>(kind.size()), kind.data());
     return 2;
   }
-  redlock::test::master_set servers{5};
+  // cluster: the same five masters, each a Redis Cluster of one shard (no redirect ever): what
+  // routing by slot costs next to plain.
+  std::optional<redlock::test::master_set> servers;
+  std::optional<redlock::test::cluster_set> clusters;
   asio::io_context ioc{1};
   redlock::client_config cfg;
-  for (std::size_t i = 0; i < servers.size(); ++i) {
-    redlock::connection_config m;
-    m.host = servers[i].host();
-    m.port = servers[i].port();
-    cfg.masters.push_back(m);
+  if (kind == "cluster") {
+    clusters.emplace(5, 1);
+    (void)redlock::parse_masters(clusters->masters(), cfg.masters);
+  } else {
+    servers.emplace(5);
+    for (std::size_t i = 0; i < servers->size(); ++i) {
+      redlock::connection_config m;
+      m.host = (*servers)[i].host();
+      m.port = (*servers)[i].port();
+      cfg.masters.push_back(m);
+    }
   }
   cfg.guard.restarts = redlock::restart_detection::off;  // masters this run just started: no restart to guard
   cfg.guard.clock_jumps = kind != "noclock";
@@ -87,7 +99,7 @@ int main(int argc, char** argv) {
         constexpr auto tuple = asio::as_tuple(asio::use_awaitable);
         const auto acquire = [&]() {
           if (!set.empty()) return c.async_lock_all(set, 10s, tuple);
-          if (kind == "plain") return c.async_lock("cost", 10s, tuple);
+          if (kind == "plain" || kind == "cluster") return c.async_lock("cost", 10s, tuple);
           return c.async_lock("cost", 10s, opts, tuple);
         };
         for (int i = 0; i < 50; ++i) {  // warm-up: connections up, scripts cached, pools filled
@@ -113,7 +125,7 @@ int main(int argc, char** argv) {
       });
   while (!done) handlers_run += ioc.run_one();
   const unsigned long handlers = handlers_at_end - handlers_at_start;
-  const double replies_per_cycle = 2.0 * static_cast<double>(servers.size());  // SET + release per master
+  const double replies_per_cycle = 2.0 * static_cast<double>(cfg.masters.size());  // SET + release per master
   std::printf("cycles=%d allocations=%lu failures=%ld handlers=%lu handlers_per_cycle=%.2f handlers_per_reply=%.2f\n",
               cycles, allocations.load(), failures, handlers, static_cast<double>(handlers) / cycles,
               static_cast<double>(handlers) / cycles / replies_per_cycle);

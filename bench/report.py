@@ -46,7 +46,7 @@ def load(path: Path):
         return None
 
 
-KINDS = ("plain", "fence", "reentrant", "read", "write", "semaphore", "multi1", "multi4", "multi16")
+KINDS = ("plain", "fence", "reentrant", "read", "write", "semaphore", "multi1", "multi4", "multi16", "cluster")
 
 
 def tls_cost(binary: str, out: Path) -> int:

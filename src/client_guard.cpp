@@ -98,6 +98,13 @@ void client_impl::init_guards() {
 
 void client_impl::on_link_identified(std::size_t i, const node_facts& facts) {
   if (i >= guards_.size() || closed_) return;
+  // A cluster node configured as a plain master: its scripts with helper keys would fail with
+  // CROSSSLOT, and the helper keys' names on it are those of cluster masters.
+  if (facts.identity.mode == "cluster" && !cfg_.masters[i].cluster.enabled) {
+    return refuse_master(i, make_error_code(error::invalid_config),
+                         "it is a Redis Cluster node (redis_mode:cluster): configure the cluster as one master, "
+                         "redis-cluster://host:port (connection_config::cluster)");
+  }
   const auto now = clock_type::now();
   auto& g = guards_[i];
   const auto before = g.run_id();

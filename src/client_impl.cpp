@@ -94,7 +94,10 @@ client_impl::~client_impl() = default;
 void client_impl::start() {
   const std::weak_ptr<link_observer> self = std::static_pointer_cast<link_observer>(shared_from_this());
   for (std::size_t i = 0; i < links_.size(); ++i) {
-    links_[i]->observe(self, i, cfg_.guard.restarts == restart_detection::run_id, cfg_.guard.clock_jumps);
+    // INFO at every connect: the restart guard reads its run_id, and every client its redis_mode
+    // (a cluster node given as a plain master is refused).
+    links_[i]->observe(self, i, true, cfg_.guard.clock_jumps);
+    links_[i]->set_restart_quarantine(restart_quarantine(cfg_));
     links_[i]->run();
   }
   post([self = shared_from_this()] { self->arm_probes(); });

@@ -86,6 +86,16 @@ void client_impl::on_link_up(std::size_t i) {
   if (inbox_wanted_ && !closed_) subscribe_inbox(i);
   // After the scripts were queued: whatever a waiter's handler sends comes behind them.
   readiness_changed();
+  resend_deferred(i, "connected again");
+}
+
+void client_impl::on_link_moved(std::size_t i) {
+  // A cluster master's slots moved (a migration ended, a failover): releases that timed out
+  // during it (TRYAGAIN until their deadline) can reach their keys now.
+  if (i < health_.size() && health_.is_up(i)) resend_deferred(i, "slot map changed");
+}
+
+void client_impl::resend_deferred(std::size_t i, std::string_view why) {
   if (deferred_[i].empty() || closed_) return;
   std::size_t expired = 0;
   auto due = deferred_[i].take(clock_type::now(), expired);
@@ -102,9 +112,8 @@ void client_impl::on_link_up(std::size_t i) {
   }
   bump<true>(counters_.releases_resent, sent);
   bump<true>(counters_.releases_expired, expired);
-  REDLOCK_LOG(log_, log_level::info,
-              "{}: connected again: re-sending {} release(s) a broken connection left in doubt ({} expired meanwhile)",
-              names_[i], sent, expired);
+  REDLOCK_LOG(log_, log_level::info, "{}: {}: re-sending {} release(s) left in doubt ({} expired meanwhile)", names_[i],
+              why, sent, expired);
 }
 
 // ---- readiness and failure causes -----------------------------------------------------------------

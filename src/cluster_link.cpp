@@ -28,6 +28,8 @@ constexpr int max_redirects = 5;
 // The pause before a retry after TRYAGAIN (a slot being migrated) or CLUSTERDOWN.
 constexpr std::chrono::milliseconds retry_pause{10};
 constexpr std::size_t npos = static_cast<std::size_t>(-1);
+// Request records kept for reuse.
+constexpr std::size_t max_spare = 64;
 
 bool is_script_load(std::string_view payload) {
   // "*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n..." (the client's own batch)
@@ -53,7 +55,9 @@ struct cluster_link::request final : reply_sink, std::enable_shared_from_this<re
   std::shared_ptr<reply_sink> sink;
   std::uint64_t tag = 0;
   bool push_confirmed = false;
-  std::size_t node = 0;  // where it went last
+  std::size_t node = 0;               // where it went last
+  std::optional<std::uint16_t> slot;  // of its keys (none: keyless)
+  bool counted = false;               // sent, and counted in its slot's order until delivered
   int redirects = 0;
   bool asking = false;  // the last send had ASKING in front
   std::unique_ptr<redlock::detail::timer> pause;
@@ -61,56 +65,93 @@ struct cluster_link::request final : reply_sink, std::enable_shared_from_this<re
   void on_reply(std::uint64_t, error_code ec, const resp::response& r) override {
     if (auto o = owner.lock()) {
       o->on_answer(shared_from_this(), ec, r);
-    } else {
-      sink->on_reply(tag, ec ? ec : make_error_code(boost::system::errc::operation_canceled), r);
+    } else if (sink) {
+      std::exchange(sink, nullptr)->on_reply(tag, ec ? ec : make_error_code(asio::error::operation_aborted), r);
     }
   }
 };
 
 // The parts of a request cut by slot: their answers joined into the one the caller waits for.
 struct cluster_link::group_join final : reply_sink {
+  static constexpr std::uint64_t undo_tag = std::uint64_t{1} << 32;  // + part: an undo's answer
   std::weak_ptr<cluster_link> owner;
   core::slot_split split;
   std::vector<std::shared_ptr<request>> parts;
   std::vector<resp::response> answers;
   std::size_t left = 0;
+  std::size_t undos_left = 0;
+  bool undo_failed = false;
   error_code failure;          // a part whose outcome is unknown (timeout, connection lost...)
   resp::response error_reply;  // a part the node refused
   std::shared_ptr<reply_sink> sink;
   std::uint64_t tag = 0;
 
   void on_reply(std::uint64_t part, error_code ec, const resp::response& r) override {
+    if (part >= undo_tag) {
+      const auto* v = resp::reply_value(r);
+      if (ec || !v || v->data_type != resp::type::integer) undo_failed = true;
+      if (--undos_left == 0) finish();
+      return;
+    }
     if (ec == error::server_error) {
       if (error_reply.empty()) error_reply = r;
     } else if (ec) {
-      if (!failure) failure = ec;
+      // An unknown outcome (timeout, connection lost) outweighs a part that was never sent.
+      if (!failure || failure == error::not_connected) failure = ec;
     } else if (part < answers.size()) {
       answers[part] = r;
     }
     if (--left > 0) return;
-    auto joined = core::join_replies(split, answers);
-    const bool granted = !failure && error_reply.empty() && joined.size() > 1 && joined[1].value == "1";
-    if (!granted && split.rule == core::join_rule::all_set) undo_granted_parts();
-    parts.clear();  // each part's request holds this join: the cycle ends here
-    if (failure) return sink->on_reply(tag, failure, resp::response{});
-    if (!error_reply.empty()) return sink->on_reply(tag, make_error_code(error::server_error), error_reply);
-    sink->on_reply(tag, {}, joined);
+    const bool unknown = failure && failure != error::not_connected;
+    if (split.rule == core::join_rule::all_set && !unknown && !granted() && some_set()) {
+      // Some parts set their keys, others did not: undone before the answer, so that a refusal
+      // still means that nothing of ours was left there (the caller plans its release on that).
+      // An undo that fails turns the answer into an unknown outcome, which the caller releases.
+      undo_granted_parts();
+      if (undos_left > 0) return;
+      undo_failed = true;
+    }
+    finish();
   }
 
-  // A refused (or failed) acquisition whose other parts set their keys: undone at once, behind
-  // the acquisition on the same connection, so that the caller's "taken" means what it means on
-  // a plain master (nothing of ours was set) and its release planning holds.
+  bool some_set() const {
+    for (const auto& a : answers)
+      if (a.size() > 1 && a[1].value == "1") return true;
+    return false;
+  }
+  bool granted() const {
+    if (failure || !error_reply.empty()) return false;
+    const auto joined = core::join_replies(split, answers);
+    return joined.size() > 1 && joined[1].value == "1";
+  }
+
+  void finish() {
+    parts.clear();  // each part's request holds this join: the cycle ends here
+    auto to = std::exchange(sink, nullptr);
+    if (!to) return;
+    if (failure && failure != error::not_connected) return to->on_reply(tag, failure, resp::response{});
+    if (undo_failed) return to->on_reply(tag, make_error_code(error::partial_outcome), resp::response{});
+    if (failure) return to->on_reply(tag, failure, resp::response{});
+    if (!error_reply.empty()) return to->on_reply(tag, make_error_code(error::server_error), error_reply);
+    to->on_reply(tag, {}, core::join_replies(split, answers));
+  }
+
   void undo_granted_parts() {
     auto o = owner.lock();
     if (!o) return;
+    auto self = std::static_pointer_cast<group_join>(shared_from_this_sink());
     for (std::size_t i = 0; i < parts.size() && i < answers.size(); ++i) {
       const auto& a = answers[i];
       if (a.size() < 2 || a[1].value != "1") continue;
       const auto undo = core::undo_part(parts[i]->payload);
-      if (undo.empty() || parts[i]->node >= o->nodes_.size()) continue;
-      (void)o->nodes_[parts[i]->node].link->submit(undo, 1, clock::now() + o->cfg_.connect_timeout, o->ignore_, 0);
+      if (undo.empty()) continue;
+      // Routed (and ordered behind the part) as any request, redirects included.
+      if (!o->submit(undo, 1, clock::now() + o->cfg_.connect_timeout, self, undo_tag + i, false)) ++undos_left;
     }
   }
+
+  std::weak_ptr<reply_sink> self_;
+  std::shared_ptr<reply_sink> shared_from_this_sink() const { return self_.lock(); }
 };
 
 // The answers to CLUSTER SHARDS / CLUSTER SLOTS.
@@ -156,13 +197,28 @@ void cluster_link::close() {
     std::lock_guard guard{mutex_};
     for (auto& n : nodes_) n.link->close();
   }
-  asio::dispatch(strand_, [self = shared_from_this()] { self->closed_ = true; });
+  asio::dispatch(strand_, [self = shared_from_this()] { self->abandon_held(); });
+}
+
+// Closing: what waits here (for a map, a refresh, or behind its slot's order) ends with
+// operation_aborted, exactly once, as the node links end what they hold.
+void cluster_link::abandon_held() {
+  closed_ = true;
+  fail_waiting(make_error_code(asio::error::operation_aborted));
+  auto order = std::move(order_);
+  order_.clear();
+  for (auto& [slot, o] : order)
+    for (auto& r : o.held) deliver(*r, make_error_code(asio::error::operation_aborted), {});
+  if (hold_timer_) hold_timer_->cancel();
+  if (refresh_timer_) refresh_timer_->cancel();
 }
 
 void cluster_link::close_after_writes(clock::duration limit) {
-  std::lock_guard guard{mutex_};
-  for (auto& n : nodes_) n.link->close_after_writes(limit);
-  asio::dispatch(strand_, [self = shared_from_this()] { self->closed_ = true; });
+  {
+    std::lock_guard guard{mutex_};
+    for (auto& n : nodes_) n.link->close_after_writes(limit);
+  }
+  asio::dispatch(strand_, [self = shared_from_this()] { self->abandon_held(); });
 }
 
 std::size_t cluster_link::ensure_node(std::uint16_t number) {
@@ -206,30 +262,22 @@ error_code cluster_link::submit(std::string_view payload, std::size_t replies, c
                                 std::shared_ptr<reply_sink> sink, std::uint64_t tag, bool push_confirmed) {
   if (payload.empty() || replies == 0 || !sink) return make_error_code(error::invalid_argument);
   if (closed_ || !running_) return make_error_code(error::not_connected);
-  const auto route = core::route_request(payload, rewritten_);
+  // The client queues one payload on every master in turn: routed once per distinct payload (a
+  // byte compare is far cheaper than reading it again).
+  thread_local std::string last_payload;
+  thread_local std::string last_rewritten;
+  thread_local core::request_route last_route;
+  if (payload != last_payload) {
+    last_route = core::route_request(payload, last_rewritten);
+    last_payload.assign(payload);
+  }
+  const auto& route = last_route;
+  const std::string& rewritten = last_rewritten;
   if (route.malformed) return make_error_code(error::invalid_argument);
   if (route.cross_slot)
-    return submit_split(route.rewritten ? std::string_view{rewritten_} : payload, deadline, std::move(sink), tag);
-  std::size_t target = npos;
-  if (route.slot && !map_loaded_) {
-    // As a plain master queues requests until its first connect's outcome.
-    auto req = std::make_shared<request>();
-    req->owner = weak_from_this();
-    req->payload.assign(route.rewritten ? std::string_view{rewritten_} : payload);
-    req->replies = replies;
-    req->deadline = deadline;
-    req->sink = std::move(sink);
-    req->tag = tag;
-    req->push_confirmed = push_confirmed;
-    waiting_.push_back(std::move(req));
-    return {};
-  }
-  if (route.slot) {
-    const auto owner = map_.owner(*route.slot);
-    if (owner == core::slot_map::unowned) return make_error_code(error::not_connected);
-    target = ensure_node(owner);
-  } else {
-    target = home();
+    return submit_split(route.rewritten ? std::string_view{rewritten} : payload, deadline, std::move(sink), tag);
+  if (!route.slot) {
+    const auto target = home();
     if (target == npos) return make_error_code(error::not_connected);
     if (is_script_load(payload)) {
       // Every node loads the scripts (and every node that comes up later): EVALSHA then finds
@@ -240,17 +288,122 @@ error_code cluster_link::submit(std::string_view payload, std::size_t replies, c
         if (i != target && nodes_[i].up) (void)nodes_[i].link->submit(payload, replies, deadline, ignore_, 0);
       }
     }
+    auto req = new_request();
+    req->payload.assign(payload);
+    req->replies = replies;
+    req->deadline = deadline;
+    req->sink = std::move(sink);
+    req->tag = tag;
+    req->push_confirmed = push_confirmed;
+    req->node = target;
+    req->slot.reset();
+    return nodes_[target].link->submit(req->payload, replies, deadline, req, tag, push_confirmed);
   }
-  auto req = std::make_shared<request>();
-  req->owner = weak_from_this();
-  req->payload.assign(route.rewritten ? std::string_view{rewritten_} : payload);
+  auto req = new_request();
+  req->payload.assign(route.rewritten ? std::string_view{rewritten} : payload);
   req->replies = replies;
   req->deadline = deadline;
   req->sink = std::move(sink);
   req->tag = tag;
   req->push_confirmed = push_confirmed;
+  req->slot = route.slot;
+  if (!map_loaded_) {
+    // As a plain master queues requests until its first connect's outcome.
+    waiting_.push_back(std::move(req));
+    arm_hold_timer(deadline);
+    return {};
+  }
+  const auto owner = map_.owner(*route.slot);
+  if (owner == core::slot_map::unowned) {
+    req->sink.reset();
+    return make_error_code(error::not_connected);
+  }
+  return first_send(req, ensure_node(owner), true);
+}
+
+// A request's first send. Requests of one slot reach the cluster in the order they were made:
+// one goes out at once only if every earlier one of its slot is on the same node and none of
+// them is being redirected or retried; otherwise it is held until they are answered. Without
+// this, a release could reach a slot's new owner before the SET it follows is redirected there.
+error_code cluster_link::first_send(const std::shared_ptr<request>& req, std::size_t target, bool refuse_now) {
+  auto& o = order_[*req->slot];
+  if (!o.held.empty() || (o.outstanding > 0 && (o.disturbed || o.node != target))) {
+    o.held.push_back(req);
+    arm_hold_timer(req->deadline);
+    return {};
+  }
   req->node = target;
-  return nodes_[target].link->submit(req->payload, replies, deadline, req, tag, push_confirmed);
+  const auto ec =
+      nodes_[target].link->submit(req->payload, req->replies, req->deadline, req, req->tag, req->push_confirmed);
+  if (ec) {
+    if (o.outstanding == 0) order_.erase(*req->slot);
+    if (refuse_now) {
+      req->sink.reset();
+      return ec;
+    }
+    deliver(*req, ec, resp::response{});
+    return {};
+  }
+  ++o.outstanding;
+  o.node = target;
+  req->counted = true;
+  return {};
+}
+
+// An answered request leaves its slot's order; when none is left, the held ones go out.
+void cluster_link::leave_order(request& req) {
+  if (!req.counted || !req.slot) return;
+  req.counted = false;
+  const auto it = order_.find(*req.slot);
+  if (it == order_.end()) return;
+  if (--it->second.outstanding > 0) return;
+  auto held = std::move(it->second.held);
+  order_.erase(it);
+  for (auto& h : held) route(h);
+}
+
+void cluster_link::disturb(const request& req) {
+  if (!req.slot) return;
+  if (const auto it = order_.find(*req.slot); it != order_.end()) it->second.disturbed = true;
+}
+
+void cluster_link::arm_hold_timer(clock::time_point deadline) {
+  if (!hold_timer_) hold_timer_ = std::make_unique<redlock::detail::timer>(strand_);
+  if (hold_armed_ && hold_at_ <= deadline) return;
+  hold_armed_ = true;
+  hold_at_ = deadline;
+  hold_timer_->expires_at(deadline);
+  hold_timer_->async_wait([self = weak_from_this()](error_code ec) {
+    auto o = self.lock();
+    if (!o || ec == asio::error::operation_aborted) return;
+    o->hold_armed_ = false;
+    o->expire_held(clock::now());
+  });
+}
+
+// Requests held past their deadline (waiting for the map, for a refresh, or behind their slot's
+// order) end with a timeout, as a request on a node connection would.
+void cluster_link::expire_held(clock::time_point now) {
+  std::vector<std::shared_ptr<request>> due;
+  auto next = clock::time_point::max();
+  auto sift = [&](std::vector<std::shared_ptr<request>>& list) {
+    std::erase_if(list, [&](const std::shared_ptr<request>& r) {
+      if (r->deadline > now) {
+        next = std::min(next, r->deadline);
+        return false;
+      }
+      due.push_back(r);
+      return true;
+    });
+  };
+  sift(waiting_);
+  for (auto& [slot, o] : order_) {
+    std::vector<std::shared_ptr<request>> held(o.held.begin(), o.held.end());
+    sift(held);
+    o.held.assign(held.begin(), held.end());
+  }
+  for (auto& r : due) deliver(*r, make_error_code(error::master_timeout), {});
+  if (next != clock::time_point::max()) arm_hold_timer(next);
 }
 
 error_code cluster_link::submit_split(std::string_view payload, clock::time_point deadline,
@@ -265,6 +418,7 @@ error_code cluster_link::submit_split(std::string_view payload, clock::time_poin
     targets.push_back(ensure_node(owner));
   }
   auto join = std::make_shared<group_join>();
+  join->self_ = join;
   join->owner = weak_from_this();
   join->answers.resize(split->groups.size());
   join->left = split->groups.size();
@@ -272,19 +426,21 @@ error_code cluster_link::submit_split(std::string_view payload, clock::time_poin
   join->tag = tag;
   join->split = std::move(*split);
   for (std::size_t i = 0; i < targets.size(); ++i) {
-    auto req = std::make_shared<request>();
-    req->owner = weak_from_this();
+    auto req = new_request();
     req->payload = join->split.groups[i].payload;
     req->replies = join->split.groups[i].replies;
     req->deadline = deadline;
     req->sink = join;
     req->tag = i;
-    req->node = targets[i];
+    req->slot = join->split.groups[i].slot;
     join->parts.push_back(req);
-    if (auto ec = nodes_[targets[i]].link->submit(req->payload, req->replies, deadline, req, i, false)) {
-      if (i == 0) return ec;  // nothing was sent: refused at once, as a plain master would
+    if (auto ec = first_send(req, targets[i], true)) {
+      if (i == 0) {
+        join->parts.clear();
+        return ec;  // nothing was sent: refused at once, as a plain master would
+      }
       // Earlier parts are on their way: this one's failure joins their answers, later.
-      join->failure = join->failure ? join->failure : ec;
+      if (!join->failure) join->failure = ec;
       --join->left;
     }
   }
@@ -308,11 +464,13 @@ void cluster_link::send(const std::shared_ptr<request>& req, std::size_t node) {
   }
 }
 
+// Sends `req` to the node that owns its slot now: its first send (ordered), or again after a
+// redirect, a retry or a refresh.
 void cluster_link::route(const std::shared_ptr<request>& req) {
-  const auto slot = core::route_request(req->payload, rewritten_).slot;
-  const auto owner = slot ? map_.owner(*slot) : core::slot_map::unowned;
+  const auto owner = req->slot && map_loaded_ ? map_.owner(*req->slot) : core::slot_map::unowned;
   if (owner == core::slot_map::unowned) return deliver(*req, make_error_code(error::not_connected), {});
-  send(req, ensure_node(owner));
+  if (req->counted) return send(req, ensure_node(owner));
+  (void)first_send(req, ensure_node(owner), false);
 }
 
 void cluster_link::fail_waiting(error_code ec) {
@@ -323,11 +481,16 @@ void cluster_link::fail_waiting(error_code ec) {
 
 void cluster_link::retry_later(const std::shared_ptr<request>& req) {
   if (clock::now() + retry_pause >= req->deadline) return deliver(*req, make_error_code(error::master_timeout), {});
+  disturb(*req);
   if (!req->pause) req->pause = std::make_unique<redlock::detail::timer>(strand_);
   req->pause->expires_after(retry_pause);
   req->pause->async_wait([req](error_code ec) {
     auto o = req->owner.lock();
-    if (!o) return;
+    if (!o) {
+      if (req->sink)
+        std::exchange(req->sink, nullptr)->on_reply(req->tag, make_error_code(asio::error::operation_aborted), {});
+      return;
+    }
     if (ec || o->closed_) return o->deliver(*req, make_error_code(boost::asio::error::operation_aborted), {});
     o->retries_.fetch_add(1, std::memory_order_relaxed);
     // Where the slot lives now (the map may have moved on).
@@ -349,18 +512,29 @@ void cluster_link::on_answer(const std::shared_ptr<request>& req, error_code ec,
       auto rd = core::parse_redirect(v->value);
       const auto& from = map_.nodes()[req->node];
       switch (rd.what) {
-        case core::redirect::kind::moved: {
-          ++req->redirects;
-          redirects_.fetch_add(1, std::memory_order_relaxed);
-          map_.moved(rd.slot, rd.host.empty() ? std::string_view{from.host} : std::string_view{rd.host}, rd.port);
-          want_refresh();
-          return send(req, ensure_node(map_.owner(rd.slot)));
-        }
+        case core::redirect::kind::moved:
         case core::redirect::kind::ask: {
           ++req->redirects;
           redirects_.fetch_add(1, std::memory_order_relaxed);
-          const auto n = map_.add(core::shard_node{rd.host.empty() ? from.host : rd.host, rd.port, {}});
-          req->asking = true;
+          disturb(*req);
+          const std::string host = rd.host.empty() ? from.host : rd.host;
+          const auto n = map_.add(core::shard_node{host, rd.port, {}});
+          if (!map_.is_primary(n)) {
+            // Sent to a node that was no primary at the last full load: a promoted replica, maybe
+            // (a failover). Its answer must not count before the map says so: the request waits
+            // for a refresh (which quarantines the cluster if it was one), then goes again.
+            waiting_.push_back(req);
+            arm_hold_timer(req->deadline);
+            want_refresh();
+            if (refresh_in_flight_) refresh_again_ = true;
+            return;
+          }
+          if (rd.what == core::redirect::kind::moved) {
+            map_.moved(rd.slot, host, rd.port);
+            want_refresh();
+          } else {
+            req->asking = true;
+          }
           return send(req, ensure_node(n));
         }
         case core::redirect::kind::try_again:
@@ -381,8 +555,32 @@ void cluster_link::on_answer(const std::shared_ptr<request>& req, error_code ec,
 }
 
 void cluster_link::deliver(request& req, error_code ec, const resp::response& r) {
+  if (!req.sink) return;  // delivered already (never twice)
   answering_ = req.node;
-  req.sink->on_reply(req.tag, ec, r);
+  auto sink = std::move(req.sink);
+  leave_order(req);
+  sink->on_reply(req.tag, ec, r);
+  // Back to the pool: reused once the node link has dropped its reference too.
+  if (spare_.size() < max_spare && !req.pause) spare_.push_back(req.shared_from_this());
+}
+
+std::shared_ptr<cluster_link::request> cluster_link::new_request() {
+  // A request record and its payload's buffer are reused (no allocation per request in steady
+  // state), once nothing else holds the record.
+  for (auto it = spare_.rbegin(); it != spare_.rend(); ++it) {
+    if (it->use_count() != 1) continue;
+    auto req = std::move(*it);
+    spare_.erase(std::next(it).base());
+    req->redirects = 0;
+    req->asking = false;
+    req->push_confirmed = false;
+    req->counted = false;
+    req->slot.reset();
+    return req;
+  }
+  auto req = std::make_shared<request>();
+  req->owner = weak_from_this();
+  return req;
 }
 
 // ---- the slot map ------------------------------------------------------------------------------
@@ -421,23 +619,60 @@ void cluster_link::refresh_answered(std::size_t node, error_code ec, const resp:
       return;
   }
   refresh_in_flight_ = false;
-  // What the map said before: a replica that now owns slots was promoted (a failover).
-  std::vector<std::pair<bool, bool>> before;  // (owned slots, was a replica) by node number
+  // What the last full load said (MOVED corrections aside), to compare with this one.
+  std::vector<node_was> before;
   for (std::uint16_t i = 0; i < map_.nodes().size(); ++i)
-    before.emplace_back(map_loaded_ && map_.slots_of(i) > 0, map_.is_replica(i));
+    before.push_back({map_.owned_at_load(i), map_.is_replica(i), map_.is_primary(i)});
   if (!ec && node < nodes_.size() && map_.load(r, map_.nodes()[node].host)) {
     const bool first = !map_loaded_;
     map_loaded_ = true;
-    for (std::uint16_t i = 0; !first && i < before.size(); ++i) {
-      if (map_.slots_of(i) > 0 && !before[i].first && before[i].second) note_failover(i);
-    }
+    refresh_failures_ = 0;
+    if (!first) detect_failover(before);
     for (std::size_t i = nodes_.size(); i < map_.nodes().size(); ++i) ensure_node(static_cast<std::uint16_t>(i));
     auto waiting = std::move(waiting_);
     waiting_.clear();
     for (auto& req : waiting) route(req);
+    if (!first) {
+      if (auto o = observer()) o->on_link_moved(index_);
+    }
+  } else if (ec == error::server_error && v && v->value.find("cluster support disabled") != std::string::npos) {
+    // A plain server given as a cluster master: nothing will change that.
+    if (auto o = observer()) o->on_link_failed(index_, make_error_code(error::invalid_config));
+    fail_waiting(make_error_code(error::not_connected));
+  } else {
+    // Unanswered or refused (LOADING, a timeout...): asked again shortly, while anything waits
+    // for a map (requests keep their own deadlines).
+    retry_refresh();
   }
   if (std::exchange(refresh_again_, false)) want_refresh();
   update_up();
+}
+
+void cluster_link::retry_refresh() {
+  if (closed_ || (map_loaded_ && waiting_.empty())) return;
+  if (!refresh_timer_) refresh_timer_ = std::make_unique<redlock::detail::timer>(strand_);
+  const auto step = std::min(refresh_failures_++, 4u);
+  const auto pause = std::chrono::milliseconds{50 << step};  // 50 ms to 800 ms
+  refresh_timer_->expires_after(pause);
+  refresh_timer_->async_wait([self = weak_from_this()](error_code e) {
+    if (auto o = self.lock(); o && !e) o->want_refresh();
+  });
+}
+
+// A failover shows in a full load: a replica of the last one now owns slots, or a node that owned
+// slots is now a replica; or slots went to a node unknown before while their owner is no primary
+// any more. The promoted node may lack acknowledged writes: the cluster is quarantined.
+void cluster_link::detect_failover(const std::vector<node_was>& before) {
+  bool failover = false;
+  bool lost_owner = false;
+  for (std::uint16_t i = 0; i < before.size(); ++i) {
+    if (map_.slots_of(i) > 0 && before[i].replica) failover = true;
+    if (before[i].owned && map_.is_replica(i)) failover = true;
+    if (before[i].owned && !map_.is_primary(i)) lost_owner = true;
+  }
+  for (std::uint16_t i = static_cast<std::uint16_t>(before.size()); i < map_.nodes().size(); ++i)
+    if (map_.slots_of(i) > 0 && lost_owner) failover = true;
+  if (failover) note_failover(0);
 }
 
 // ---- one up/down story for the lock client -----------------------------------------------------
@@ -462,17 +697,30 @@ void cluster_link::on_link_up(std::size_t node) {
 
 void cluster_link::on_link_identified(std::size_t node, const node_facts& facts) {
   // The lock client's restart guard keeps one identity per master. A cluster's identity changes
-  // when a node that serves slots comes back as another process (a restart without the keys it
-  // had), or when a replica is promoted (note_failover): the whole cluster is then quarantined,
-  // as a restarted plain master would be. A replica's restart loses nothing: it copies its
-  // primary again before it can be promoted.
+  // (a new generation, which the guard sees as a restart) when a node that serves slots, or may:
+  // - comes back as another process (a new run_id: a restart without the keys it had);
+  // - is first seen with an uptime shorter than the quarantine (it may have restarted empty
+  //   just before, or be a node that took over an address, unknown to this client);
+  // - or when a replica is promoted (note_failover).
+  // A replica's own restart loses nothing: it copies its primary again before it can serve.
   auto f = facts;
-  auto& known = nodes_[node].run_id;
+  auto& n = nodes_[node];
+  const bool serving = !map_loaded_ || owns_slots(node);
+  n.refused = facts.identify && !facts.identity.answered;
   if (facts.identity.answered) {
-    const bool serving = !map_loaded_ || owns_slots(node);
-    if (!known.empty() && known != facts.identity.run_id && serving) ++identity_generation_;
-    known = facts.identity.run_id;
+    const bool restarted = !n.run_id.empty() && n.run_id != facts.identity.run_id;
+    const bool fresh = n.run_id.empty() && quarantine_ > std::chrono::milliseconds::zero() && first_identified_ &&
+                       std::chrono::seconds{facts.identity.uptime} < quarantine_;
+    if (serving && (restarted || fresh)) ++identity_generation_;
+    n.run_id = facts.identity.run_id;
     f.identity.run_id = "cluster:" + std::to_string(identity_generation_);
+    first_identified_ = true;
+  }
+  // A node that refuses INFO keeps the cluster unguarded-refused until it answers: one node's
+  // answer must not clear another's refusal.
+  if (std::any_of(nodes_.begin(), nodes_.end(), [](const node_state& x) { return x.refused; })) {
+    f.identity.answered = false;
+    if (f.identity.refusal.empty()) f.identity.refusal = "a node of the cluster refused INFO";
   }
   if (auto o = observer()) o->on_link_identified(index_, f);
 }

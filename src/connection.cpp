@@ -743,6 +743,10 @@ void master_link::observe(std::weak_ptr<link_observer> o, std::size_t index, boo
            : impl_->observe(std::move(o), index, identify, ask_time);
 }
 
+void master_link::set_restart_quarantine(std::chrono::milliseconds q) {
+  if (cluster_) cluster_->set_restart_quarantine(q);
+}
+
 void master_link::close() { cluster_ ? cluster_->close() : impl_->close(); }
 
 void master_link::close_after_writes(clock::duration limit) {

@@ -85,6 +85,9 @@ class error_category_impl final : public boost::system::error_category {
       case error::restart_guard_refused:
         return "the master refused INFO, which the restart guard needs: its votes do not count (allow INFO, or "
                "choose restart_detection::reconnect or off)";
+      case error::partial_outcome:
+        return "the parts of a request over several hash slots of a cluster master ended differently (some set, "
+               "some not): the master's vote counts as unknown, and what was set is released";
       case error::cross_slot:
         return "the request names keys in more than one hash slot of a cluster master (give the resources a common "
                "hash tag, e.g. '{acct}:42' and '{acct}:99')";
@@ -119,6 +122,7 @@ class error_category_impl final : public boost::system::error_category {
       case error::script_mismatch:
       case error::master_quarantined:
       case error::restart_guard_refused:
+      case error::partial_outcome:
         return make_error_condition(condition::master_failure);
       case error::invalid_config:
       case error::invalid_argument:

@@ -116,6 +116,8 @@ std::string_view to_string(error e) noexcept {
       return "restart_guard_refused";
     case error::cross_slot:
       return "cross_slot";
+    case error::partial_outcome:
+      return "partial_outcome";
   }
   return "unknown";
 }

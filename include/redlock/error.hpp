@@ -116,6 +116,10 @@ enum class error {
   /// A request names keys in more than one hash slot of a cluster master (`async_lock_all` over
   /// resources without a common hash tag, say): no node of the cluster can run it.
   cross_slot,
+  /// A request cut by slot over a cluster master (`async_lock_all`) ended differently on its
+  /// parts, some set and some not: the cluster's vote is an unknown outcome, and what was set is
+  /// released.
+  partial_outcome,
 };
 
 /// Coarse groups of errors, for tests such as `ec == redlock::condition::timeout`.

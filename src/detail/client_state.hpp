@@ -294,6 +294,9 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   void defer_release(std::size_t i, std::string_view payload, std::chrono::milliseconds ttl,
                      clock_type::time_point until = clock_type::time_point::min());
   void on_link_up(std::size_t i) override;
+  void on_link_moved(std::size_t i) override;
+  // Re-sends master `i`'s releases in doubt that are still worth sending (`why` is logged).
+  void resend_deferred(std::size_t i, std::string_view why);
   void on_link_identified(std::size_t i, const node_facts& facts) override;
   void on_link_down(std::size_t i) override;
   void on_link_failed(std::size_t i, error_code cause) override;

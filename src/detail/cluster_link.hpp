@@ -9,15 +9,19 @@
 
 #include "master_link.hpp"
 #include <redlock/core/slot_map.hpp>
+#include <redlock/timer.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/strand.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace redlock::detail {
@@ -35,6 +39,7 @@ class cluster_link final : public link_observer, public std::enable_shared_from_
   // As master_link's members of the same names.
   void run();
   void observe(std::weak_ptr<link_observer> o, std::size_t index, bool identify, bool ask_time);
+  void set_restart_quarantine(std::chrono::milliseconds q) { quarantine_ = q; }
   void close();
   void close_after_writes(clock::duration limit);
   boost::system::error_code submit(std::string_view payload, std::size_t replies, clock::time_point deadline,
@@ -70,13 +75,15 @@ class cluster_link final : public link_observer, public std::enable_shared_from_
   struct node_state {
     std::unique_ptr<master_link> link;
     bool up = false;
-    std::string run_id;  // the last INFO server said
+    std::string run_id;    // the last INFO server said
+    bool refused = false;  // its last handshake refused INFO
   };
 
   std::size_t ensure_node(std::uint16_t number);  // a link for map node `number` (strand)
   void start_node(std::size_t number);
   void on_answer(const std::shared_ptr<request>& req, boost::system::error_code ec, const resp::response& r);
   void deliver(request& req, boost::system::error_code ec, const resp::response& r);
+  std::shared_ptr<request> new_request();
   void send(const std::shared_ptr<request>& req, std::size_t node);
   void retry_later(const std::shared_ptr<request>& req);
   std::size_t home() const;  // an up node for keyless requests (owning slots if any); npos if none
@@ -84,6 +91,17 @@ class cluster_link final : public link_observer, public std::enable_shared_from_
   void refresh_answered(std::size_t node, boost::system::error_code ec, const resp::response& r, bool slots);
   void update_up();
   void note_failover(std::size_t node);
+  struct node_was {
+    bool owned, replica, primary;  // at the last full load
+  };
+  void detect_failover(const std::vector<node_was>& before);
+  void retry_refresh();
+  void abandon_held();
+  boost::system::error_code first_send(const std::shared_ptr<request>& req, std::size_t target, bool refuse_now);
+  void leave_order(request& req);
+  void disturb(const request& req);
+  void arm_hold_timer(clock::time_point deadline);
+  void expire_held(clock::time_point now);
   void route(const std::shared_ptr<request>& req);  // to the node that owns its slot (map known)
   void fail_waiting(boost::system::error_code ec);
   // A request over several slots (async_lock_all): one part per slot, joined (core::split_by_slot).
@@ -113,11 +131,27 @@ class cluster_link final : public link_observer, public std::enable_shared_from_
   bool refresh_in_flight_ = false;
   bool refresh_again_ = false;
   std::uint64_t identity_generation_ = 0;
-  std::string script_payload_;  // the last SCRIPT LOAD batch: loaded on every node that comes up
+  std::chrono::milliseconds quarantine_{0};
+  bool first_identified_ = false;  // the guard has this cluster's first identity (and its uptime)
+  std::string script_payload_;     // the last SCRIPT LOAD batch: loaded on every node that comes up
   std::size_t script_replies_ = 0;
   std::string rewritten_;  // route_request's output (reused)
   std::size_t answering_ = 0;
   std::shared_ptr<reply_sink> ignore_;
+  std::vector<std::shared_ptr<request>> spare_;  // delivered requests, for reuse
+  // Per slot with requests in flight: their order (see first_send).
+  struct slot_order {
+    std::uint32_t outstanding = 0;  // sent, not answered yet
+    std::size_t node = 0;           // where they went
+    bool disturbed = false;         // one of them is being redirected or retried
+    std::deque<std::shared_ptr<request>> held;
+  };
+  std::unordered_map<std::uint16_t, slot_order> order_;
+  std::unique_ptr<redlock::timer> hold_timer_;  // the earliest deadline of a held request
+  bool hold_armed_ = false;
+  clock::time_point hold_at_{};
+  std::unique_ptr<redlock::timer> refresh_timer_;
+  unsigned refresh_failures_ = 0;
   std::atomic<std::uint64_t> redirects_{0}, retries_{0}, refreshes_{0}, failovers_{0};
 };
 

@@ -45,6 +45,9 @@ class link_observer {
   /// after a timeout came after all; `submit` is accepted from here on (also inside this call:
   /// what it queues is written right after).
   virtual void on_link_up(std::size_t index) = 0;
+  /// A cluster master's slot map changed (a migration ended, a failover) while it stays up:
+  /// requests that could not reach their keys before (releases in doubt) may now.
+  virtual void on_link_moved(std::size_t /*index*/) {}
   /// Just before `on_link_up` of a new connection: what its handshake's `INFO server` and `TIME`
   /// said, when `observe` asked for them.
   virtual void on_link_identified(std::size_t /*index*/, const node_facts& /*facts*/) {}
@@ -89,6 +92,9 @@ class master_link {
   /// `run()`. `identify`, `ask_time`: every handshake also asks `INFO server`, `TIME`
   /// (`link_observer::on_link_identified`).
   void observe(std::weak_ptr<link_observer> o, std::size_t index, bool identify = false, bool ask_time = false);
+  /// For a cluster master: the restart quarantine, so that a node first seen with a shorter
+  /// uptime quarantines the cluster (see cluster_link). Ignored by a plain master.
+  void set_restart_quarantine(std::chrono::milliseconds q);
   /// Closes the socket; every accepted request completes with `operation_aborted`. From any thread.
   void close();
   /// As `close`, once every request accepted before this call has been written (or after `limit`,

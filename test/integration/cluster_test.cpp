@@ -504,6 +504,64 @@ TEST(cluster_failover, a_promoted_replica_that_lost_the_key_is_quarantined_and_t
   });
 }
 
+// A graceful failover (CLUSTER FAILOVER on the replica): the old primary lives on as a replica and
+// answers MOVED to the promoted one. The redirect's answer is not counted before a refresh of the
+// map has seen the promotion, which quarantines the cluster (its answer waits for that refresh).
+TEST(cluster_failover, a_failover_learned_through_moved_quarantines_the_cluster) {
+  redlock::test::cluster_set set{3, 1, {}, 1};
+  run_test([&](asio::io_context& io) -> asio::awaitable<void> {
+    redlock::client a{io.get_executor(), guarded(set)};
+    EXPECT_TRUE(co_await until([&] { return all_count(a); }, 10s)) << "fresh clusters stay quarantined";
+    auto [ec, got] = co_await a.async_lock("g:held", 4s, use_tuple);
+    if (ec) {
+      ADD_FAILURE() << ec.message();
+      co_return;
+    }
+    redlock::lock held = std::move(got);
+    EXPECT_EQ(set.replica(0, 0).command({"CLUSTER", "FAILOVER"}), "+OK\r\n");
+    EXPECT_TRUE(
+        co_await until([&] { return set.primary(0, 0).command({"ROLE"}).find("slave") != std::string::npos; }, 5s))
+        << "the old primary did not step down";
+    EXPECT_EQ(a.hazards()[0].cause, redlock::hazard_cause::none) << "nothing told the client yet";
+    // The extension meets MOVED on cluster 0: its answer waits for the refresh, which sees the
+    // promotion; cluster 0's vote does not count, clusters 1 and 2 carry it.
+    auto [ee] = co_await held.async_extend(4s, use_tuple);
+    EXPECT_FALSE(ee) << ee.message();
+    EXPECT_TRUE(co_await until([&] { return a.hazards()[0].cause == redlock::hazard_cause::restarted; }, 2s));
+    // Another vote on cluster 0 now: quarantined.
+    auto [e2, other] = co_await a.async_try_lock("g:other", 2s, use_tuple);
+    EXPECT_FALSE(e2) << e2.message();
+    const auto m = other.masters();
+    if (m.size() == 3 && m[0].status != master_status::pending) {
+      EXPECT_EQ(m[0].error, error::master_quarantined) << m[0].error.message();
+    }
+    (void)co_await held.async_unlock(use_tuple);
+    a.close();
+  });
+}
+
+// A cluster node given as a plain master is refused: its helper keys would be named otherwise,
+// and its scripts would meet CROSSSLOT.
+TEST(cluster_failover, a_cluster_node_given_as_a_plain_master_is_refused) {
+  redlock::test::cluster_set set{1, 1};
+  redlock::test::master_set plain{2};
+  run_test([&](asio::io_context& io) -> asio::awaitable<void> {
+    redlock::client_config cfg;
+    EXPECT_FALSE(redlock::parse_masters(set.primary(0, 0).address() + "," + plain.masters(), cfg.masters));
+    cfg.guard.restarts = redlock::restart_detection::off;
+    redlock::client a{io.get_executor(), cfg};
+    auto [ec, l] = co_await a.async_lock("p:1", 4s, use_tuple);
+    EXPECT_FALSE(ec) << ec.message();  // the two plain masters
+    EXPECT_TRUE(co_await until([&] { return a.masters()[0].state == redlock::connection_state::closed; }, 3s));
+    auto [ec2, l2] = co_await a.async_lock("p:2", 4s, use_tuple);
+    EXPECT_FALSE(ec2) << ec2.message();
+    if (!l2.masters().empty()) {
+      EXPECT_NE(l2.masters()[0].status, master_status::granted);
+    }
+    a.close();
+  });
+}
+
 // A shard's primary killed and restarted empty (same node id, same slots, no keys): its cluster
 // is quarantined, the others count.
 TEST(cluster_failover, a_restarted_shard_quarantines_its_cluster) {

@@ -42,12 +42,16 @@ struct cursor {
   std::string_view in;
   std::size_t at = 0;
   bool number(char prefix, std::size_t& n) {
+    // A length as the library writes it: decimal digits, then CRLF (a hand loop: this runs for
+    // every argument of every request to a cluster master).
     if (at >= in.size() || in[at] != prefix) return false;
-    const auto end = in.find("\r\n", at + 1);
-    if (end == std::string_view::npos) return false;
-    const auto [p, ec] = std::from_chars(in.data() + at + 1, in.data() + end, n);
-    if (ec != std::errc{} || p != in.data() + end) return false;
-    at = end + 2;
+    std::size_t i = at + 1, v = 0;
+    const std::size_t start = i;
+    while (i < in.size() && in[i] >= '0' && in[i] <= '9' && i - start < 18)
+      v = v * 10 + static_cast<std::size_t>(in[i++] - '0');
+    if (i == start || i + 1 >= in.size() || in[i] != '\r' || in[i + 1] != '\n') return false;
+    n = v;
+    at = i + 2;
     return true;
   }
   bool bulk(std::string_view& out) {
@@ -73,23 +77,28 @@ inline bool iequals(std::string_view a, std::string_view b) noexcept {
 // after a count in the second argument (scripts and functions).
 enum class keys_at : std::uint8_t { none, first, all, counted };
 
+inline constexpr std::string_view counted_commands[] = {"EVALSHA", "EVAL",  "EVALSHA_RO",
+                                                        "EVAL_RO", "FCALL", "FCALL_RO"};
+inline constexpr std::string_view all_key_commands[] = {"DEL", "UNLINK", "EXISTS", "TOUCH"};
+inline constexpr std::string_view first_key_commands[] = {
+    "SET",  "GET",  "PEXPIRE", "PTTL",  "TTL",  "TYPE",     "HGETALL", "HLEN",   "HDEL", "ZCARD",   "ZRANGE",
+    "ZREM", "ZADD", "ZSCORE",  "SCARD", "SREM", "SMEMBERS", "INCR",    "GETDEL", "DUMP", "RESTORE", "OBJECT"};
+
 inline keys_at key_positions(std::string_view cmd) noexcept {
-  for (std::string_view s : {"EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO", "FCALL", "FCALL_RO"})
+  for (auto s : counted_commands)
     if (iequals(cmd, s)) return keys_at::counted;
-  for (std::string_view s : {"DEL", "UNLINK", "EXISTS", "TOUCH"})
+  for (auto s : all_key_commands)
     if (iequals(cmd, s)) return keys_at::all;
-  for (std::string_view s : {"SET", "GET", "PEXPIRE", "PTTL", "TTL", "TYPE", "HGETALL", "HLEN", "ZCARD", "ZRANGE",
-                             "SCARD", "SMEMBERS", "INCR", "GETDEL", "DUMP", "RESTORE", "OBJECT"})
+  for (auto s : first_key_commands)
     if (iequals(cmd, s)) return keys_at::first;
   return keys_at::none;
 }
 
-// The helper suffix `key` is `lock` plus, if any.
-inline std::string_view helper_suffix_of(std::string_view key, std::string_view lock) noexcept {
-  if (key.size() <= lock.size() || key.substr(0, lock.size()) != lock) return {};
-  const auto rest = key.substr(lock.size());
+// The helper suffix `key` ends with, if any.
+inline std::string_view helper_suffix_at_end(std::string_view key) noexcept {
+  if (key.size() < 14) return {};
   for (auto s : redlock::detail::helper_suffixes)
-    if (rest == s) return s;
+    if (key.size() > s.size() && key.substr(key.size() - s.size()) == s) return s;
   return {};
 }
 
@@ -106,8 +115,8 @@ inline void put_bulk(std::string& out, std::string_view bytes) {
 /// @brief Reads `payload` (one or more pipelined commands, as the library encodes them) for a
 /// cluster master: the slot of its keys, and helper keys renamed for `key_naming::slotted`.
 ///
-/// In a script's KEYS, a key that is the first key plus a helper suffix is a helper key: when the
-/// first key has no hash tag it becomes `{first}` plus the suffix (`append_helper_key`). The
+/// Every key that ends with a helper suffix is a helper key (no lock key may end so): when the rest
+/// of it (its lock key) has no hash tag it becomes `{lock key}` plus the suffix (`append_helper_key`). The
 /// rewritten payload goes to `out` (cleared first) only when something was renamed
 /// (`request_route::rewritten`); otherwise `out` is left empty and the payload goes as it is.
 inline request_route route_request(std::string_view payload, std::string& out) {
@@ -131,7 +140,6 @@ inline request_route route_request(std::string_view payload, std::string& out) {
     ++r.commands;
     const auto where = key_positions(cmd);
     std::size_t numkeys = 0;
-    std::string_view first;
     for (std::size_t i = 1; i < argc; ++i) {
       const auto start = c.at;
       std::string_view a;
@@ -153,23 +161,26 @@ inline request_route route_request(std::string_view payload, std::string& out) {
         is_key = i >= 3 && i < 3 + numkeys;
       }
       if (!is_key) continue;
-      if (first.empty() && i == (where == keys_at::counted ? 3u : 1u)) {
-        first = a;
-        note_slot(a);
-        continue;
-      }
-      const auto suffix = where == keys_at::counted ? helper_suffix_of(a, first) : std::string_view{};
-      if (!suffix.empty() && !hash_tag(first)) {
+      // Every key that ends with a helper suffix is a helper key (a lock key may not end so:
+      // check_resource refuses it), wherever it stands: the writer's leave and the fair queue's
+      // ZREM name one alone.
+      const auto suffix = helper_suffix_at_end(a);
+      const auto base = a.substr(0, a.size() - suffix.size());
+      if (!suffix.empty() && !hash_tag(base)) {
         if (!r.rewritten) {
           r.rewritten = true;
           out.reserve(payload.size() + 16);
         }
         out.append(payload.substr(copied, start - copied));
-        std::string renamed;
-        append_helper_key(renamed, first, suffix, key_naming::slotted);
-        put_bulk(out, renamed);
+        // "$<len>\r\n{base}suffix\r\n", written in place (no temporary key).
+        out += '$';
+        out += std::to_string(a.size() + 2);
+        out += "\r\n";
+        const auto at = out.size();
+        append_helper_key(out, base, suffix, key_naming::slotted);
+        note_slot(std::string_view{out}.substr(at));
+        out += "\r\n";
         copied = c.at;
-        note_slot(renamed);
       } else {
         note_slot(a);
       }

@@ -40,6 +40,7 @@ struct node_identity {
   std::string run_id;        ///< the server process's id: changes at every restart
   std::int64_t uptime = -1;  ///< `uptime_in_seconds` (whole seconds, from its wall clock)
   std::string refusal;       ///< its error reply when it refused (untrusted)
+  std::string mode;          ///< `redis_mode`: "standalone", "cluster" or "sentinel" (empty: not said)
 };
 
 /// Reads `run_id` and `uptime_in_seconds` from an `INFO server` reply's text.
@@ -58,6 +59,7 @@ inline node_identity parse_info(std::string_view text) {
     }
     return std::nullopt;
   };
+  if (const auto mode = field("redis_mode"); mode && mode->size() <= 16) id.mode.assign(*mode);
   const auto run = field("run_id");
   const auto up = field("uptime_in_seconds");
   std::int64_t uptime = -1;

@@ -43,6 +43,8 @@ class slot_map {
   std::uint16_t owner(std::uint16_t slot) const noexcept { return owner_[slot]; }
   /// True once every slot has an owner.
   bool complete() const noexcept { return std::find(owner_.begin(), owner_.end(), unowned) == owner_.end(); }
+  /// True when the last `load` listed `node` as a primary (with or without slots).
+  bool is_primary(std::uint16_t node) const noexcept { return node < primary_.size() && primary_[node]; }
   /// True when the last `load` listed `node` as a replica (of some primary).
   bool is_replica(std::uint16_t node) const noexcept { return node < replica_.size() && replica_[node]; }
   /// The slots `node` owns.
@@ -70,6 +72,9 @@ class slot_map {
   void moved(std::uint16_t slot, std::string_view host, std::uint16_t port) {
     owner_[slot] = add(shard_node{std::string{host}, port, {}});
   }
+  /// True when `node` owned slots at the last `load` (whatever `moved` changed since): one full
+  /// load is compared with the next.
+  bool owned_at_load(std::uint16_t node) const noexcept { return node < loaded_owners_.size() && loaded_owners_[node]; }
 
   /// Replaces the ownership with what a `CLUSTER SHARDS` or `CLUSTER SLOTS` reply says (nodes
   /// keep their numbers). `default_host`: for a node announced without an address (an empty
@@ -77,18 +82,27 @@ class slot_map {
   /// reply is neither.
   bool load(const resp::response& r, std::string_view default_host) {
     ranges_t ranges;
-    std::vector<shard_node> replicas;
-    if (!read_shards(r, default_host, ranges, replicas)) {
+    std::vector<shard_node> replicas, primaries;
+    if (!read_shards(r, default_host, ranges, replicas, primaries)) {
       ranges.clear();
       replicas.clear();
+      primaries.clear();
       if (!read_slots(r, default_host, ranges, replicas)) return false;
     }
     owner_.assign(slot_count, unowned);
     for (auto& [range, node] : ranges) assign(range.first, range.second, add(node));
+    for (const auto& n : primaries) add(n);
+    primary_.assign(nodes_.size(), false);
+    for (const auto& [range, node] : ranges) primary_[add(node)] = true;
+    for (const auto& n : primaries) primary_[add(n)] = true;
+    loaded_owners_.assign(nodes_.size(), false);
+    for (auto o : owner_)
+      if (o != unowned) loaded_owners_[o] = true;
     replica_.assign(nodes_.size(), false);
     for (const auto& n : replicas) {
       const auto i = add(n);
       replica_.resize(nodes_.size(), false);
+      primary_.resize(nodes_.size(), false);
       replica_[i] = true;
     }
     return true;
@@ -122,7 +136,7 @@ class slot_map {
   // CLUSTER SHARDS: [ {slots: [a, b, ...], nodes: [ {id, port, ip, endpoint, role, ...}, ...]}, ...]
   // (maps in RESP3, flat key/value arrays in RESP2).
   static bool read_shards(const resp::response& r, std::string_view default_host, ranges_t& out,
-                          std::vector<shard_node>& replicas) {
+                          std::vector<shard_node>& replicas, std::vector<shard_node>& primaries) {
     if (r.empty() || r[0].data_type != resp::type::array) return false;
     const auto top = r[0].depth;
     for (std::size_t i = 1; i < r.size();) {
@@ -178,6 +192,7 @@ class slot_map {
       }
       if (!saw_slots) return false;
       if (primary) {
+        primaries.push_back(*primary);
         for (std::size_t s = 0; s + 1 < slots.size(); s += 2) {
           if (!slot_range(slots[s], slots[s + 1])) return false;
           out.push_back({{slots[s], slots[s + 1]}, *primary});
@@ -226,6 +241,8 @@ class slot_map {
   std::vector<shard_node> nodes_;
   std::vector<std::uint16_t> owner_;
   std::vector<bool> replica_;
+  std::vector<bool> primary_;
+  std::vector<bool> loaded_owners_;  // nodes that owned slots at the last load
 };
 
 }  // namespace redlock::core

@@ -127,6 +127,24 @@ TEST(cluster_route, every_kind_routes_to_its_lock_keys_slot_with_helpers_renamed
   }
 }
 
+TEST(cluster_route, a_helper_key_alone_is_renamed_too) {
+  // The writer's leave names only its claim; the fair queue's leave is a raw ZREM.
+  step_values v;
+  v.key = "orders:42";
+  v.waiter = "w";
+  redlock::resp::request req;
+  ASSERT_TRUE(encode_step(req, kinds::writer.leave, v, false));
+  req.push("ZREM", "orders:42:redlock-queue", "w");
+  std::string out;
+  const auto r = route_request(req.payload(), out);
+  EXPECT_TRUE(r.rewritten);
+  EXPECT_FALSE(r.cross_slot);
+  EXPECT_EQ(r.slot, key_slot("orders:42"));
+  EXPECT_NE(out.find("{orders:42}:redlock-writer"), std::string::npos);
+  EXPECT_NE(out.find("{orders:42}:redlock-queue"), std::string::npos);
+  EXPECT_EQ(out.find("$23\r\norders:42:redlock-queue"), std::string::npos);
+}
+
 TEST(cluster_route, pipelined_time_and_keyless_requests) {
   redlock::resp::request req;
   req.push("SET", "orders:42", "tok", "NX", "PX", 1000);
