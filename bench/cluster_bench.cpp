@@ -148,8 +148,7 @@ result measure(const std::string& name, std::size_t shards, double seconds, int 
         }
       },
       asio::detached);
-  while (started == clock_type::time_point{} ||
-         clock_type::now() - started < std::chrono::duration<double>(seconds))
+  while (started == clock_type::time_point{} || clock_type::now() - started < std::chrono::duration<double>(seconds))
     ioc.run_one_for(10ms);
   running = false;
   const auto elapsed = std::chrono::duration<double>(clock_type::now() - started).count();
@@ -198,15 +197,16 @@ int main(int argc, char** argv) {
   }
   std::vector<result> results;
   results.push_back(measure("3 plain masters", 0, seconds, workers));
-  for (std::size_t s = 1; s <= 3; ++s) results.push_back(measure(fmt::format("3 clusters x {} shards", s), s, seconds, workers));
+  for (std::size_t s = 1; s <= 3; ++s)
+    results.push_back(measure(fmt::format("3 clusters x {} shards", s), s, seconds, workers));
 
   std::printf("%-24s %10s %12s %26s %9s %9s %9s\n", "fleet", "cycles/s", "client us/c", "per shard us/cycle",
               "evenness", "p50 us", "p99 us");
   for (const auto& r : results) {
     std::string shards;
     for (auto v : r.shard_us_per_cycle) shards += fmt::format("{}{:.1f}", shards.empty() ? "" : " ", v);
-    std::printf("%-24s %10.0f %12.1f %26s %9.2f %9.0f %9.0f\n", r.name.c_str(), r.cycles_per_s,
-                r.client_us_per_cycle, shards.c_str(), r.evenness, r.p50_us, r.p99_us);
+    std::printf("%-24s %10.0f %12.1f %26s %9.2f %9.0f %9.0f\n", r.name.c_str(), r.cycles_per_s, r.client_us_per_cycle,
+                shards.c_str(), r.evenness, r.p50_us, r.p99_us);
   }
   // The model: a cluster of S shards on S cores serves 1 / (its busiest shard's CPU per cycle)
   // cycles per second; every lock touches every cluster, so the fleet serves that too, as long as
@@ -227,8 +227,7 @@ int main(int argc, char** argv) {
           << ",\"cycles_per_s\":" << r.cycles_per_s << ",\"client_us_per_cycle\":" << r.client_us_per_cycle
           << ",\"evenness\":" << r.evenness << ",\"p50_us\":" << r.p50_us << ",\"p99_us\":" << r.p99_us
           << ",\"shard_us_per_cycle\":[";
-      for (std::size_t s = 0; s < r.shard_us_per_cycle.size(); ++s)
-        out << (s ? "," : "") << r.shard_us_per_cycle[s];
+      for (std::size_t s = 0; s < r.shard_us_per_cycle.size(); ++s) out << (s ? "," : "") << r.shard_us_per_cycle[s];
       out << "]}";
     }
     out << "]}\n";

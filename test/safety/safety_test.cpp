@@ -8,6 +8,7 @@
 
 #include "checker.hpp"
 #include <redlock/client.hpp>
+#include <redlock/core/key_slot.hpp>
 #include <redlock/core/validity.hpp>
 #include <redlock/hazard.hpp>
 #include <redlock_test/configs.hpp>
@@ -73,13 +74,15 @@ struct workload {
   std::chrono::milliseconds ttl{ttl_ms};
   bool guard = true;
   std::vector<std::string> flags;
+  std::string masters;  // the workers' master list; empty: the run's own five servers
 };
 
 // One scenario: five masters (optionally behind fault proxies; started with `options`, e.g. the
 // clock shim), worker processes, a fault script.
 class contention_run {
  public:
-  explicit contention_run(bool proxied, redlock::test::redis_options options = {}) : servers_{5, std::move(options)} {
+  explicit contention_run(bool proxied, redlock::test::redis_options options = {}, std::size_t servers = 5)
+      : servers_{servers, std::move(options)} {
     if (proxied) {
       for (std::size_t i = 0; i < servers_.size(); ++i) {
         proxies_.push_back(std::make_unique<redlock::test::fault_proxy>(servers_[i].host(), servers_[i].port()));
@@ -123,10 +126,12 @@ class contention_run {
     const bool client = load.mode != "no_nx" && load.mode != "first_ok";  // the broken modes have none
     const auto warm_up = client && load.guard ? quarantine_for(load.ttl) + 500ms : 0ms;
     seconds_ = load.seconds;
-    std::string masters;
-    for (std::size_t i = 0; i < servers_.size(); ++i) {
-      const auto port = proxies_.empty() ? servers_[i].port() : proxies_[i]->port();
-      masters += fmt::format("{}127.0.0.1:{}", i ? "," : "", port);
+    std::string masters = load.masters;
+    if (masters.empty()) {
+      for (std::size_t i = 0; i < servers_.size(); ++i) {
+        const auto port = proxies_.empty() ? servers_[i].port() : proxies_[i]->port();
+        masters += fmt::format("{}127.0.0.1:{}", i ? "," : "", port);
+      }
     }
     for (int w = 0; w < load.count; ++w) {
       const auto out = (dir_ / fmt::format("worker-{}.txt", w)).string();
@@ -505,6 +510,49 @@ workload multi() {
   w.resources = "a,b,c,d";
   w.flags = {"--multi", "1-3"};  // sets of one go through plain async_lock: both must exclude each other
   return w;
+}
+
+// Cluster masters: three Redis Clusters of two shards. Multi-resource locks over four names in
+// different slots (cut by slot on every cluster) and single ones, while the slots of all four
+// names move back and forth between the shards of every cluster (a reshard with MIGRATE), and one
+// shard is killed and restarted without its data (its cluster quarantined, the other two carry).
+TEST(safety_clusters, multi_resource_through_reshards_and_a_restarted_shard) {
+  redlock::test::cluster_set clusters{3, 2};
+  workload w = multi();
+  w.masters = clusters.masters();
+  w.seconds = kinds_seconds;
+  contention_run run{false, {}, 0};
+  run.start(w);
+  const std::vector<std::string> names = {"a", "b", "c", "d"};
+  int moves = 0;
+  bool killed = false, restarted = false;
+  for (int round = 0; redlock::clock::now() < run.ends() - 500ms; ++round) {
+    for (const auto& n : names) {
+      const auto slot = redlock::core::key_slot(n);
+      for (std::size_t c = 0; c < clusters.size(); ++c) {
+        if (c == 2 && (killed && !restarted)) continue;  // its shard is down: no reshard there
+        const auto home = slot * 2 / redlock::core::slot_count;
+        clusters.move_slot(c, slot, clusters.primary(c, (home + 1 + round) % 2));
+        ++moves;
+        std::this_thread::sleep_for(20ms);
+      }
+    }
+    const auto now = redlock::clock::now();
+    if (!killed && now > run.started() + 2s) {
+      clusters.primary(2, 0).kill();
+      killed = true;
+    } else if (killed && !restarted && now > run.started() + 3s) {
+      clusters.primary(2, 0).restart();
+      clusters.wait_stable(2);
+      restarted = true;
+    }
+  }
+  const auto r =
+      run.finish(fmt::format("clusters: 3 x 2 shards, multi 1-3 of 4, {} slot moves, a shard restarted", moves));
+  expect_kind_safe(r);
+  EXPECT_GT(r.multi_sections, 50u);
+  EXPECT_GT(moves, 20);
+  EXPECT_TRUE(restarted);
 }
 
 TEST(safety_kinds, multi_resource_under_faults) {

@@ -53,6 +53,7 @@
 //                               one_owner|plain_reads]
 
 #include <redlock/client.hpp>
+#include <redlock/config.hpp>
 #include <redlock/core/quorum.hpp>
 #include <redlock/core/validity.hpp>
 #include <redlock/timer.hpp>
@@ -466,9 +467,15 @@ int main(int argc, char** argv) {
   if (!masters.empty()) {
     for (const auto& hp : split(masters)) {
       redlock::connection_config m;
-      const auto colon = hp.rfind(':');
-      m.host = hp.substr(0, colon);
-      m.port = static_cast<std::uint16_t>(std::stoul(hp.substr(colon + 1)));
+      if (hp.starts_with("redis-cluster://")) {  // a cluster master: the library reads its seeds
+        std::vector<redlock::connection_config> one;
+        if (redlock::parse_masters(hp, one)) throw std::runtime_error("bad cluster master " + hp);
+        m = one.front();
+      } else {
+        const auto colon = hp.rfind(':');
+        m.host = hp.substr(0, colon);
+        m.port = static_cast<std::uint16_t>(std::stoul(hp.substr(colon + 1)));
+      }
       if (!o.defaults) {
         m.connect_timeout = 200ms;
         m.reconnect = {10ms, 100ms, 0.5};
