@@ -16,7 +16,7 @@ if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=cc
 cmake --preset release "${launcher[@]}" >/dev/null
 # redlock_worker: the safety suite's worker, which scenario (g) runs as four processes.
 cmake --build --preset release --target redlock_bench redlock_worker keep_alive_bench connection_bench \
-  cycle_cost_bench floor_bench kinds_bench tls_bench
+  cycle_cost_bench floor_bench kinds_bench tls_bench cluster_bench
 mkdir -p bench/results
 out=bench/results
 
@@ -48,4 +48,7 @@ python3 bench/report.py cycle-cost-kinds build/release/bench/cycle_cost_bench "$
 if [ "$quick" = 1 ]; then tls=(--rounds 2 --cycles 1000); else tls=(--rounds 8 --cycles 3000); fi
 build/release/bench/tls_bench latency "${tls[@]}" --json "${out}/tls_latency.json"
 python3 bench/report.py tls-cost build/release/bench/tls_bench "${out}"
+# Cluster masters: 3 plain masters, then 3 clusters of 1, 2 and 3 shards.
+if [ "$quick" = 1 ]; then cb=(--seconds 1); else cb=(--seconds 3); fi
+build/release/bench/cluster_bench "${cb[@]}" --json "${out}/cluster_bench.json"
 python3 bench/report.py "${out}"

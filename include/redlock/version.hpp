@@ -7,7 +7,7 @@
 /// Major version: changes break source compatibility (0 while the API settles).
 #define REDLOCK_VERSION_MAJOR 0
 /// Minor version: new features; while the major is 0, a minor step may also break the API.
-#define REDLOCK_VERSION_MINOR 9
+#define REDLOCK_VERSION_MINOR 10
 /// Patch version: fixes only.
 #define REDLOCK_VERSION_PATCH 0
 

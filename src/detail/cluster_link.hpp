@@ -17,7 +17,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -141,10 +140,10 @@ class cluster_link final : public link_observer, public std::enable_shared_from_
   std::vector<std::shared_ptr<request>> spare_;  // delivered requests, for reuse
   // Per slot with requests in flight: their order (see first_send).
   struct slot_order {
-    std::uint32_t outstanding = 0;  // sent, not answered yet
-    std::size_t node = 0;           // where they went
-    bool disturbed = false;         // one of them is being redirected or retried
-    std::deque<std::shared_ptr<request>> held;
+    std::uint32_t outstanding = 0;               // sent, not answered yet
+    std::size_t node = 0;                        // where they went
+    bool disturbed = false;                      // one of them is being redirected or retried
+    std::vector<std::shared_ptr<request>> held;  // (a vector: no allocation while empty)
   };
   std::unordered_map<std::uint16_t, slot_order> order_;
   std::unique_ptr<redlock::timer> hold_timer_;  // the earliest deadline of a held request
