@@ -4,7 +4,6 @@
 // requests themselves are in src/cluster_link.cpp.
 
 #include "detail/cluster_link.hpp"
-
 #include "detail/timer.hpp"
 #include <redlock/resp/request.hpp>
 

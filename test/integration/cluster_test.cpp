@@ -6,6 +6,7 @@
 #include <redlock/client.hpp>
 #include <redlock/config.hpp>
 #include <redlock/core/key_slot.hpp>
+#include <redlock/detail/scripts.hpp>
 #include <redlock_test/coro.hpp>
 #include <redlock_test/master_set.hpp>
 #include <redlock_test/raw_reply.hpp>
@@ -579,6 +580,26 @@ TEST(cluster_failover, a_restarted_shard_quarantines_its_cluster) {
     if (!ec) (void)co_await l.async_unlock(use_tuple);
     a.close();
   });
+}
+
+// Why no client needs a transition: a client of an earlier version (which names helper keys
+// "K:redlock-..." everywhere) could never run a script with helper keys on a cluster node, whose
+// slots differ: Redis refuses it with CROSSSLOT, even on a node that owns every slot. Its plain
+// SET NX on the same lock key still excludes, and our names cannot meet its names.
+TEST(cluster_config, earlier_clients_scripts_with_helper_keys_never_run_on_a_cluster_node) {
+  redlock::test::cluster_set set{1, 1};
+  auto& node = set.primary(0, 0);
+  const std::string k = "legacy:1";
+  for (const auto* script : {&redlock::detail::read_acquire_script, &redlock::detail::release_script}) {
+    const auto helpers = script == &redlock::detail::release_script
+                             ? std::vector<std::string>{k + ":redlock-queue", k + ":redlock-expiry"}
+                             : std::vector<std::string>{k + ":redlock-readers", k + ":redlock-writer"};
+    std::vector<std::string> args{"EVAL", std::string{script->body}, "3", k, helpers[0], helpers[1], "tok", "1000"};
+    const auto reply = node.command(args);
+    EXPECT_EQ(reply.rfind("-CROSSSLOT", 0), 0u) << reply;
+  }
+  EXPECT_EQ(node.command({"SET", k, "old-client", "NX", "PX", "5000"}), "+OK\r\n");
+  EXPECT_EQ(node.command({"SET", k, "new-client", "NX", "PX", "5000"}), "$-1\r\n");  // one lock key for both
 }
 
 TEST(cluster_config, names_without_a_slotted_form_are_refused_before_any_request) {
