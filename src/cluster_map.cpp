@@ -240,6 +240,10 @@ connection_stats cluster_link::stats() const {
   std::lock_guard guard{mutex_};
   connection_stats out;
   for (const auto& n : nodes_) out += n.link->stats();
+  out.redirects = redirects();
+  out.cluster_retries = retries();
+  out.slot_map_reads = refreshes();
+  out.failovers = failovers();
   return out;
 }
 

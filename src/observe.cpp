@@ -120,6 +120,10 @@ void each_counter(Stats& a, const connection_stats& b, Op op) {
   op(a.auth_failures, b.auth_failures);
   op(a.disconnects, b.disconnects);
   op(a.stalls, b.stalls);
+  op(a.redirects, b.redirects);
+  op(a.cluster_retries, b.cluster_retries);
+  op(a.slot_map_reads, b.slot_map_reads);
+  op(a.failovers, b.failovers);
   op(a.log_messages, b.log_messages);
   op(a.log_sink_errors, b.log_sink_errors);
 }

@@ -202,6 +202,15 @@ void write_masters(writer& w, const client_stats& s, const prometheus_options& o
   per_master("master_stalls_total", "counter",
              "Connections closed by stall detection (a request unanswered well past its deadline).",
              [](const connection_stats& m) { return m.stalls; });
+  per_master("master_redirects_total", "counter", "Cluster masters: requests sent again after MOVED or ASK.",
+             [](const connection_stats& m) { return m.redirects; });
+  per_master("master_cluster_retries_total", "counter",
+             "Cluster masters: requests retried after TRYAGAIN or CLUSTERDOWN.",
+             [](const connection_stats& m) { return m.cluster_retries; });
+  per_master("master_slot_map_reads_total", "counter", "Cluster masters: reads of the slot map.",
+             [](const connection_stats& m) { return m.slot_map_reads; });
+  per_master("master_failovers_total", "counter", "Cluster masters: failovers seen (each quarantines the cluster).",
+             [](const connection_stats& m) { return m.failovers; });
   per_master("master_log_messages_total", "counter", "Log messages formatted by the master's connection.",
              [](const connection_stats& m) { return m.log_messages; });
 

@@ -190,6 +190,16 @@ struct connection_stats {
   /// deadline: see `connection_config::stall_grace`).
   std::uint64_t stalls = 0;
 
+  /// Cluster masters (`connection_config::cluster`; 0 otherwise): requests sent again after
+  /// `MOVED` or `ASK`.
+  std::uint64_t redirects = 0;
+  /// Cluster masters: requests retried after `TRYAGAIN` or `CLUSTERDOWN` (a slot migrating).
+  std::uint64_t cluster_retries = 0;
+  /// Cluster masters: reads of the slot map (`CLUSTER SHARDS` or `CLUSTER SLOTS`).
+  std::uint64_t slot_map_reads = 0;
+  /// Cluster masters: failovers seen (a replica promoted); each quarantines the cluster.
+  std::uint64_t failovers = 0;
+
   /// From `async_exec` reaching the connection to the reply, for requests that got their replies
   /// (`ok` and `server_errors`): `latency.count == ok + server_errors`.
   latency_histogram latency;

@@ -236,6 +236,7 @@ TEST_F(cluster, a_slot_moved_under_a_held_lock_is_followed) {
       });
       EXPECT_TRUE(extended) << "cluster " << c << ": the extension reached the new owner";
     }
+    EXPECT_GE(a.stats().masters[0].redirects, 1u) << "the extension met MOVED";
     // Another client cannot take it meanwhile.
     redlock::client b{io.get_executor(), config_for(set)};
     (void)co_await b.async_wait_ready(5s, use_tuple);
@@ -529,6 +530,7 @@ TEST(cluster_failover, a_failover_learned_through_moved_quarantines_the_cluster)
     auto [ee] = co_await held.async_extend(4s, use_tuple);
     EXPECT_FALSE(ee) << ee.message();
     EXPECT_TRUE(co_await until([&] { return a.hazards()[0].cause == redlock::hazard_cause::restarted; }, 2s));
+    EXPECT_EQ(a.stats().masters[0].failovers, 1u);
     // Another vote on cluster 0 now: quarantined.
     auto [e2, other] = co_await a.async_try_lock("g:other", 2s, use_tuple);
     EXPECT_FALSE(e2) << e2.message();
