@@ -82,8 +82,24 @@ core::guard_rules client_impl::guard_rules_for(std::size_t i) const {
   return r;
 }
 
+core::hazard_guard& client_impl::node_clock(std::size_t i, std::size_t node) {
+  auto& clocks = node_clocks_[i];
+  if (clocks.size() <= node) {
+    auto r = guard_rules_for(i);
+    r.restarts = restart_detection::off;  // restarts are the master's guard's; clocks only here
+    clocks.resize(node + 1, core::hazard_guard{r});
+  }
+  return clocks[node];
+}
+
+core::guard_change client_impl::sample_clock(std::size_t i, std::size_t node, const core::time_sample& t) {
+  if (!cfg_.masters[i].cluster.enabled) return guards_[i].on_time(t);
+  return guards_[i].jumped_on_a_node(node_clock(i, node).on_time(t), t.received);
+}
+
 void client_impl::init_guards() {
   guards_.clear();
+  node_clocks_.assign(cfg_.masters.size(), {});
   for (std::size_t i = 0; i < cfg_.masters.size(); ++i) guards_.emplace_back(guard_rules_for(i));
   time_refused_.assign(cfg_.masters.size(), false);
   probe_sent_.assign(cfg_.masters.size(), clock_type::time_point{});
@@ -108,7 +124,12 @@ void client_impl::on_link_identified(std::size_t i, const node_facts& facts) {
   const auto now = clock_type::now();
   auto& g = guards_[i];
   const auto before = g.run_id();
-  const auto change = g.on_connect(facts.identity, facts.time, now);
+  // A cluster's nodes each have a clock of their own: the handshake's TIME goes to its node's.
+  const bool cluster = cfg_.masters[i].cluster.enabled;
+  auto change = g.on_connect(facts.identity, cluster ? std::nullopt : facts.time, now);
+  if (cluster && facts.time) {
+    if (const auto c = sample_clock(i, facts.node, *facts.time); c.cause != hazard_cause::none) change = c;
+  }
   // Each connection asks again: a refusal or an unreadable answer lasts for that connection.
   if (facts.ask_time && facts.time) time_refused_[i] = false;
   if (facts.ask_time && !facts.time && !time_refused_[i]) {
@@ -189,7 +210,11 @@ error_code client_impl::vote_reply(std::size_t i, error_code ec, const resp::res
   g.heard(now);
   // Only a yes is withheld: a refusal ("taken", "queued", "not ours") says the same whoever asks.
   if (!is_yes(first, r)) return ec;
-  if (g.counts(now) && !(second < r.size() && g.last_sample_suspect())) return ec;
+  // A lone backward reading does not count its vote (the node's, for a cluster).
+  const bool suspect = cfg_.masters[i].cluster.enabled
+                           ? node_clock(i, links_[i]->answering_node()).last_sample_suspect()
+                           : g.last_sample_suspect();
+  if (g.counts(now) && !(second < r.size() && suspect)) return ec;
   bump<true>(counters_.votes_quarantined);
   return g.cause(now) == hazard_cause::info_refused ? error::restart_guard_refused : error::master_quarantined;
 }
@@ -198,7 +223,7 @@ bool client_impl::take_time(std::size_t i, const resp::response& r, std::size_t 
   const auto t = core::parse_time(r, at);
   if (!t || sent == clock_type::time_point{}) return false;
   const auto now = clock_type::now();
-  const auto change = guards_[i].on_time({sent, now, *t});
+  const auto change = sample_clock(i, links_[i]->answering_node(), {sent, now, *t});
   if (change.cause != hazard_cause::clock_jumped) return false;
   REDLOCK_LOG(log_, log_level::warning,
               "{}: its wall clock jumped forward by at least {:.3f} s (keys there expire that much early): "

@@ -127,6 +127,8 @@ struct cluster_link::group_join final : reply_sink {
   }
 
   void finish() {
+    // The commands that went with the first part (a vote's TIME) were answered by its node.
+    if (auto o = owner.lock(); o && !parts.empty()) o->answering_ = parts[0]->node;
     parts.clear();  // each part's request holds this join: the cycle ends here
     auto to = std::exchange(sink, nullptr);
     if (!to) return;

@@ -148,6 +148,7 @@ void cluster_link::on_link_identified(std::size_t node, const node_facts& facts)
   // - or when a replica is promoted (note_failover).
   // A replica's own restart loses nothing: it copies its primary again before it can serve.
   auto f = facts;
+  f.node = node;
   auto& n = nodes_[node];
   const bool serving = !map_loaded_ || owns_slots(node);
   n.refused = facts.identify && !facts.identity.answered;

@@ -464,6 +464,12 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   void probe();
   void publish_hazards();
   std::vector<core::hazard_guard> guards_;
+  // A cluster master's clock guards, one per node (its map number): its nodes' clocks are not one
+  // clock. Empty for a plain master.
+  std::vector<std::vector<core::hazard_guard>> node_clocks_;
+  core::hazard_guard& node_clock(std::size_t i, std::size_t node);
+  // Master `i`'s TIME sample: into its guard, or for a cluster into the node's clock guard.
+  core::guard_change sample_clock(std::size_t i, std::size_t node, const core::time_sample& t);
   std::vector<bool> time_refused_;                  // TIME refused: clock not checked
   std::vector<clock_type::time_point> probe_sent_;  // a probe in flight since (else zero)
   std::vector<std::pair<clock_type::time_point, std::chrono::microseconds>> jumps_seen_;  // last jump

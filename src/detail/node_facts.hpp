@@ -14,6 +14,7 @@ struct node_facts {
   bool ask_time = false;                  ///< ask `TIME`; set by the link's observer
   core::node_identity identity;           ///< what INFO said
   std::optional<core::time_sample> time;  ///< TIME, with when it was sent and answered
+  std::size_t node = 0;                   ///< a cluster master's node that said it (its map number)
 };
 
 }  // namespace redlock::detail

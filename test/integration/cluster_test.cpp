@@ -8,6 +8,7 @@
 #include <redlock/core/key_slot.hpp>
 #include <redlock/detail/scripts.hpp>
 #include <redlock_test/coro.hpp>
+#include <redlock_test/master_clock.hpp>
 #include <redlock_test/master_set.hpp>
 #include <redlock_test/raw_reply.hpp>
 
@@ -561,6 +562,43 @@ TEST(cluster_failover, a_cluster_node_given_as_a_plain_master_is_refused) {
     if (!l2.masters().empty()) {
       EXPECT_NE(l2.masters()[0].status, master_status::granted);
     }
+    a.close();
+  });
+}
+
+// A cluster's nodes keep clocks of their own: one node 5 s ahead of the other from the start is no
+// jump (each node has its own baseline), and that node jumping 3 s further is one, which
+// quarantines its cluster.
+TEST(cluster_failover, each_node_of_a_cluster_has_its_own_clock_baseline) {
+  redlock::test::cluster_set set{3, 2, redlock::test::with_clock_shim()};
+  redlock::test::master_clock ahead{set.primary(0, 1)};
+  ahead.shift(5s);
+  run_test([&](asio::io_context& io) -> asio::awaitable<void> {
+    auto cfg = config_for(set);
+    cfg.guard.clock_probe_interval = 0ms;  // only the votes sample the clocks
+    redlock::client a{io.get_executor(), cfg};
+    (void)co_await a.async_wait_ready(5s, use_tuple);
+    // Votes on both shards of every cluster, alternately.
+    std::vector<std::string> on_shard(2);
+    for (int i = 0; on_shard[0].empty() || on_shard[1].empty(); ++i) {
+      const auto name = "clk:" + std::to_string(i);
+      if (on_shard[shard_of(name)].empty()) on_shard[shard_of(name)] = name;
+    }
+    for (int round = 0; round < 10; ++round) {
+      auto [ec, l] = co_await a.async_lock(on_shard[round % 2], 2s, use_tuple);
+      EXPECT_FALSE(ec) << ec.message();
+      if (!ec) (void)co_await l.async_unlock(use_tuple);
+    }
+    EXPECT_EQ(a.hazards()[0].cause, redlock::hazard_cause::none) << "two nodes' offsets taken for a jump";
+    EXPECT_EQ(a.hazards()[0].clock_jumps, 0u);
+    ahead.shift(8s);  // that node jumps 3 s forward
+    auto [ec, l] = co_await a.async_lock(on_shard[1], 2s, use_tuple);
+    EXPECT_FALSE(ec) << ec.message();  // clusters 1 and 2
+    EXPECT_TRUE(co_await until([&] { return a.hazards()[0].cause == redlock::hazard_cause::clock_jumped; }, 2s));
+    EXPECT_EQ(a.hazards()[0].clock_jumps, 1u);
+    EXPECT_GE(a.hazards()[0].last_jump, 2500ms);
+    EXPECT_EQ(a.hazards()[1].cause, redlock::hazard_cause::none);
+    if (!ec) (void)co_await l.async_unlock(use_tuple);
     a.close();
   });
 }

@@ -213,6 +213,19 @@ class hazard_guard {
 
   /// An answer came from the current process at `now` (any reply): it had not restarted then.
   void heard(clock::time_point now) noexcept { last_heard_ = std::max(last_heard_, now); }
+  /// A master made of several nodes (a cluster) keeps one clock guard per node; a jump one of
+  /// them saw (`change`, from its `on_time`) quarantines the whole master here, as a jump of its
+  /// own would. `received`: when that sample came (it counts as this master's last sample).
+  guard_change jumped_on_a_node(const guard_change& change, clock::time_point received) noexcept {
+    last_heard_ = std::max(last_heard_, received);
+    last_sample_ = std::max(last_sample_, received);
+    if (!rules_.clock_jumps || change.cause != hazard_cause::clock_jumped) return {};
+    ++jumps_;
+    last_jump_ = change.jump;
+    auto out = quarantine(hazard_cause::clock_jumped, change.until);
+    out.jump = change.jump;
+    return out;
+  }
 
   /// Whether a vote answered at `now` counts.
   bool counts(clock::time_point now) const noexcept {

@@ -292,3 +292,26 @@ TEST(parse_time, reads_seconds_and_microseconds) {
 }
 
 }  // namespace
+
+// A cluster master: a jump one node's clock guard saw quarantines the master's guard.
+TEST(hazard_guard, a_jump_seen_on_a_node_quarantines_the_master) {
+  using namespace std::chrono_literals;
+  redlock::core::guard_rules r;
+  r.restarts = redlock::restart_detection::off;
+  r.quarantine = 10s;
+  redlock::core::hazard_guard master{r}, node{r};
+  const auto t0 = redlock::core::clock::time_point{} + 100s;
+  auto us = [](redlock::core::clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+  };
+  EXPECT_EQ(master.jumped_on_a_node(node.on_time({t0, t0 + 1ms, us(t0) + 1'700'000'000'000'000}), t0 + 1ms).cause,
+            redlock::hazard_cause::none);
+  EXPECT_TRUE(master.counts(t0 + 2ms));
+  const auto t1 = t0 + 1s;
+  const auto jump = node.on_time({t1, t1 + 1ms, us(t1) + 1'700'000'000'000'000 + 3'000'000});
+  ASSERT_EQ(jump.cause, redlock::hazard_cause::clock_jumped);
+  const auto c = master.jumped_on_a_node(jump, t1 + 1ms);
+  EXPECT_EQ(c.cause, redlock::hazard_cause::clock_jumped);
+  EXPECT_FALSE(master.counts(t1 + 2ms));
+  EXPECT_EQ(master.last_sample(), t1 + 1ms);
+}
