@@ -93,7 +93,9 @@ void cluster_link::refresh_answered(std::size_t node, error_code ec, const resp:
 }
 
 void cluster_link::retry_refresh() {
-  if (closed_ || (map_loaded_ && waiting_.empty())) return;
+  // Until one read succeeds: a read wanted after MOVED may be the one that finds a failover,
+  // also once the request that asked for it has timed out (at most one try per 800 ms).
+  if (closed_) return;
   if (!refresh_timer_) refresh_timer_ = std::make_unique<redlock::detail::timer>(strand_);
   const auto step = std::min(refresh_failures_++, 4u);
   const auto pause = std::chrono::milliseconds{50 << step};  // 50 ms to 800 ms

@@ -538,7 +538,7 @@ TEST(cluster_failover, a_failover_learned_through_moved_quarantines_the_cluster)
     // promotion; cluster 0's vote does not count, clusters 1 and 2 carry it.
     auto [ee] = co_await held.async_extend(4s, use_tuple);
     EXPECT_FALSE(ee) << ee.message();
-    EXPECT_TRUE(co_await until([&] { return a.hazards()[0].cause == redlock::hazard_cause::restarted; }, 2s));
+    EXPECT_TRUE(co_await until([&] { return a.hazards()[0].cause == redlock::hazard_cause::restarted; }, 5s));
     EXPECT_EQ(a.stats().masters[0].failovers, 1u);
     // Another vote on cluster 0 now: quarantined.
     auto [e2, other] = co_await a.async_try_lock("g:other", 2s, use_tuple);
