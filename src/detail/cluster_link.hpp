@@ -134,7 +134,6 @@ class cluster_link final : public link_observer, public std::enable_shared_from_
   bool first_identified_ = false;  // the guard has this cluster's first identity (and its uptime)
   std::string script_payload_;     // the last SCRIPT LOAD batch: loaded on every node that comes up
   std::size_t script_replies_ = 0;
-  std::string rewritten_;  // route_request's output (reused)
   std::size_t answering_ = 0;
   std::shared_ptr<reply_sink> ignore_;
   std::vector<std::shared_ptr<request>> spare_;  // delivered requests, for reuse
