@@ -389,14 +389,17 @@ TEST(examples, metrics_endpoint_serves_the_counters_in_prometheus_format) {
     return fmt::format("redlock_master_up{{master=\"127.0.0.1:{}\"}} ", servers[i].port());
   };
 
-  // The worker's locks show up as acquisitions; every master is up.
+  // The worker's locks show up as acquisitions; every master is up (a lock needs only a majority,
+  // so the last master may still be connecting at the first acquisition: wait for it too).
   std::string page;
   const auto deadline = clock_type::now() + 30s;
   while (clock_type::now() < deadline) {
     page = http_get(static_cast<int>(*port), "/metrics");
     const auto acquired = number_after(page, "redlock_lock_outcomes_total{outcome=\"acquired\"} ");
     const auto released = number_after(page, "\nredlock_releases_total ");
-    if (acquired.value_or(0) > 0 && released.value_or(0) > 0) break;
+    bool all_up = true;
+    for (std::size_t i = 0; i < servers.size(); ++i) all_up = all_up && number_after(page, up(i)) == 1;
+    if (acquired.value_or(0) > 0 && released.value_or(0) > 0 && all_up) break;
     std::this_thread::sleep_for(50ms);
   }
   ASSERT_TRUE(page.starts_with("HTTP/1.1 200 OK\r\n")) << page;
