@@ -10,13 +10,20 @@
   report.py tls-cost BINARY RESULTS_DIR     instructions and allocations per lock+unlock over TLS
                                             next to plain TCP (tls_bench cost); writes
                                             tls_cost.json
+  report.py syscalls COST_BINARY FLOOR_BINARY RESULTS_DIR   syscalls per lock+unlock on the client
+                                            thread, ours next to the independent floor (perf stat,
+                                            strace -c without perf); writes syscalls.json
 """
 
 import json
+import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 LIBS = ("node-redlock", "redlock-universal")
@@ -127,6 +134,107 @@ def cycle_cost(binary: str, out: Path) -> int:
           f"{per_cycle['scheduler_passes_per_cycle']:.1f} scheduler passes "
           f"({per_cycle['scheduler_passes_per_reply']:.2f} per reply; "
           f"{per_cycle['scheduler_passes_per_cycle_callgrind']:.1f} under callgrind)")
+    return 0
+
+
+SYSCALLS = ("sendto", "recvfrom", "epoll_wait", "epoll_ctl", "getrandom", "timerfd_settime")
+
+
+def perf_usable() -> bool:
+    if not shutil.which("perf"):
+        return False
+    r = subprocess.run(["perf", "stat", "-i", "-x,", "-e", "raw_syscalls:sys_enter", "true"], capture_output=True,
+                       text=True)
+    return r.returncode == 0 and "not supported" not in r.stderr and "<not" not in r.stderr
+
+
+def count_syscalls(cmd: list, perf: bool) -> dict:
+    """Syscalls of the command's first thread only (not the masters it forks, not other threads)."""
+    if perf:
+        events = ["raw_syscalls:sys_enter"] + [f"syscalls:sys_enter_{s}" for s in SYSCALLS]
+        args = ["perf", "stat", "-i", "-x,"]
+        for e in events:
+            args += ["-e", e]
+        # Failed reads: recvfrom returning an error (EAGAIN, in practice).
+        args += ["-e", "syscalls:sys_exit_recvfrom", "--filter", "ret < 0"]
+        r = subprocess.run(args + ["--"] + cmd, capture_output=True, text=True, check=True)
+        counts = {}
+        for line in r.stderr.splitlines():
+            f = line.split(",")
+            if len(f) > 2 and f[0].strip().isdigit():
+                counts[f[2]] = int(f[0])
+        out = {"total": counts["raw_syscalls:sys_enter"], "recvfrom_failed": counts["syscalls:sys_exit_recvfrom"]}
+        for s in SYSCALLS:
+            out[s] = counts[f"syscalls:sys_enter_{s}"]
+        return out
+    with tempfile.NamedTemporaryFile("r", suffix=".strace") as t:
+        subprocess.run(["strace", "-c", "-o", t.name] + cmd, capture_output=True, text=True, check=True)
+        text = t.read()
+    out = {s: 0 for s in SYSCALLS}
+    out["recvfrom_failed"] = 0
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) >= 5 and f[-1] == "total":
+            out["total"] = int(f[2])
+        elif len(f) >= 5 and f[-1] in SYSCALLS:
+            out[f[-1]] = int(f[3])
+            if f[-1] == "recvfrom" and len(f) == 6:
+                out["recvfrom_failed"] = int(f[4])
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def syscalls(cost_binary: str, floor_binary: str, out: Path) -> int:
+    """Syscalls per lock+unlock (5 masters) on the client thread: ours (cycle_cost_bench) and the
+    independent floor (floor_bench, on five masters started here), by the two-length method, the
+    median of three interleaved runs."""
+    out.mkdir(parents=True, exist_ok=True)
+    perf = perf_usable()
+    if not perf and not shutil.which("strace"):
+        print("syscalls: neither perf nor strace is installed; skipped")
+        return 0
+    ports = [free_port() for _ in range(5)]
+    servers = [subprocess.Popen(["redis-server", "--port", str(p), "--bind", "127.0.0.1", "--save", "",
+                                 "--appendonly", "no"], stdout=subprocess.DEVNULL) for p in ports]
+    try:
+        for p in ports:
+            for _ in range(100):
+                try:
+                    socket.create_connection(("127.0.0.1", p), timeout=0.1).close()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+        masters = ",".join(f"127.0.0.1:{p}" for p in ports)
+        lengths = (1000, 4000)
+        runs = {"ours": [], "floor": []}
+        for _ in range(3):
+            for who in ("ours", "floor"):
+                at = {}
+                for n in lengths:
+                    cmd = ([cost_binary, str(n)] if who == "ours" else
+                           [floor_binary, "--masters", masters, "--cycles", str(n), "--json", os.devnull])
+                    at[n] = count_syscalls(cmd, perf)
+                runs[who].append({k: (at[lengths[1]][k] - at[lengths[0]][k]) / (lengths[1] - lengths[0])
+                                  for k in at[lengths[0]]})
+    finally:
+        for s in servers:
+            s.terminate()
+        for s in servers:
+            s.wait()
+    result = {"tool": "perf stat" if perf else "strace -c", "runs": 3}
+    for who, rs in runs.items():
+        result[who] = {k: median([r[k] for r in rs]) for k in rs[0]}
+        result[who + "_range"] = {k: [min(r[k] for r in rs), max(r[k] for r in rs)] for k in rs[0]}
+    print(f"syscalls per lock+unlock, client thread, 5 masters ({result['tool']}, median of 3):")
+    print(f"  {'':18}{'ours':>8}{'floor':>8}")
+    for k in ("total",) + SYSCALLS + ("recvfrom_failed",):
+        print(f"  {k:18}{result['ours'][k]:8.1f}{result['floor'][k]:8.1f}")
+    (out / "syscalls.json").write_text(json.dumps(result, indent=2) + "\n")
     return 0
 
 
@@ -341,6 +449,8 @@ def main() -> int:
         return cycle_cost_kinds(sys.argv[2], Path(sys.argv[3]))
     if len(sys.argv) >= 4 and sys.argv[1] == "tls-cost":
         return tls_cost(sys.argv[2], Path(sys.argv[3]))
+    if len(sys.argv) >= 5 and sys.argv[1] == "syscalls":
+        return syscalls(sys.argv[2], sys.argv[3], Path(sys.argv[4]))
     if len(sys.argv) >= 4 and sys.argv[1] == "cycle-cost":
         return cycle_cost(sys.argv[2], Path(sys.argv[3]))
     return report(Path(sys.argv[1]))

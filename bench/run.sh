@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 scripts/install-deps.sh
-command -v gnuplot >/dev/null || { sudo_=""; [ "$(id -u)" -ne 0 ] && sudo_=sudo; $sudo_ apt-get install -y -qq gnuplot-nox valgrind >/dev/null; }
+command -v gnuplot >/dev/null && command -v strace >/dev/null || { sudo_=""; [ "$(id -u)" -ne 0 ] && sudo_=sudo; $sudo_ apt-get install -y -qq gnuplot-nox valgrind strace >/dev/null; }
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 cmake --preset release "${launcher[@]}" >/dev/null
@@ -44,6 +44,8 @@ build/release/bench/connection_bench --json "${out}/connection_bench.json"
 build/release/bench/kinds_bench "${kinds[@]}" --json "${out}/kinds_bench.json"
 python3 bench/report.py cycle-cost build/release/bench/cycle_cost_bench "${out}"
 python3 bench/report.py cycle-cost-kinds build/release/bench/cycle_cost_bench "${out}"
+# Syscalls per lock+unlock on the client thread, ours next to the independent floor.
+python3 bench/report.py syscalls build/release/bench/cycle_cost_bench build/release/bench/floor_bench "${out}"
 # TLS next to plain TCP on the same five servers.
 if [ "$quick" = 1 ]; then tls=(--rounds 2 --cycles 1000); else tls=(--rounds 8 --cycles 3000); fi
 build/release/bench/tls_bench latency "${tls[@]}" --json "${out}/tls_latency.json"
