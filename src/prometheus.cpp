@@ -8,11 +8,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <iterator>
 #include <limits>
 #include <string_view>
+#include <vector>
 
 namespace redlock {
 
@@ -40,6 +43,23 @@ std::string repaired(std::string_view s, bool colon_ok) {
   return out;
 }
 
+// The label names the exposition writes itself; a user label of one of these names, or of a name
+// starting with "__" (Prometheus's own), is written with `renamed_prefix` before it.
+constexpr std::array<std::string_view, 3> own_labels{"le", "master", "outcome"};
+constexpr std::string_view renamed_prefix = "label_";
+
+bool reserved_label(std::string_view name) noexcept {
+  return name.starts_with("__") || std::find(own_labels.begin(), own_labels.end(), name) != own_labels.end();
+}
+
+// The name a user label is written as, before duplicates get their suffix (see
+// `prometheus_options::labels`): repaired, "_" if empty, renamed if reserved.
+std::string written_label(std::string_view name) {
+  std::string out = name.empty() ? std::string{"_"} : repaired(name, false);
+  if (reserved_label(out)) out.insert(0, renamed_prefix);
+  return out;
+}
+
 void append_escaped(std::string& out, std::string_view value) {
   for (const char c : value) {
     switch (c) {
@@ -63,9 +83,19 @@ class writer {
  public:
   writer(std::string& out, const prometheus_options& opts) : out_(out) {
     prefix_ = opts.prefix.empty() ? std::string{} : repaired(opts.prefix, true) + "_";
+    // Neither reserved (see `written_label`) nor, with the first free suffix "_2", "_3"..., taken by
+    // an earlier label. A suffixed name ends in a digit and starts as its base: never reserved.
+    std::vector<std::string> taken;
+    taken.reserve(opts.labels.size());
     for (const auto& [name, value] : opts.labels) {
+      const auto base = written_label(name);
+      std::string unique = base;
+      for (unsigned k = 2; std::find(taken.begin(), taken.end(), unique) != taken.end(); ++k) {
+        unique = fmt::format("{}_{}", base, k);
+      }
       if (!common_.empty()) common_ += ',';
-      common_ += repaired(name, false);
+      common_ += unique;
+      taken.push_back(std::move(unique));
       common_ += "=\"";
       append_escaped(common_, value);
       common_ += '"';
@@ -248,22 +278,40 @@ void write_masters(writer& w, const client_stats& s, const prometheus_options& o
 }  // namespace
 
 boost::system::error_code validate(const prometheus_options& opts, std::string* what) {
-  const auto fail = [&](std::string why) {
-    if (what) *what = std::move(why);
-    return make_error_code(error::invalid_argument);
-  };
+  std::vector<std::string> problems;
   if (!opts.prefix.empty() && !valid_name(opts.prefix, true)) {
-    return fail(fmt::format("prefix \"{}\" is not a metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)", opts.prefix));
+    problems.push_back(fmt::format("prefix \"{}\" is not a metric name ([a-zA-Z_:][a-zA-Z0-9_:]*), written as \"{}\"",
+                                   opts.prefix, repaired(opts.prefix, true)));
   }
-  for (const auto& [name, value] : opts.labels) {
+  for (std::size_t i = 0; i < opts.labels.size(); ++i) {
+    const std::string_view name = opts.labels[i].first;
+    const auto same = [&](const auto& label) { return label.first == name; };
+    if (std::any_of(opts.labels.begin(), opts.labels.begin() + static_cast<std::ptrdiff_t>(i), same)) {
+      continue;  // reported at its first occurrence
+    }
     if (!valid_name(name, false)) {
-      return fail(fmt::format("label \"{}\" is not a label name ([a-zA-Z_][a-zA-Z0-9_]*)", name));
+      problems.push_back(fmt::format("label \"{}\" is not a label name ([a-zA-Z_][a-zA-Z0-9_]*), written as \"{}\"",
+                                     name, written_label(name)));
     }
-    if (name.starts_with("__") || name == "master" || name == "outcome" || name == "le") {
-      return fail(fmt::format("label \"{}\" is reserved", name));
+    if (reserved_label(name)) {
+      problems.push_back(fmt::format(
+          "label \"{}\" is reserved ({}), written as \"{}\"", name,
+          name.starts_with("__") ? "names starting with \"__\" are Prometheus's" : "the exposition writes it",
+          written_label(name)));
+    }
+    if (const auto n = std::count_if(opts.labels.begin(), opts.labels.end(), same); n > 1) {
+      problems.push_back(fmt::format("label \"{}\" is given {} times", name, n));
     }
   }
-  return {};
+  if (problems.empty()) return {};
+  if (what) {
+    what->clear();
+    for (const auto& p : problems) {
+      if (!what->empty()) *what += "; ";
+      *what += p;
+    }
+  }
+  return make_error_code(error::invalid_argument);
 }
 
 void append_prometheus(std::string& out, const client_stats& s, const prometheus_options& opts) {

@@ -5,16 +5,20 @@
 #include <redlock/error.hpp>
 #include <redlock/prometheus.hpp>
 
-#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -47,120 +51,423 @@ client_stats sample_stats() {
   return s;
 }
 
-struct parsed {
+// sample_stats() with three masters, hazard guards (one quarantined, one refusing INFO) and
+// latencies in the overflow bucket.
+client_stats busy_stats() {
+  client_stats s = sample_stats();
+  s.acquire_latency.record(3600s);
+  s.log_messages = 4;
+  s.log_sink_errors = 1;
+  s.masters.resize(3);
+  s.masters[2].latency.record(1us);
+  s.masters[2].latency.record(40s);
+  s.masters[2].log_sink_errors = 2;
+  s.hazards.resize(3);
+  for (std::size_t i = 0; i < 3; ++i) s.hazards[i].index = i;
+  s.hazards[0].cause = redlock::hazard_cause::restarted;
+  s.hazards[0].quarantined_until = redlock::clock::now() + 30s;
+  s.hazards[0].restarts = 1;
+  s.hazards[1].cause = redlock::hazard_cause::info_refused;
+  s.hazards[1].quarantined_until = redlock::clock::time_point::max();
+  s.hazards[2].unguarded = true;
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A checker for the text exposition format (0.0.4), stricter than Prometheus where our output
+// has no reason to differ: it reports every problem it finds instead of stopping at the first.
+// (Hand-written: GCC 12's std::regex warns under the sanitizer builds.)
+
+struct exposition {
   std::map<std::string, std::string> types;    // family -> type
-  std::map<std::string, std::string> samples;  // "name{labels}" -> value
+  std::map<std::string, std::string> samples;  // "name{labels}" as written -> value
   std::vector<std::string> order;              // sample keys as written
+  std::vector<std::string> problems;           // empty: valid
 };
 
 bool name_start(char c, bool colon) {
-  return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || (colon && c == ':');
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (colon && c == ':');
 }
-bool name_char(char c, bool colon) { return name_start(c, colon) || std::isdigit(static_cast<unsigned char>(c)); }
+bool name_char(char c, bool colon) { return name_start(c, colon) || (c >= '0' && c <= '9'); }
 
-// Reads a name at `i` (metric names may hold ':', label names not); empty when there is none.
-std::string read_name(const std::string& line, std::size_t& i, bool colon) {
-  const auto from = i;
-  if (i < line.size() && name_start(line[i], colon)) {
-    while (i < line.size() && name_char(line[i], colon)) ++i;
-  }
-  return line.substr(from, i - from);
+// [a-zA-Z_:][a-zA-Z0-9_:]* for metric names, [a-zA-Z_][a-zA-Z0-9_]* for label names.
+bool valid_name(std::string_view s, bool colon) {
+  if (s.empty() || !name_start(s[0], colon)) return false;
+  return std::all_of(s.begin(), s.end(), [&](char c) { return name_char(c, colon); });
 }
 
-// Reads `{name="value",...}` at `i` (values escape only \\, \" and \n); false when malformed.
-bool read_labels(const std::string& line, std::size_t& i) {
-  if (i >= line.size() || line[i] != '{') return true;  // no labels
-  ++i;
-  for (;;) {
-    if (read_name(line, i, false).empty()) return false;
-    if (line.compare(i, 2, "=\"") != 0) return false;
-    for (i += 2;; ++i) {
-      if (i >= line.size() || line[i] == '\n') return false;
-      if (line[i] == '"') break;
-      if (line[i] == '\\') {
-        if (++i >= line.size() || (line[i] != '\\' && line[i] != '"' && line[i] != 'n')) return false;
-      }
-    }
-    ++i;
-    if (i < line.size() && line[i] == ',') {
+bool valid_utf8(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
       ++i;
       continue;
     }
-    if (i < line.size() && line[i] == '}') {
-      ++i;
-      return true;
+    std::size_t more = 0;
+    std::uint32_t cp = 0;
+    if (c >= 0xC2 && c <= 0xDF) {
+      more = 1;
+      cp = c & 0x1Fu;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      more = 2;
+      cp = c & 0x0Fu;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      more = 3;
+      cp = c & 0x07u;
+    } else {
+      return false;
     }
-    return false;
+    if (s.size() - i <= more) return false;
+    for (std::size_t k = 1; k <= more; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xC0u) != 0x80u) return false;
+      cp = (cp << 6) | (d & 0x3Fu);
+    }
+    if ((more == 2 && cp < 0x800) || (more == 3 && cp < 0x10000) || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return false;
+    }
+    i += more + 1;
   }
+  return true;
 }
 
-bool valid_value(const std::string& v) {
-  if (v == "+Inf" || v == "-Inf" || v == "NaN") return true;
-  if (v.empty()) return false;
+// A float as the format writes one (Go's ParseFloat: digits, exponents, +Inf, -Inf, NaN).
+std::optional<double> float_value(const std::string& v) {
+  if (v == "+Inf") return std::numeric_limits<double>::infinity();
+  if (v == "-Inf") return -std::numeric_limits<double>::infinity();
+  if (v == "NaN") return std::numeric_limits<double>::quiet_NaN();
+  if (v.empty() || !(std::isdigit(static_cast<unsigned char>(v[0])) || v[0] == '-' || v[0] == '+' || v[0] == '.')) {
+    return std::nullopt;  // strtod would also take "inf", "nan", leading spaces
+  }
   char* end = nullptr;
-  (void)std::strtod(v.c_str(), &end);
-  return end == v.c_str() + v.size();
+  const double d = std::strtod(v.c_str(), &end);
+  if (end != v.c_str() + v.size()) return std::nullopt;
+  return d;
 }
 
-// Checks every line against the text format (0.0.4) and that each sample follows its family's
-// HELP and TYPE; returns the samples. (A hand-written reader: GCC 12's std::regex warns under
-// the sanitizer builds.)
-parsed parse(const std::string& text) {
-  parsed p;
-  std::set<std::string> helped;
+// A count (counter, bucket, _count): digits only.
+std::optional<std::uint64_t> count_value(const std::string& v) {
+  if (v.empty() || v.size() > 19 || !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  return std::stoull(v);
+}
+
+struct sample_line {
+  std::string name;
+  std::string labels_text;                                  // as written, braces included
+  std::vector<std::pair<std::string, std::string>> labels;  // values unescaped
+  std::string value;
+
+  const std::string* label(std::string_view n) const {
+    for (const auto& [k, v] : labels) {
+      if (k == n) return &v;
+    }
+    return nullptr;
+  }
+  // The label set without `le`, sorted: one histogram series per key.
+  std::string key_without_le() const {
+    auto sorted = labels;
+    std::sort(sorted.begin(), sorted.end());
+    std::string out;
+    for (const auto& [k, v] : sorted) {
+      if (k != "le") out += k + '\x1f' + v + '\x1e';
+    }
+    return out;
+  }
+};
+
+// Reads `name{label="value",...} value`; what is wrong with it, or empty.
+std::string read_sample(const std::string& line, sample_line& s) {
+  std::size_t i = 0;
+  while (i < line.size() && line[i] != '{' && line[i] != ' ') ++i;
+  s.name = line.substr(0, i);
+  if (!valid_name(s.name, true)) return "invalid metric name \"" + s.name + "\"";
+  const auto labels_from = i;
+  if (i < line.size() && line[i] == '{') {
+    ++i;
+    for (;;) {
+      const auto name_from = i;
+      while (i < line.size() && line[i] != '=' && line[i] != ',' && line[i] != '}') ++i;
+      const auto name = line.substr(name_from, i - name_from);
+      if (!valid_name(name, false)) return "invalid label name \"" + name + "\"";
+      if (name.starts_with("__")) return "reserved label name \"" + name + "\"";
+      if (line.compare(i, 2, "=\"") != 0) return "label " + name + " without a quoted value";
+      std::string value;
+      for (i += 2;; ++i) {
+        if (i >= line.size()) return "unterminated value of label " + name;
+        if (line[i] == '"') break;
+        if (line[i] == '\\') {
+          if (++i >= line.size()) return "unterminated value of label " + name;
+          if (line[i] == 'n') {
+            value += '\n';
+          } else if (line[i] == '\\' || line[i] == '"') {
+            value += line[i];
+          } else {
+            return "invalid escape in the value of label " + name;
+          }
+          continue;
+        }
+        value += line[i];
+      }
+      ++i;  // the closing quote
+      if (!valid_utf8(value)) return "value of label " + name + " is not UTF-8";
+      if (s.label(name)) return "label name " + name + " repeated";
+      s.labels.emplace_back(name, std::move(value));
+      if (i < line.size() && line[i] == ',') {
+        ++i;
+        continue;
+      }
+      if (i < line.size() && line[i] == '}') {
+        ++i;
+        break;
+      }
+      return "expected ',' or '}' after the value of label " + name;
+    }
+  }
+  s.labels_text = line.substr(labels_from, i - labels_from);
+  if (i >= line.size() || line[i] != ' ') return "no value";
+  s.value = line.substr(i + 1);  // no timestamp: we never write one
+  if (!float_value(s.value)) return "invalid value \"" + s.value + "\"";
+  return {};
+}
+
+// HELP text escapes only backslash and newline.
+bool valid_help(std::string_view text) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\\' && (++i >= text.size() || (text[i] != '\\' && text[i] != 'n'))) return false;
+  }
+  return true;
+}
+
+struct histogram_series {
+  std::vector<std::pair<std::string, std::uint64_t>> buckets;  // le as written, count
+  bool sum = false;
+  std::optional<std::uint64_t> count;
+};
+
+exposition check(const std::string& text) {
+  exposition e;
+  const auto problem = [&](const std::string& what, std::string_view line) {
+    e.problems.push_back(what + ": [" + std::string{line} + "]");
+  };
+  std::set<std::string> helped;                                               // families with a HELP line
+  std::set<std::string> sampled;                                              // families with a sample
+  std::set<std::string> finished;                                             // families whose lines have ended
+  std::set<std::string> series;                                               // name and sorted labels of every sample
+  std::map<std::string, std::map<std::string, histogram_series>> histograms;  // family -> labels -> series
+  std::string current;                                                        // family of the last line
+  // The lines of a family must be together: HELP, TYPE, samples.
+  const auto enter = [&](const std::string& family, std::string_view line) {
+    if (family == current) return;
+    if (!current.empty()) finished.insert(current);
+    if (finished.count(family)) problem("lines of family " + family + " not together", line);
+    current = family;
+  };
+
+  if (!text.empty() && text.back() != '\n') problem("no newline at the end", text.substr(text.rfind('\n') + 1));
   std::istringstream in{text};
   std::string line;
-  EXPECT_TRUE(text.empty() || text.back() == '\n');
   while (std::getline(in, line)) {
     if (line.starts_with("# HELP ") || line.starts_with("# TYPE ")) {
-      std::size_t i = 7;
-      const auto family = read_name(line, i, true);
-      EXPECT_FALSE(family.empty()) << line;
-      EXPECT_TRUE(i < line.size() && line[i] == ' ' && i + 1 < line.size()) << line;
-      const auto rest = i + 1 < line.size() ? line.substr(i + 1) : std::string{};
-      if (line[2] == 'H') {
-        EXPECT_TRUE(helped.insert(family).second) << "second HELP for " << family;
+      const bool help = line[2] == 'H';
+      const auto rest = line.substr(7);
+      const auto space = rest.find(' ');
+      const auto family = rest.substr(0, space);
+      const auto what = space == std::string::npos ? std::string{} : rest.substr(space + 1);
+      if (!valid_name(family, true)) {
+        problem("invalid metric name \"" + family + "\"", line);
+        continue;
+      }
+      enter(family, line);
+      if (sampled.count(family)) problem(std::string{help ? "HELP" : "TYPE"} + " after samples of " + family, line);
+      if (help) {
+        if (!helped.insert(family).second) problem("second HELP for " + family, line);
+        if (what.empty() || !valid_help(what)) problem("HELP text empty or badly escaped", line);
       } else {
-        EXPECT_TRUE(helped.count(family)) << "TYPE before HELP: " << line;
-        EXPECT_TRUE(p.types.emplace(family, rest).second) << "second TYPE for " << family;
-        EXPECT_TRUE(rest == "counter" || rest == "gauge" || rest == "histogram") << line;
+        if (!helped.count(family)) problem("TYPE before HELP", line);
+        if (what != "counter" && what != "gauge" && what != "histogram") problem("unexpected type", line);
+        if (!e.types.emplace(family, what).second) problem("second TYPE for " + family, line);
       }
       continue;
     }
-    std::size_t i = 0;
-    const auto name = read_name(line, i, true);
-    const auto labels_from = i;
-    const bool labels_ok = !name.empty() && read_labels(line, i);
-    const auto labels = line.substr(labels_from, i - labels_from);
-    const bool spaced = labels_ok && i < line.size() && line[i] == ' ';
-    const auto value = spaced ? line.substr(i + 1) : std::string{};
-    if (!spaced || !valid_value(value)) {
-      ADD_FAILURE() << "not a sample line: [" << line << "]";
+    if (line.empty() || line[0] == '#') continue;  // blank lines and comments are allowed
+
+    sample_line s;
+    if (const auto why = read_sample(line, s); !why.empty()) {
+      problem("not a sample line, " + why, line);
       continue;
     }
-    std::string family = name;
-    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
-      const std::string sfx = suffix;
-      if (!p.types.count(family) && family.ends_with(sfx)) family.resize(family.size() - sfx.size());
+    std::string family = s.name;
+    std::string part;  // histogram: "_bucket", "_sum" or "_count"
+    if (!e.types.count(family)) {
+      for (const std::string suffix : {"_bucket", "_sum", "_count"}) {
+        const auto base = s.name.substr(0, s.name.size() - std::min(s.name.size(), suffix.size()));
+        if (s.name.ends_with(suffix) && e.types.count(base) && e.types[base] == "histogram") {
+          family = base;
+          part = suffix;
+        }
+      }
     }
-    EXPECT_TRUE(p.types.count(family)) << "sample without TYPE: " << line;
-    if (p.types[family] == "counter") {
-      EXPECT_TRUE(name.ends_with("_total")) << line;
+    const auto type = e.types.find(family);
+    if (type == e.types.end()) {
+      problem("sample without TYPE", line);
+      continue;
     }
-    const std::string key = name + labels;
-    EXPECT_TRUE(p.samples.emplace(key, value).second) << "duplicate series: " << key;
-    p.order.push_back(key);
+    if (!helped.count(family)) problem("sample without HELP", line);
+    enter(family, line);
+    sampled.insert(family);
+    const std::string key = s.name + s.labels_text;
+    e.samples.emplace(key, s.value);
+    e.order.push_back(key);
+
+    auto sorted = s.labels;
+    std::sort(sorted.begin(), sorted.end());
+    std::string canonical = s.name;
+    for (const auto& [k, v] : sorted) canonical += '\x1e' + k + '\x1f' + v;
+    if (!series.insert(canonical).second) problem("duplicate series", line);
+
+    const auto* le = s.label("le");
+    if (part == "_bucket" && !le) problem("histogram bucket without le", line);
+    if (part != "_bucket" && le) problem("le outside a histogram bucket", line);
+    if (type->second == "counter") {
+      if (!s.name.ends_with("_total")) problem("counter not ending in _total", line);
+      if (!count_value(s.value)) problem("counter value not a count", line);
+    } else if (type->second == "histogram") {
+      if (part.empty()) {
+        problem("histogram sample without _bucket, _sum or _count", line);
+        continue;
+      }
+      auto& h = histograms[family][s.key_without_le()];
+      if (part == "_sum") {
+        if (h.sum) problem("second _sum", line);
+        h.sum = true;
+        continue;
+      }
+      const auto n = count_value(s.value);
+      if (!n) {
+        problem("histogram " + part + " not a count", line);
+      } else if (part == "_count") {
+        if (h.count) problem("second _count", line);
+        h.count = n;
+      } else if (le) {
+        h.buckets.emplace_back(*le, *n);
+      }
+    }
   }
-  return p;
+
+  for (const auto& [family, all] : histograms) {
+    for (const auto& [labels, h] : all) {
+      auto where = family + "{";
+      for (const char c : labels) where += c == '\x1f' ? '=' : c == '\x1e' ? ',' : c;
+      where += "}";
+      if (h.buckets.empty()) {
+        problem("histogram series without buckets", where);
+        continue;
+      }
+      std::optional<double> last_le;
+      std::uint64_t last = 0;
+      for (const auto& [le_text, n] : h.buckets) {
+        const auto le = float_value(le_text);
+        if (!le || *le != *le) {
+          problem("le \"" + le_text + "\" not a number", where);
+          continue;
+        }
+        if (last_le && !(*le > *last_le)) problem("le " + le_text + " not ascending", where);
+        if (n < last) problem("bucket le=" + le_text + " below the one before", where);
+        last_le = le;
+        last = n;
+      }
+      if (h.buckets.back().first != "+Inf") problem("last bucket not le=\"+Inf\"", where);
+      if (!h.sum) problem("histogram series without _sum", where);
+      if (!h.count) {
+        problem("histogram series without _count", where);
+      } else if (*h.count != h.buckets.back().second) {
+        problem("_count differs from the +Inf bucket", where);
+      }
+    }
+  }
+  return e;
 }
 
-// The reader above rejects what the format forbids, so that the tests below can fail.
-TEST(Prometheus, TheTestsReaderRejectsMalformedLines) {
-  EXPECT_NONFATAL_FAILURE(parse("# HELP a_total x\n# TYPE a_total counter\na_total{b=\"c} 1\n"), "not a sample line");
-  EXPECT_NONFATAL_FAILURE(parse("# HELP a_total x\n# TYPE a_total counter\na_total one\n"), "not a sample line");
-  EXPECT_NONFATAL_FAILURE(parse("# HELP a x\n# TYPE a counter\na 1\n"), "a 1");  // a counter without _total
-  EXPECT_NONFATAL_FAILURE(parse("b_total 1\n"), "sample without TYPE");
-  EXPECT_NONFATAL_FAILURE(parse("# TYPE a gauge\n"), "TYPE before HELP");
+// check(), each problem a test failure.
+exposition parse(const std::string& text) {
+  auto e = check(text);
+  for (const auto& p : e.problems) ADD_FAILURE() << p;
+  return e;
+}
+
+// Whether check() finds no problem in `text`.
+testing::AssertionResult valid(const std::string& text) {
+  const auto e = check(text);
+  if (e.problems.empty()) return testing::AssertionSuccess();
+  auto r = testing::AssertionFailure() << e.problems.size() << " problems, the first ones:";
+  for (std::size_t i = 0; i < e.problems.size() && i < 8; ++i) r << "\n  " << e.problems[i];
+  return r;
+}
+
+// Whether check() finds a problem containing `what` in `text`.
+testing::AssertionResult rejects(const std::string& text, std::string_view what) {
+  const auto e = check(text);
+  for (const auto& p : e.problems) {
+    if (p.find(what) != std::string::npos) return testing::AssertionSuccess();
+  }
+  auto r = testing::AssertionFailure() << "no problem with \"" << what << "\" in:\n" << text << "problems:";
+  for (const auto& p : e.problems) r << "\n  " << p;
+  return r;
+}
+
+// The checker rejects what the format forbids (and what ours must never do), so that the tests
+// below can fail.
+TEST(Prometheus, TheCheckerRejectsMalformedExpositions) {
+  const std::string ok_counter = "# HELP a_total x\n# TYPE a_total counter\n";
+  const std::string ok_histogram = "# HELP h x\n# TYPE h histogram\n";
+  const std::string ok = ok_counter + "a_total{b=\"c\\\\ \\\" \\n\"} 1\n" + ok_histogram +
+                         "h_bucket{x=\"1\",le=\"0.5\"} 0\nh_bucket{x=\"1\",le=\"+Inf\"} 2\nh_sum{x=\"1\"} 1.5\n"
+                         "h_count{x=\"1\"} 2\n";
+  EXPECT_TRUE(valid(ok));
+
+  // Lines.
+  EXPECT_TRUE(rejects(ok_counter + "a_total{b=\"c} 1\n", "not a sample line"));
+  EXPECT_TRUE(rejects(ok_counter + "a_total one\n", "not a sample line"));
+  EXPECT_TRUE(rejects(ok_counter + "a_total 1", "no newline"));
+  EXPECT_TRUE(rejects(ok_counter + "a_total{b=\"c\"d\"} 1\n", "expected ','"));
+  EXPECT_TRUE(rejects(ok_counter + "a_total{b=\"c\\t\"} 1\n", "invalid escape"));
+  EXPECT_TRUE(rejects(ok_counter + "a_total{b=\"\xff\"} 1\n", "not UTF-8"));
+  EXPECT_TRUE(rejects(ok_counter + "a_total{1b=\"c\"} 1\n", "invalid label name"));
+  EXPECT_TRUE(rejects(ok_counter + "a_total{b-c=\"c\"} 1\n", "invalid label name"));
+  EXPECT_TRUE(rejects(ok_counter + "a_total{__x=\"c\"} 1\n", "reserved label name"));
+  EXPECT_TRUE(rejects(ok_counter + "a_total{b=\"1\",b=\"2\"} 1\n", "label name b repeated"));
+  EXPECT_TRUE(rejects(ok_counter + "a_total{b=\"1\"} 1\na_total{b=\"1\"} 2\n", "duplicate series"));
+  EXPECT_TRUE(rejects("# HELP a-b x\n", "invalid metric name"));
+  // Families.
+  EXPECT_TRUE(rejects("# HELP a x\n# TYPE a counter\na 1\n", "a 1"));  // a counter without _total
+  EXPECT_TRUE(rejects("b_total 1\n", "sample without TYPE"));
+  EXPECT_TRUE(rejects("# TYPE a gauge\n", "TYPE before HELP"));
+  EXPECT_TRUE(rejects(ok_counter + "# HELP a_total y\na_total 1\n", "second HELP"));
+  EXPECT_TRUE(rejects(ok_counter + "# TYPE a_total counter\na_total 1\n", "second TYPE"));
+  EXPECT_TRUE(rejects(ok_counter + "a_total 1\n# HELP b x\n# TYPE b gauge\nb 1\na_total{c=\"d\"} 1\n", "not together"));
+  EXPECT_TRUE(rejects(ok_counter + "a_total 1\n# HELP b x\n# TYPE b gauge\nb{le=\"1\"} 1\n", "le outside"));
+  // Histograms.
+  EXPECT_TRUE(rejects(ok_histogram + "h 1\n", "without _bucket"));
+  EXPECT_TRUE(rejects(ok_histogram + "h_bucket{le=\"2\"} 1\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 1\n"
+                                     "h_sum 1\nh_count 1\n",
+                      "not ascending"));
+  EXPECT_TRUE(rejects(ok_histogram + "h_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n",
+                      "below the one before"));
+  EXPECT_TRUE(rejects(ok_histogram + "h_bucket{le=\"1\"} 1\nh_sum 1\nh_count 1\n", "not le=\"+Inf\""));
+  EXPECT_TRUE(rejects(ok_histogram + "h_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 2\n", "differs"));
+  EXPECT_TRUE(rejects(ok_histogram + "h_bucket{le=\"+Inf\"} 1\nh_count 1\n", "without _sum"));
+  EXPECT_TRUE(rejects(ok_histogram + "h_bucket{le=\"+Inf\"} 1\nh_sum 1\n", "without _count"));
+  EXPECT_TRUE(
+      rejects(ok_histogram + "h_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\nh_sum{x=\"y\"} 1\n", "without buckets"));
+  EXPECT_TRUE(rejects(ok_histogram + "h_bucket 1\n", "bucket without le"));
+  // The reported bug: a user label `le` in a bucket.
+  EXPECT_TRUE(rejects(ok_histogram +
+                          "h_bucket{service=\"s\",le=\"oops\",le=\"1e-06\"} 0\n"
+                          "h_bucket{service=\"s\",le=\"oops\",le=\"+Inf\"} 0\nh_sum{service=\"s\",le=\"oops\"} 0\n"
+                          "h_count{service=\"s\",le=\"oops\"} 0\n",
+                      "label name le repeated"));
 }
 
 TEST(Prometheus, WritesTheCountersInTheTextFormat) {
@@ -268,6 +575,107 @@ TEST(Prometheus, EmptyStatsStillWriteEveryClientSeries) {
   EXPECT_EQ(p.samples.at("redlock_lock_operations_total"), "0");
   EXPECT_EQ(p.samples.at(R"(redlock_acquire_duration_seconds_bucket{le="+Inf"})"), "0");
   EXPECT_EQ(p.samples.at("redlock_acquire_duration_seconds_sum"), "0");
+}
+
+// The exposition is valid whatever the options: names repaired, reserved ones renamed.
+TEST(Prometheus, EveryOptionSetGivesAValidExposition) {
+  std::vector<std::pair<std::string, prometheus_options>> sets;
+  sets.emplace_back("default", prometheus_options{});
+  sets.emplace_back("per_master off", prometheus_options{});
+  sets.back().second.per_master = false;
+  sets.emplace_back("no prefix", prometheus_options{});
+  sets.back().second.prefix.clear();
+  sets.emplace_back("odd prefix", prometheus_options{});
+  sets.back().second.prefix = "9 my-app.locks::é";
+  sets.emplace_back("reserved and invalid labels", prometheus_options{});
+  sets.back().second.labels = {
+      {"le", "oops"},  {"master", "m"},       {"outcome", "o"},          {"__x", "y"},     {"__name__", "n"},
+      {"1zone", "a"},  {"", "empty"},         {"bad name!", "b"},        {"--", "dashes"}, {"quantile", "q"},
+      {"zürich", "z"}, {"label_le", "taken"}, {"service", "\"q\" \\ \n"}};
+  sets.emplace_back("duplicate labels", prometheus_options{});
+  sets.back().second.labels = {{"zone", "a"}, {"zone", "b"}, {"zone_2", "c"},
+                               {"a-b", "d"},  {"a.b", "e"},  {"zone", "f"}};
+  sets.emplace_back("odd master labels", prometheus_options{});
+  sets.back().second.masters = {"", "a\"b\\c\nd", "zürich:6379"};
+  sets.back().second.labels = {{"master", "x"}, {"le", "+Inf"}};
+
+  for (const auto& [what, opts] : sets) {
+    for (const auto& stats : {client_stats{}, sample_stats(), busy_stats()}) {
+      const auto text = to_prometheus(stats, opts);
+      EXPECT_TRUE(valid(text)) << what;
+      std::string appended = "# HELP other x\n# TYPE other gauge\nother 1\n";
+      redlock::append_prometheus(appended, stats, opts);
+      EXPECT_TRUE(valid(appended)) << what;
+    }
+  }
+  // busy_stats() reaches the hazard gauges (+Inf among them), the overflow bucket, the log counters.
+  const auto p = parse(to_prometheus(busy_stats()));
+  EXPECT_EQ(p.samples.at(R"(redlock_master_quarantine_seconds{master="1"})"), "+Inf");
+  EXPECT_GT(std::stod(p.samples.at(R"(redlock_master_quarantine_seconds{master="0"})")), 0.0);
+  EXPECT_EQ(p.samples.at(R"(redlock_master_unguarded{master="2"})"), "1");
+  EXPECT_EQ(p.samples.at(R"(redlock_acquire_duration_seconds_bucket{le="33.554432"})"), "3");
+  EXPECT_EQ(p.samples.at(R"(redlock_acquire_duration_seconds_bucket{le="+Inf"})"), "4");
+  EXPECT_EQ(p.samples.at("redlock_log_messages_total"), "4");
+  EXPECT_EQ(p.samples.at("redlock_log_sink_errors_total"), "3");  // the client's and its masters'
+}
+
+TEST(Prometheus, ReservedLabelNamesAreRenamed) {
+  prometheus_options o;
+  o.labels = {{"le", "oops"}, {"master", "m"}, {"outcome", "o"}, {"__x", "y"}};
+  const auto p = parse(to_prometheus(sample_stats(), o));
+  const std::string own = R"(label_le="oops",label_master="m",label_outcome="o",label___x="y")";
+  EXPECT_EQ(p.samples.at("redlock_lock_operations_total{" + own + "}"), "7");
+  EXPECT_EQ(p.samples.at("redlock_lock_outcomes_total{" + own + R"(,outcome="acquired"})"), "5");
+  EXPECT_EQ(p.samples.at("redlock_acquire_duration_seconds_bucket{" + own + R"(,le="4e-06"})"), "1");
+  EXPECT_EQ(p.samples.at("redlock_acquire_duration_seconds_count{" + own + "}"), "3");
+  EXPECT_EQ(p.samples.at("redlock_master_request_outcomes_total{" + own + R"(,master="0",outcome="timeout"})"), "2");
+  EXPECT_EQ(p.samples.at("redlock_master_request_duration_seconds_bucket{" + own + R"(,master="0",le="+Inf"})"), "1");
+  // Repaired first, then renamed when the repair gives a reserved name.
+  o.labels = {{"--x", "a"}, {"l.e", "b"}, {"", "c"}};
+  const auto q = parse(to_prometheus(sample_stats(), o));
+  EXPECT_EQ(q.samples.at(R"(redlock_lock_operations_total{label___x="a",l_e="b",_="c"})"), "7");
+}
+
+TEST(Prometheus, DuplicateLabelNamesGetASuffix) {
+  prometheus_options o;
+  o.labels = {{"zone", "a"}, {"zone", "b"}, {"zone_2", "c"}, {"a-b", "d"}, {"a.b", "e"}, {"zone", "f"}};
+  auto p = parse(to_prometheus(sample_stats(), o));
+  EXPECT_EQ(
+      p.samples.at(R"(redlock_lock_operations_total{zone="a",zone_2="b",zone_2_2="c",a_b="d",a_b_2="e",zone_3="f"})"),
+      "7");
+  // A renamed reserved name meeting a user's label of that name: the earlier keeps it.
+  o.labels = {{"label_le", "mine"}, {"le", "oops"}};
+  p = parse(to_prometheus(sample_stats(), o));
+  EXPECT_EQ(p.samples.at(R"(redlock_lock_operations_total{label_le="mine",label_le_2="oops"})"), "7");
+  o.labels = {{"le", "oops"}, {"label_le", "mine"}};
+  p = parse(to_prometheus(sample_stats(), o));
+  EXPECT_EQ(p.samples.at(R"(redlock_lock_operations_total{label_le="oops",label_le_2="mine"})"), "7");
+}
+
+TEST(Prometheus, ValidateListsEveryProblem) {
+  prometheus_options o;
+  o.prefix = "my-app";
+  o.labels = {{"1zone", "a"}, {"le", "b"}, {"__x", "c"}, {"zone", "d"},   {"master", "e"},
+              {"zone", "f"},  {"", "g"},   {"ok", "h"},  {"outcome", "i"}};
+  std::string what;
+  EXPECT_EQ(redlock::validate(o, &what), redlock::error::invalid_argument);
+  for (const char* expected : {"prefix \"my-app\"", "label \"1zone\"", "label \"le\"", "label \"__x\"",
+                               "label \"zone\"", "label \"master\"", "label \"\"", "label \"outcome\""}) {
+    EXPECT_NE(what.find(expected), std::string::npos) << expected << " not in: " << what;
+  }
+  EXPECT_EQ(what.find("\"ok\""), std::string::npos) << what;
+  // One problem per entry above but "ok" and the second "zone": 8, separated by "; ".
+  std::size_t separators = 0;
+  for (auto at = what.find("; "); at != std::string::npos; at = what.find("; ", at + 2)) ++separators;
+  EXPECT_EQ(separators, 7u) << what;
+  EXPECT_NE(what.find("reserved"), std::string::npos) << what;
+
+  // Nothing wrong: no error, `what` untouched.
+  what = "unchanged";
+  o.prefix = "app";
+  o.labels = {{"zone", "a"}, {"label_le", "b"}};
+  EXPECT_FALSE(redlock::validate(o, &what));
+  EXPECT_EQ(what, "unchanged");
 }
 
 }  // namespace
