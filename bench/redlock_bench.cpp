@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: BSL-1.0
 // The lock benchmark: scenarios a-e and g of docs/benchmarks.md against five local masters (two
-// of them reachable through fault proxies for the slow-minority scenario), next to the round-trip
-// floor and the masters' ceiling measured in the same run. Peers are run by bench/run.sh against
-// the same masters (this program prints their ports and waits when asked to).
+// of them reachable through delaying proxies, each a process of its own, for the slow-minority
+// scenario), next to the round-trip floor and the masters' ceiling measured in the same run.
+// Peers are run by bench/run.sh against the same masters (this program prints their ports and
+// waits when asked to).
 //
 // Usage: redlock_bench [--json FILE] [--cycles N] [--seconds S] [--contention-runs R]
 //                      [--only a,b,c,c_no_fair,c_poll_2ms,d,e,g,floor,ceiling] [--hold-for-peers CMD]
 //                      [--floor-bench BIN] [--worker BIN] [--g-seconds S=40] [--g-no-fair-seconds S=20]
-//                      [--c-hold-ms H=0]
+//                      [--c-hold-ms H=0] [--delay-proxy BIN] [--ceiling-runs R=3]
 // --json FILE: where the results go; by default bench/results/local/redlock_bench.json, relative
 // to the working directory (run it from the repository's root). Missing directories are created.
 // Git ignores bench/results/local/: the committed results are the ones bench/run.sh writes.
@@ -27,6 +28,12 @@
 // redlock code) against the same five masters, writes its JSON next to ours (floor_bench.json)
 // and reports (a) as a ratio to it. The "floor" scenario below is different: PING through our
 // own connection class, so it includes the connection's own cost.
+// --delay-proxy BIN: the delaying proxy (bench/delay_proxy.cpp) that (d) and the peers' slow
+// masters go through: one process per slow master (masters 0 and 1), each holding every chunk
+// 25 ms each way, started for (d) and again for the peers, stopped and reaped after each. The
+// default is the one CMake builds (REDLOCK_DELAY_PROXY_PATH).
+// --ceiling-runs R: the ceiling (redis-benchmark against all five masters at once, see
+// ceiling_settings) is measured R times at each setting; the best of all runs is taken.
 // --hold-for-peers CMD: after our scenarios, runs the shell command CMD with the environment
 // variables REDLOCK_BENCH_MASTERS and REDLOCK_BENCH_SLOW_MASTERS (host:port lists) set, so other
 // programs measure against the very same masters in the same run.
@@ -35,7 +42,6 @@
 #include <redlock/client.hpp>
 #include <redlock/detail/scripts.hpp>
 #include <redlock/timer.hpp>
-#include <redlock_test/fault_proxy.hpp>
 #include <redlock_test/master_set.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -58,15 +64,20 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
+#include <poll.h>
 #include <set>
+#include <signal.h>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -128,18 +139,15 @@ void run(asio::io_context& ioc, F f) {
 
 struct setup {
   redlock::test::master_set servers{5};
-  std::vector<std::unique_ptr<redlock::test::fault_proxy>> proxies;  // in front of masters 1 and 2
-  setup() {
-    for (std::size_t i = 0; i < 2; ++i) {
-      proxies.push_back(std::make_unique<redlock::test::fault_proxy>(servers[i].host(), servers[i].port()));
-    }
-  }
+  // The ports of the delaying proxies in front of masters 0 and 1 while they run (slow_minority).
+  std::vector<std::uint16_t> slow_ports;
   redlock::client_config config(bool slow_minority) {
+    if (slow_minority && slow_ports.empty()) throw std::logic_error{"the slow masters' proxies are not running"};
     redlock::client_config cfg;
     for (std::size_t i = 0; i < servers.size(); ++i) {
       redlock::connection_config m;
       m.host = "127.0.0.1";
-      m.port = (slow_minority && i < proxies.size()) ? proxies[i]->port() : servers[i].port();
+      m.port = (slow_minority && i < slow_ports.size()) ? slow_ports[i] : servers[i].port();
       cfg.masters.push_back(m);
     }
     cfg.guard.restarts = redlock::restart_detection::off;  // masters this run just started: no restart to guard
@@ -153,6 +161,129 @@ struct setup {
       s += fmt::format("{}{}:{}", s.empty() ? "" : ",", m.host, m.port);
     return s;
   }
+};
+
+// One delay_proxy process (bench/delay_proxy.cpp) in front of one master. Its stdin is a pipe
+// from this process and its stdout another, from which the constructor reads the port it listens
+// on. Closing its stdin tells it to stop; the kernel closes it too when this process dies, however
+// it dies, so a proxy never outlives the benchmark. The destructor closes it and reaps the
+// process, sending SIGTERM and then SIGKILL if it has not exited 2 s after each.
+class delay_proxy_process {
+ public:
+  delay_proxy_process(const std::string& bin, const std::string& host, std::uint16_t port,
+                      std::chrono::milliseconds one_way) {
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC) != 0) throw std::system_error{errno, std::generic_category(), "pipe2"};
+    if (pipe2(out, O_CLOEXEC) != 0) {
+      const int e = errno;
+      close(in[0]);
+      close(in[1]);
+      throw std::system_error{e, std::generic_category(), "pipe2"};
+    }
+    stdin_ = in[1];
+    // O_CLOEXEC keeps the pipes out of every other child (workers, redis-benchmark, the peers); in
+    // this one, dup2 onto 0 and 1 clears it.
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+    std::vector<std::string> args{bin, "--upstream", fmt::format("{}:{}", host, port), "--delay-ms",
+                                  std::to_string(one_way.count())};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const int rc = posix_spawn(&pid_, bin.c_str(), &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    close(in[0]);
+    close(out[1]);
+    if (rc != 0) {
+      pid_ = -1;
+      close(out[0]);
+      stop();
+      throw std::system_error{rc, std::generic_category(), "cannot start " + bin};
+    }
+    const std::string line = read_line(out[0], 5s);
+    close(out[0]);  // it writes nothing more
+    char* end = nullptr;
+    const long p = std::strtol(line.c_str(), &end, 10);
+    if (line.empty() || *end != '\0' || p <= 0 || p > 65535) {
+      stop();
+      throw std::runtime_error{fmt::format("{} did not report its port (it printed \"{}\")", bin, line)};
+    }
+    port_ = static_cast<std::uint16_t>(p);
+  }
+  ~delay_proxy_process() { stop(); }
+  delay_proxy_process(const delay_proxy_process&) = delete;
+  delay_proxy_process& operator=(const delay_proxy_process&) = delete;
+
+  std::uint16_t port() const noexcept { return port_; }
+
+ private:
+  // The first line `fd` gives within `limit`, without its newline; what came before EOF or the
+  // limit otherwise.
+  static std::string read_line(int fd, std::chrono::milliseconds limit) {
+    std::string line;
+    const auto until = clock_type::now() + limit;
+    while (clock_type::now() < until) {
+      pollfd p{fd, POLLIN, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - clock_type::now());
+      const int ready = poll(&p, 1, static_cast<int>(std::max<std::chrono::milliseconds::rep>(left.count(), 0)));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready <= 0) break;
+      char c = 0;
+      const ssize_t n = read(fd, &c, 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0 || c == '\n') break;
+      line += c;
+    }
+    return line;
+  }
+
+  void stop() noexcept {
+    if (stdin_ >= 0) close(stdin_);  // end of file: its signal to exit
+    stdin_ = -1;
+    if (pid_ <= 0) return;
+    for (const int sig : {0, SIGTERM, SIGKILL}) {
+      if (sig != 0) kill(pid_, sig);
+      for (int i = 0; i < 200; ++i) {
+        int status = 0;
+        const pid_t r = waitpid(pid_, &status, WNOHANG);
+        if (r == pid_ || (r < 0 && errno != EINTR)) {
+          pid_ = -1;
+          return;
+        }
+        std::this_thread::sleep_for(10ms);
+      }
+    }
+    waitpid(pid_, nullptr, 0);  // after SIGKILL, it cannot take long
+    pid_ = -1;
+  }
+
+  pid_t pid_ = -1;
+  int stdin_ = -1;
+  std::uint16_t port_ = 0;
+};
+
+// The slow minority of (d) and of the peers' (d): a delay_proxy process in front of masters 0
+// and 1, each holding every chunk `one_way` in each direction; s.config(true) and s.list(true)
+// go through them while this object lives.
+class slow_minority {
+ public:
+  static constexpr std::chrono::milliseconds one_way{25};  // +50 ms per round trip
+  slow_minority(setup& s, const std::string& bin) : s_(s) {
+    // A proxy that fails to start throws; those already started are then stopped with procs_.
+    for (std::size_t i = 0; i < 2; ++i) {
+      procs_.push_back(std::make_unique<delay_proxy_process>(bin, s.servers[i].host(), s.servers[i].port(), one_way));
+    }
+    for (const auto& p : procs_) s_.slow_ports.push_back(p->port());
+  }
+  ~slow_minority() { s_.slow_ports.clear(); }  // then procs_ stop and are reaped
+  slow_minority(const slow_minority&) = delete;
+  slow_minority& operator=(const slow_minority&) = delete;
+
+ private:
+  setup& s_;
+  std::vector<std::unique_ptr<delay_proxy_process>> procs_;
 };
 
 void wait_up(asio::io_context& ioc, redlock::client& c, std::size_t want) {
@@ -243,6 +374,33 @@ std::pair<stats, stats> floor_rtt(asio::io_context& ioc, const redlock::client_c
   for (auto& c : conns) c->close();
   pump(ioc);
   return {summarize(one), summarize(quorum)};
+}
+
+// (d)'s check that the slow masters are slow: PING to each of `masters` over a connection of its
+// own, `pings` times one after the other; the p50 of each, in ms.
+std::vector<double> ping_p50_ms(asio::io_context& ioc, const std::vector<redlock::connection_config>& masters,
+                                int pings) {
+  std::vector<double> p50s;
+  for (const auto& m : masters) {
+    redlock::connection conn{ioc.get_executor(), m};
+    conn.async_run(asio::detached);
+    const auto until = clock_type::now() + 5s;
+    while (conn.status().state != redlock::connection_state::up && clock_type::now() < until) pump(ioc);
+    std::vector<double> ms;
+    run(ioc, [&]() -> asio::awaitable<void> {
+      for (int i = 0; i < pings; ++i) {
+        redlock::resp::request r;
+        r.push("PING");
+        const auto s = clock_type::now();
+        auto [ec, reply] = co_await conn.async_exec(std::move(r), 1s, use_tuple);
+        if (!ec) ms.push_back(us_since(s) / 1000);
+      }
+    });
+    conn.close();
+    pump_for(ioc, 10ms);
+    p50s.push_back(summarize(std::move(ms)).p50);
+  }
+  return p50s;
 }
 
 // (b): C coroutines, each locking its own resource back to back.
@@ -552,13 +710,26 @@ std::pair<double, double> floor_bench_p50_mean(const std::string& path) {
   return {field("\"p50\": "), field("\"mean\": ")};
 }
 
-// Ceiling: redis-benchmark pipelined against all five masters at once; lock cycles/s the masters
-// could serve = aggregate ops/s / (2 x N) (a SET and a release per master per cycle).
-double redis_benchmark_all(setup& s, const std::vector<std::string>& command) {
+// Ceiling: what the five masters can serve. One redis-benchmark process per master, all five at
+// once, each with `clients` connections (-c) of `pipeline` requests in flight (-P); the ops/s of
+// the five summed. Measured for SET NX PX and for the release's EVALSHA, at each setting below,
+// --ceiling-runs times (runs interleaved over the settings, the load of the machine drifts); the
+// best SET and the best release rate of all runs are taken. One lock cycle costs every master one
+// SET and one release, so the masters could serve 1 / (5/SET ops + 5/release ops) lock cycles/s.
+// Deeper pipelines than the client's make the masters' cost per command the smallest it gets
+// (fewer reads, writes and wake-ups per command): the ceiling is then above what any client of
+// the same masters reaches.
+struct ceiling_setting {
+  int clients, pipeline;
+};
+constexpr ceiling_setting ceiling_settings[] = {{4, 64}, {8, 128}, {16, 32}};
+constexpr int ceiling_requests = 300000;  // per master and run (-n)
+
+double redis_benchmark_all(setup& s, const std::vector<std::string>& command, const ceiling_setting& setting) {
   std::vector<FILE*> pipes;
   for (std::size_t i = 0; i < s.servers.size(); ++i) {
-    std::string cmd =
-        fmt::format("redis-benchmark -h 127.0.0.1 -p {} -n 300000 -P 16 -c 4 -r 100000 --csv", s.servers[i].port());
+    std::string cmd = fmt::format("redis-benchmark -h 127.0.0.1 -p {} -n {} -P {} -c {} -r 100000 --csv",
+                                  s.servers[i].port(), ceiling_requests, setting.pipeline, setting.clients);
     for (const auto& a : command) cmd += " " + a;
     cmd += " 2>/dev/null";
     pipes.push_back(popen(cmd.c_str(), "r"));
@@ -578,16 +749,19 @@ double redis_benchmark_all(setup& s, const std::vector<std::string>& command) {
   return total;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_bench(int argc, char** argv) {
   std::string json_path = "bench/results/local/redlock_bench.json", peers_cmd, floor_bin;
 #ifdef REDLOCK_WORKER_PATH
   std::string worker_bin = REDLOCK_WORKER_PATH;
 #else
   std::string worker_bin;
 #endif
-  int cycles = 5000, contention_runs = 10;
+#ifdef REDLOCK_DELAY_PROXY_PATH
+  std::string proxy_bin = REDLOCK_DELAY_PROXY_PATH;
+#else
+  std::string proxy_bin;
+#endif
+  int cycles = 5000, contention_runs = 10, ceiling_runs = 3;
   double seconds = 3, g_seconds = 40, g_no_fair_seconds = 20;
   clock_type::duration c_hold{};
   std::set<std::string> only;
@@ -600,6 +774,8 @@ int main(int argc, char** argv) {
     if (a == "--hold-for-peers") peers_cmd = v;
     if (a == "--floor-bench") floor_bin = v;
     if (a == "--worker") worker_bin = v;
+    if (a == "--delay-proxy") proxy_bin = v;
+    if (a == "--ceiling-runs") ceiling_runs = std::max(1, std::stoi(v));
     if (a == "--c-hold-ms")
       c_hold =
           std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double, std::milli>(std::stod(v)));
@@ -620,6 +796,10 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "(g) needs the worker: --worker PATH (test/safety/worker.cpp)\n");
     return 2;
   }
+  if ((want("d") || !peers_cmd.empty()) && proxy_bin.empty()) {
+    fmt::print(stderr, "(d) and the peers need the delaying proxy: --delay-proxy PATH (bench/delay_proxy.cpp)\n");
+    return 2;
+  }
 
   setup s;
   asio::io_context ioc{1};
@@ -636,20 +816,50 @@ int main(int argc, char** argv) {
         fmt::format("\"floor\": {{\"ping_one_us\": {}, \"ping_quorum_us\": {}}}", json_stats(one), json_stats(quorum)));
   }
   if (want("ceiling")) {
-    const double set_ops = redis_benchmark_all(s, {"SET", "key:__rand_int__", "token", "NX", "PX", "10000"});
     for (std::size_t i = 0; i < 5; ++i) s.servers[i].command({"SCRIPT", "LOAD", redlock::detail::release_script.body});
-    const double rel_ops =
-        redis_benchmark_all(s, {"EVALSHA", std::string{redlock::detail::release_script.sha1}, "3", "key:__rand_int__",
-                                "key:__rand_int__:redlock-queue", "key:__rand_int__:redlock-expiry", "token"});
+    const std::vector<std::string> set_cmd{"SET", "key:__rand_int__", "token", "NX", "PX", "10000"};
+    const std::vector<std::string> rel_cmd{"EVALSHA",
+                                           std::string{redlock::detail::release_script.sha1},
+                                           "3",
+                                           "key:__rand_int__",
+                                           "key:__rand_int__:redlock-queue",
+                                           "key:__rand_int__:redlock-expiry",
+                                           "token"};
+    constexpr std::size_t n_settings = std::size(ceiling_settings);
+    std::array<double, n_settings> best_set{}, best_rel{};
+    std::array<std::string, n_settings> runs_json;
+    for (int run_no = 0; run_no < ceiling_runs; ++run_no) {
+      for (std::size_t k = 0; k < n_settings; ++k) {
+        const auto& st = ceiling_settings[k];
+        const double set_ops = redis_benchmark_all(s, set_cmd, st);
+        const double rel_ops = redis_benchmark_all(s, rel_cmd, st);
+        best_set[k] = std::max(best_set[k], set_ops);
+        best_rel[k] = std::max(best_rel[k], rel_ops);
+        fmt::print("ceiling   run {} -c {:<2} -P {:<3}: SET NX PX {:.0f}/s, EVALSHA release {:.0f}/s\n", run_no,
+                   st.clients, st.pipeline, set_ops, rel_ops);
+        runs_json[k] += fmt::format("{}{{\"set_ops\": {:.0f}, \"release_ops\": {:.0f}}}",
+                                    runs_json[k].empty() ? "" : ", ", set_ops, rel_ops);
+      }
+    }
+    const double set_ops = *std::max_element(best_set.begin(), best_set.end());
+    const double rel_ops = *std::max_element(best_rel.begin(), best_rel.end());
     // One lock cycle costs each master one SET and one release.
     const double ceiling = 1.0 / (5.0 / set_ops + 5.0 / rel_ops);
     fmt::print(
-        "ceiling   redis-benchmark -P 16 on all 5: SET NX PX {:.0f}/s, EVALSHA release {:.0f}/s -> {:.0f} lock "
-        "cycles/s\n",
-        set_ops, rel_ops, ceiling);
-    json.push_back(
-        fmt::format("\"ceiling\": {{\"set_ops\": {:.0f}, \"release_ops\": {:.0f}, \"lock_cycles_per_s\": {:.0f}}}",
-                    set_ops, rel_ops, ceiling));
+        "ceiling   redis-benchmark on all 5 at once, best of {} runs x {} settings: SET NX PX {:.0f}/s, EVALSHA "
+        "release {:.0f}/s -> {:.0f} lock cycles/s\n",
+        ceiling_runs, n_settings, set_ops, rel_ops, ceiling);
+    std::string settings;
+    for (std::size_t k = 0; k < n_settings; ++k) {
+      settings += fmt::format("{}{{\"c\": {}, \"P\": {}, \"runs\": [{}]}}", settings.empty() ? "" : ", ",
+                              ceiling_settings[k].clients, ceiling_settings[k].pipeline, runs_json[k]);
+    }
+    json.push_back(fmt::format(
+        "\"ceiling\": {{\"set_ops\": {:.0f}, \"release_ops\": {:.0f}, \"lock_cycles_per_s\": {:.0f}, "
+        "\"method\": {{\"tool\": \"redis-benchmark\", \"processes\": {}, \"requests_per_process\": {}, "
+        "\"keyspace\": 100000, \"runs\": {}, \"taken\": \"best SET and best release ops/s (summed over the masters) "
+        "of all runs and settings; lock cycles/s = 1 / (5/set_ops + 5/release_ops)\", \"settings\": [{}]}}}}",
+        set_ops, rel_ops, ceiling, s.servers.size(), ceiling_requests, ceiling_runs, settings));
   }
   double floor_p50 = 0, floor_mean = 0;
   if (!floor_bin.empty() && want("a")) {
@@ -827,14 +1037,23 @@ int main(int argc, char** argv) {
     }
   }
   if (want("d")) {
-    for (auto& p : s.proxies) p->set_latency(25ms);  // +50 ms round trip on 2 of 5
-    redlock::client c{ioc.get_executor(), s.config(true)};
+    // 2 of 5 behind delay_proxy processes: +50 ms round trip. Their work is not in this process's
+    // CPU time and does not run on its thread.
+    slow_minority slow{s, proxy_bin};
+    const auto cfg = s.config(true);
+    const auto slow_ping = ping_p50_ms(ioc, {cfg.masters[0], cfg.masters[1]}, 10);
+    redlock::client c{ioc.get_executor(), cfg};
     wait_up(ioc, c, 5);
     auto r = sequential(ioc, c, std::min(cycles, 2000), "bench:d");
-    fmt::print("(d)       2 of 5 +50 ms: lock+unlock p50 {:.1f} p99 {:.1f} us; CPU {:.1f} us/cycle\n",
-               r.lock_unlock.p50, r.lock_unlock.p99, r.cpu_us_per_cycle);
-    json.push_back(
-        fmt::format("\"d\": {{\"lock_unlock_us\": {}, \"failures\": {}}}", json_stats(r.lock_unlock), r.failures));
+    fmt::print(
+        "(d)       2 of 5 +50 ms (proxies out of process, PING through them p50 {:.1f} / {:.1f} ms): lock+unlock p50 "
+        "{:.1f} p99 {:.1f} us; CPU {:.1f} us/cycle\n",
+        slow_ping[0], slow_ping[1], r.lock_unlock.p50, r.lock_unlock.p99, r.cpu_us_per_cycle);
+    json.push_back(fmt::format(
+        "\"d\": {{\"lock_unlock_us\": {}, \"failures\": {}, \"proxy_out_of_process\": true, "
+        "\"proxy_one_way_delay_ms\": {}, \"slow_master_ping_p50_ms\": [{:.1f}, {:.1f}], \"cpu_us_per_cycle\": {:.1f}}}",
+        json_stats(r.lock_unlock), r.failures, slow_minority::one_way.count(), slow_ping[0], slow_ping[1],
+        r.cpu_us_per_cycle));
     c.close();
     pump_for(ioc, 50ms);
   }
@@ -853,7 +1072,7 @@ int main(int argc, char** argv) {
     s.servers[4].restart();
   }
   if (!peers_cmd.empty()) {
-    for (auto& p : s.proxies) p->set_latency(25ms);
+    slow_minority slow{s, proxy_bin};  // the same delaying proxies as (d), for the peers' (d)
     setenv("REDLOCK_BENCH_MASTERS", s.list(false).c_str(), 1);
     setenv("REDLOCK_BENCH_SLOW_MASTERS", s.list(true).c_str(), 1);
     fmt::print("\nrunning the peers against the same masters: {}\n", peers_cmd);
@@ -868,4 +1087,18 @@ int main(int argc, char** argv) {
   out << "}\n";
   fmt::print("\nwrote {}\n", json_path);
   return 0;
+}
+
+}  // namespace
+
+// Caught here so that an error unwinds the stack: the masters and the delaying proxies are then
+// stopped and reaped by their destructors.
+int main(int argc, char** argv) {
+  try {
+    return run_bench(argc, argv);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "redlock_bench: {}\n", e.what());
+    return 1;
+  }
 }

@@ -14,8 +14,9 @@ command -v gnuplot >/dev/null && command -v strace >/dev/null || { sudo_=""; [ "
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 cmake --preset release "${launcher[@]}" >/dev/null
-# redlock_worker: the safety suite's worker, which scenario (g) runs as four processes.
-cmake --build --preset release --target redlock_bench redlock_worker keep_alive_bench connection_bench \
+# redlock_worker: the safety suite's worker, which scenario (g) runs as four processes; delay_proxy:
+# the delaying proxy that (d)'s two slow masters sit behind, one process each.
+cmake --build --preset release --target redlock_bench redlock_worker delay_proxy keep_alive_bench connection_bench \
   cycle_cost_bench floor_bench kinds_bench tls_bench cluster_bench
 mkdir -p bench/results
 out=bench/results
@@ -37,8 +38,10 @@ else
   kinds=(--rounds 10 --cycles 300 --seconds 5)
 fi
 # --floor-bench: the independent floor (no redlock code) on the same masters, right before (a).
+# --delay-proxy: the out-of-process proxy in front of (d)'s slow masters (also the peers' (d)).
 build/release/bench/redlock_bench "${args[@]}" --json "${out}/redlock_bench.json" \
-  --floor-bench build/release/bench/floor_bench ${peers:+--hold-for-peers "$peers"}
+  --floor-bench build/release/bench/floor_bench --delay-proxy build/release/bench/delay_proxy \
+  ${peers:+--hold-for-peers "$peers"}
 build/release/bench/keep_alive_bench "${ka[@]}" --json "${out}/keep_alive_bench.json"
 build/release/bench/connection_bench --json "${out}/connection_bench.json"
 build/release/bench/kinds_bench "${kinds[@]}" --json "${out}/kinds_bench.json"
