@@ -7,6 +7,7 @@
 #include "detail/client_state.hpp"
 #include "detail/completion.hpp"
 #include "detail/log.hpp"
+#include "detail/read_poller.hpp"
 #include <redlock/core/validity.hpp>
 #include <redlock/detail/token.hpp>
 #include <redlock/resp/request.hpp>
@@ -68,6 +69,8 @@ client_impl::client_impl(asio::any_io_executor ex, client_config cfg)
     if (ec || inbox_.size() != 16) inbox_ = fmt::format("{:016x}", std::random_device{}());
     wake_channel_ = std::string{wake_channel_prefix} + inbox_;
   }
+  poller_ = std::make_shared<read_poller>(strand_);
+  if (!poller_->usable()) poller_.reset();
   links_.reserve(cfg_.masters.size());
   deferred_.resize(cfg_.masters.size());
   refused_.resize(cfg_.masters.size(), false);
@@ -82,7 +85,7 @@ client_impl::client_impl(asio::any_io_executor ex, client_config cfg)
     } else if (m.logging.prefix.empty()) {
       m.logging.prefix = names_.back();
     }
-    links_.push_back(std::make_unique<master_link>(strand_, std::move(m)));
+    links_.push_back(std::make_unique<master_link>(strand_, std::move(m), poller_));
   }
   health_ = core::readiness{links_.size()};
   init_guards();

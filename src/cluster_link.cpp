@@ -162,8 +162,12 @@ struct cluster_link::ignore_sink final : reply_sink {
   void on_reply(std::uint64_t, error_code, const resp::response&) override {}
 };
 
-cluster_link::cluster_link(strand_type strand, connection_config cfg)
-    : strand_(std::move(strand)), cfg_(std::move(cfg)), node_cfg_(cfg_), ignore_(std::make_shared<ignore_sink>()) {
+cluster_link::cluster_link(strand_type strand, connection_config cfg, std::shared_ptr<read_poller> poller)
+    : strand_(std::move(strand)),
+      poller_(std::move(poller)),
+      cfg_(std::move(cfg)),
+      node_cfg_(cfg_),
+      ignore_(std::make_shared<ignore_sink>()) {
   node_cfg_.cluster = {};
   // The seeds are the first nodes; the map numbers nodes by address, in the order first seen.
   map_.add(core::shard_node{cfg_.host, cfg_.port, {}});
@@ -224,7 +228,7 @@ std::size_t cluster_link::ensure_node(std::uint16_t number) {
     c.host = map_.nodes()[i].host;
     c.port = map_.nodes()[i].port;
     node_state n;
-    n.link = std::make_unique<master_link>(strand_, std::move(c));
+    n.link = std::make_unique<master_link>(strand_, std::move(c), poller_);
     {
       std::lock_guard guard{mutex_};
       nodes_.push_back(std::move(n));

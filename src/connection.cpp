@@ -72,17 +72,20 @@ struct pending {
 
 }  // namespace
 
-class connection::impl : public std::enable_shared_from_this<impl> {
+class connection::impl : public std::enable_shared_from_this<impl>, public detail::read_target {
  public:
   // The public connection: a strand of its own on `ex`.
   impl(asio::any_io_executor ex, connection_config cfg) : impl(ex, asio::make_strand(ex), std::move(cfg)) {}
-  // A master_link: on the strand it is given, shared with the lock client's operations.
-  impl(strand_type strand, connection_config cfg) : impl(strand.get_inner_executor(), strand, std::move(cfg)) {}
-  impl(asio::any_io_executor ex, strand_type strand, connection_config cfg)
+  // A master_link: on the strand it is given, shared with the lock client's operations (and its
+  // read poller, when it has one).
+  impl(strand_type strand, connection_config cfg, std::shared_ptr<detail::read_poller> poller)
+      : impl(strand.get_inner_executor(), strand, std::move(cfg), std::move(poller)) {}
+  impl(asio::any_io_executor ex, strand_type strand, connection_config cfg,
+       std::shared_ptr<detail::read_poller> poller = nullptr)
       : ex_(std::move(ex)),
         strand_(std::move(strand)),
         cfg_(std::move(cfg)),
-        stream_(strand_, cfg_),
+        stream_(strand_, cfg_, std::move(poller)),
         fsm_({.tls = cfg_.tls.enabled,
               .probe_when_suspect = cfg_.connect_probe_interval > std::chrono::milliseconds::zero(),
               .reconnect = cfg_.reconnect}),
@@ -605,9 +608,12 @@ class connection::impl : public std::enable_shared_from_this<impl> {
   // costs one scheduler pass: the read's completion, which runs the replies' sinks in place.
   void start_read() {
     const auto space = mux_.read_space();
+    if (stream_.polled()) return stream_.read_polled(asio::buffer(space.data(), space.size()), shared_from_this());
     stream_.read_some(asio::buffer(space.data(), space.size()),
                       [self = shared_from_this()](error_code ec, std::size_t n) { self->on_read(ec, n); });
   }
+
+  void on_stream_read(error_code ec, std::size_t n) override { on_read(ec, n); }
 
   void on_read(error_code ec, std::size_t n) {
     if (!ec && fsm_.closing()) ec = asio::error::operation_aborted;
@@ -726,11 +732,11 @@ namespace detail {
 
 // A cluster master is a cluster_link (src/cluster_link.cpp) of node links; a plain master is one
 // connection. Every member passes to the one that is there.
-master_link::master_link(strand_type strand, connection_config cfg) {
+master_link::master_link(strand_type strand, connection_config cfg, std::shared_ptr<read_poller> poller) {
   if (cfg.cluster.enabled) {
-    cluster_ = std::make_shared<cluster_link>(std::move(strand), std::move(cfg));
+    cluster_ = std::make_shared<cluster_link>(std::move(strand), std::move(cfg), std::move(poller));
   } else {
-    impl_ = std::make_shared<connection::impl>(std::move(strand), std::move(cfg));
+    impl_ = std::make_shared<connection::impl>(std::move(strand), std::move(cfg), std::move(poller));
   }
 }
 

@@ -421,6 +421,9 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   error_code config_error_;
   std::string config_problem_;
   logger log_;
+  // One readiness wait for all the masters' plain sockets (null when the system refuses an epoll
+  // set: they read through Asio then). Before links_: they hold it too.
+  std::shared_ptr<read_poller> poller_;
   std::vector<std::unique_ptr<master_link>> links_;
   std::vector<core::release_ledger> deferred_;  // per master; on the strand
   std::vector<bool> refused_;                   // per master: not used any more (refuse_master)

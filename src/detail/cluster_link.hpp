@@ -30,7 +30,7 @@ class cluster_link final : public link_observer, public std::enable_shared_from_
   using clock = redlock::boot_clock;
   using strand_type = boost::asio::strand<boost::asio::any_io_executor>;
 
-  cluster_link(strand_type strand, connection_config cfg);
+  cluster_link(strand_type strand, connection_config cfg, std::shared_ptr<read_poller> poller = nullptr);
   ~cluster_link();
   cluster_link(const cluster_link&) = delete;
   cluster_link& operator=(const cluster_link&) = delete;
@@ -110,6 +110,7 @@ class cluster_link final : public link_observer, public std::enable_shared_from_
   std::shared_ptr<link_observer> observer() const { return observer_.lock(); }
 
   strand_type strand_;
+  std::shared_ptr<read_poller> poller_;  // shared by the node connections (see read_poller)
   connection_config cfg_;
   connection_config node_cfg_;  // cfg_ for one node: cluster off
   std::weak_ptr<link_observer> observer_;

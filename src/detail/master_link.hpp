@@ -71,6 +71,7 @@ class link_observer {
 };
 
 class cluster_link;
+class read_poller;
 
 /// One master's connection as the lock client sees it. Owns a `connection::impl` that runs on the
 /// strand it was given (shared with the client's operations), or, for a cluster master
@@ -81,7 +82,8 @@ class master_link {
   using strand_type = boost::asio::strand<boost::asio::any_io_executor>;
 
   /// Builds the connection on `strand` (which must be a strand: every call below runs on it).
-  master_link(strand_type strand, connection_config cfg);
+  /// `poller` (optional, on the same strand): a plain connection waits for replies through it.
+  master_link(strand_type strand, connection_config cfg, std::shared_ptr<read_poller> poller = nullptr);
   ~master_link();  // closes
   master_link(const master_link&) = delete;
   master_link& operator=(const master_link&) = delete;

@@ -10,6 +10,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -124,15 +125,61 @@ struct stream::probe_race {
   redlock::detail::timer wake;
 };
 
-stream::stream(const strand_type& strand, const connection_config& cfg)
+stream::stream(const strand_type& strand, const connection_config& cfg, std::shared_ptr<read_poller> poller)
     : strand_(strand),
       cfg_(cfg),
       // On the strand's inner executor, not the strand: see read_some().
       socket_(strand.get_inner_executor()),
+      poller_(std::move(poller)),
       nudge_timer_(strand),
       drained_(strand) {}
 
-stream::~stream() = default;
+stream::~stream() {
+  // The socket closes after this body, and its close takes it out of the set.
+  if (poll_key_ != 0) poller_->remove(std::exchange(poll_key_, 0), -1, false);
+}
+
+void stream::read_polled(asio::mutable_buffer b, std::shared_ptr<read_target> t) {
+  polled_buf_ = b;
+  polled_ = t;
+  if (poll_key_ == 0) poll_key_ = poller_->add(socket_.native_handle(), this);
+  if (poll_key_ == 0) {
+    // The set refused the socket (a closed one, say): Asio reads it, and tells the same way.
+    polled_.reset();
+    read_some(b, [target = std::move(t)](error_code ec, std::size_t n) { target->on_stream_read(ec, n); });
+    return;
+  }
+  poller_->want();
+}
+
+void stream::on_readable() {
+  const auto t = polled_.lock();
+  if (!t) {
+    // Nobody reads now (the connection stopped reading, at an error or while closing): the
+    // level-triggered set would stay readable for these bytes, so the socket leaves it.
+    poller_->remove(std::exchange(poll_key_, 0), socket_.native_handle(), socket_.is_open());
+    return;
+  }
+  error_code ec;
+  const std::size_t n = socket_.read_some(polled_buf_, ec);                    // non-blocking since start_serving()
+  if (ec == asio::error::would_block || ec == asio::error::try_again) return;  // woken for nothing
+  polled_.reset();
+  t->on_stream_read(ec, n);
+}
+
+void stream::unpoll() noexcept {
+  // Called once the socket is closed, which took it out of the set.
+  if (poll_key_ != 0) poller_->remove(std::exchange(poll_key_, 0), socket_.native_handle(), socket_.is_open());
+  if (auto t = std::exchange(polled_, {}).lock()) {
+    try {
+      asio::post(strand_, [this, g = generation_, t = std::move(t)] {
+        if (g == generation_) t->on_stream_read(asio::error::operation_aborted, 0);
+      });
+    } catch (...) {
+      // Out of memory: the read is lost, as Asio's own aborted read could be.
+    }
+  }
+}
 
 error_code stream::load_tls(std::string* what) {
   if (!cfg_.tls.enabled) return {};
@@ -140,6 +187,9 @@ error_code stream::load_tls(std::string* what) {
 }
 
 asio::awaitable<error_code> stream::connect(bool race) {
+  // A new socket: a read still waiting belonged to the last one (reset() has dropped it already).
+  if (poll_key_ != 0) poller_->remove(std::exchange(poll_key_, 0), socket_.native_handle(), socket_.is_open());
+  polled_.reset();
   ++attempt_;
   aborted_ = false;
   plain_port_ = false;
@@ -322,6 +372,7 @@ void stream::abort() {
   aborted_ = true;
   error_code ignored;
   socket_.close(ignored);
+  unpoll();
   if (race_) race_->wake.cancel();
 }
 
@@ -334,12 +385,14 @@ void stream::start_serving() {
 void stream::close() noexcept {
   error_code ignored;
   socket_.close(ignored);
+  unpoll();
 }
 
 void stream::abort_close() noexcept {
   error_code ignored;
   socket_.set_option(asio::socket_base::linger(true, 0), ignored);
   socket_.close(ignored);
+  unpoll();
 }
 
 asio::awaitable<void> stream::close_and_drain() {

@@ -8,6 +8,7 @@
 
 #include "connection_counters.hpp"
 #include "node_facts.hpp"
+#include "read_poller.hpp"
 #include "timer.hpp"
 #include "tls_context.hpp"
 #include <redlock/connection.hpp>
@@ -35,14 +36,24 @@
 
 namespace redlock::detail {
 
-class stream {
+/// Who reads through the poller (`stream::read_polled`): told on the strand.
+class read_target {
+ public:
+  virtual void on_stream_read(boost::system::error_code ec, std::size_t n) = 0;
+
+ protected:
+  ~read_target() = default;
+};
+
+class stream : private read_poller::reader {
  public:
   using strand_type = boost::asio::strand<boost::asio::any_io_executor>;
   using socket_type = boost::asio::generic::stream_protocol::socket;
   using error_code = boost::system::error_code;
 
-  /// A stream on `strand` for `cfg`, which must outlive it.
-  stream(const strand_type& strand, const connection_config& cfg);
+  /// A stream on `strand` for `cfg`, which must outlive it. `poller` (optional, on the same
+  /// strand): plain connections wait for their replies through it (see `read_polled`).
+  stream(const strand_type& strand, const connection_config& cfg, std::shared_ptr<read_poller> poller = nullptr);
   ~stream();
   stream(const stream&) = delete;
   stream& operator=(const stream&) = delete;
@@ -108,6 +119,12 @@ class stream {
               std::allocator<void>{});
         });
   }
+  /// Whether reads go through the poller (`read_polled`): a plain connection of a stream given one.
+  bool polled() const noexcept { return poller_ && !tls_; }
+  /// Reads into `b` once the socket is readable, told by the poller (no read is tried before:
+  /// every read finds bytes); `t->on_stream_read(ec, n)` runs on the strand, unless the stream
+  /// was reset since. `t` is held weakly: its owner keeps it alive.
+  void read_polled(boost::asio::mutable_buffer b, std::shared_ptr<read_target> t);
   /// Writes what it can of `bytes` at once, without blocking, and returns how much; `ec` tells a
   /// failed write. TLS writes nothing here (returns 0): a synchronous write would drive the TLS
   /// stream's engine from a second operation while its read is pending, which Asio's SSL stream
@@ -166,6 +183,10 @@ class stream {
 
  private:
   struct probe_race;
+  void on_readable() override;
+  // Leaves the poller's set; a read waiting there completes with operation_aborted (by a post,
+  // as Asio's own would), unless the stream is reset before it runs.
+  void unpoll() noexcept;
   boost::asio::awaitable<error_code> probe_connect(const boost::asio::ip::tcp::endpoint& ep);
   boost::asio::awaitable<void> probe_plain(std::uint64_t attempt, std::shared_ptr<void> owner);
 
@@ -178,7 +199,13 @@ class stream {
   // The current connection's TLS layer, over a reference to the socket, so that every path that
   // closes the socket aborts TLS operations too. A pending TLS operation keeps its own reference.
   std::shared_ptr<tls_stream> tls_;
-  std::shared_ptr<probe_race> race_;          // the race of probes in progress, if any
+  std::shared_ptr<probe_race> race_;     // the race of probes in progress, if any
+  std::shared_ptr<read_poller> poller_;  // see read_polled()
+  std::uint64_t poll_key_ = 0;           // the socket's key in the poller's set, 0 when not in it
+  // The read waiting for the poller, if any. Held weakly, as the io_context holds a pending Asio
+  // read: destroying a context that will not run again must still free the connection.
+  std::weak_ptr<read_target> polled_;
+  boost::asio::mutable_buffer polled_buf_;
   std::shared_ptr<socket_type> plain_probe_;  // see handshake_tls()
   redlock::detail::timer nudge_timer_;        // see handshake_tls()
   redlock::detail::timer drained_;            // wakes close_and_drain()

@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: BSL-1.0
+#pragma once
+// One readiness wait for all the plain sockets of a strand (private to src/): the lock client's
+// masters' connections (and a cluster master's node connections) share it.
+//
+// Why: Asio 1.81's epoll reactor arms each socket's read on its own, and every arm costs a system
+// call: an `async_read_some` first tries the read at once (it fails with EAGAIN when the reply is
+// not there yet, which is nearly always, since the connection re-arms right after a reply), and
+// an `async_wait` re-registers the socket with `epoll_ctl`. That is one call per reply beyond the
+// read itself. Here the sockets sit in an epoll set of our own (level-triggered, each added once
+// per connection), and one Asio wait on that set stands for all of them: a wake-up costs the
+// reactor's wait, one `epoll_wait` on the set and one re-arm, however many replies it brings, and
+// every read it triggers finds data. docs/benchmarks.md, "System calls per lock+unlock".
+//
+// Level-triggered, so a socket with unread bytes keeps the set readable: a reader that is told
+// its socket is ready must read it or be removed (`remove`), or the wait would spin.
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/strand.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace redlock::detail {
+
+class read_poller : public std::enable_shared_from_this<read_poller> {
+ public:
+  using strand_type = boost::asio::strand<boost::asio::any_io_executor>;
+
+  /// Told that its socket is readable (or hung up, or failed), on the strand.
+  class reader {
+   public:
+    virtual void on_readable() = 0;
+
+   protected:
+    ~reader() = default;
+  };
+
+  /// A poller on `strand`; `usable()` is false when the epoll set cannot be made (the sockets
+  /// then read through Asio, as without a poller).
+  explicit read_poller(const strand_type& strand);
+  ~read_poller();
+  read_poller(const read_poller&) = delete;
+  read_poller& operator=(const read_poller&) = delete;
+
+  bool usable() const noexcept { return usable_; }
+
+  /// Watches `fd` for `r` until `remove` or until the socket is closed; returns its key, or 0
+  /// when the set refuses it (the caller reads through Asio then). On the strand.
+  std::uint64_t add(int fd, reader* r);
+  /// Stops telling `key`'s reader. `fd_open`: the socket is still open, so the set must drop it
+  /// (a closed socket has left the set already). On the strand.
+  void remove(std::uint64_t key, int fd, bool fd_open) noexcept;
+  /// Makes sure the set is being waited for (a reader wants its next bytes). On the strand.
+  void want();
+
+ private:
+  struct entry {
+    std::uint64_t key;
+    reader* r;
+  };
+  void arm();
+  void on_wake(const boost::system::error_code& ec);
+
+  strand_type strand_;
+  boost::asio::posix::stream_descriptor set_;  // the epoll set, waited for through Asio
+  std::vector<entry> entries_;
+  std::uint64_t next_key_ = 0;
+  bool usable_ = false;
+  bool armed_ = false;
+  bool waking_ = false;  // on_wake() is telling readers: it re-arms once it has told them all
+};
+
+}  // namespace redlock::detail
