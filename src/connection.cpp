@@ -72,7 +72,7 @@ struct pending {
 
 }  // namespace
 
-class connection::impl : public std::enable_shared_from_this<impl>, public detail::read_target {
+class connection::impl final : public std::enable_shared_from_this<impl>, public detail::read_target {
  public:
   // The public connection: a strand of its own on `ex`.
   impl(asio::any_io_executor ex, connection_config cfg) : impl(ex, asio::make_strand(ex), std::move(cfg)) {}

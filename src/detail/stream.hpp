@@ -45,7 +45,7 @@ class read_target {
   ~read_target() = default;
 };
 
-class stream : private read_poller::reader {
+class stream final : private read_poller::reader {
  public:
   using strand_type = boost::asio::strand<boost::asio::any_io_executor>;
   using socket_type = boost::asio::generic::stream_protocol::socket;
