@@ -69,7 +69,6 @@ void read_poller::want() {
 }
 
 void read_poller::arm() {
-  armed_ = true;
   // No associated executor: the completion enters the strand itself (see stream::read_some). The
   // wait holds the poller weakly: the streams that use it keep it alive, and the last one to go
   // takes it (and its pending wait) with it.
@@ -79,11 +78,17 @@ void read_poller::arm() {
     auto& strand = self->strand_;
     strand.dispatch([self = std::move(self), ec] { self->on_wake(ec); }, std::allocator<void>{});
   });
+  armed_ = true;  // once the wait is in place (async_wait may throw)
 }
 
 void read_poller::on_wake(const error_code& ec) {
   armed_ = false;
-  if (ec) return;  // the set was closed
+  if (ec) {
+    // Cancelled by remove() when the set emptied: a socket added since found the wait still armed
+    // and relied on it, so look again.
+    if (ec == asio::error::operation_aborted) want();
+    return;
+  }
   std::array<epoll_event, 64> events;
   int n;
   do {

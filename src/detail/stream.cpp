@@ -135,8 +135,9 @@ stream::stream(const strand_type& strand, const connection_config& cfg, std::sha
       drained_(strand) {}
 
 stream::~stream() {
-  // The socket closes after this body, and its close takes it out of the set.
-  if (poll_key_ != 0) poller_->remove(std::exchange(poll_key_, 0), -1, false);
+  // Out of the set while the descriptor is open: a close leaves it there when a child process
+  // inherited the socket, and the level-triggered set would then stay readable for nobody.
+  if (poll_key_ != 0) poller_->remove(std::exchange(poll_key_, 0), socket_.native_handle(), socket_.is_open());
 }
 
 void stream::read_polled(asio::mutable_buffer b, std::shared_ptr<read_target> t) {
@@ -168,7 +169,7 @@ void stream::on_readable() {
 }
 
 void stream::unpoll() noexcept {
-  // Called once the socket is closed, which took it out of the set.
+  // Called before the socket closes (see ~stream()).
   if (poll_key_ != 0) poller_->remove(std::exchange(poll_key_, 0), socket_.native_handle(), socket_.is_open());
   if (auto t = std::exchange(polled_, {}).lock()) {
     try {
@@ -370,9 +371,9 @@ bool stream::hung_up_unanswered(const error_code& ec) const noexcept {
 
 void stream::abort() {
   aborted_ = true;
+  unpoll();  // before the close: see ~stream()
   error_code ignored;
   socket_.close(ignored);
-  unpoll();
   if (race_) race_->wake.cancel();
 }
 
@@ -383,16 +384,16 @@ void stream::start_serving() {
 }
 
 void stream::close() noexcept {
+  unpoll();  // before the close: see ~stream()
   error_code ignored;
   socket_.close(ignored);
-  unpoll();
 }
 
 void stream::abort_close() noexcept {
   error_code ignored;
   socket_.set_option(asio::socket_base::linger(true, 0), ignored);
+  unpoll();  // before the close: see ~stream()
   socket_.close(ignored);
-  unpoll();
 }
 
 asio::awaitable<void> stream::close_and_drain() {
