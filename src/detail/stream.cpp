@@ -137,7 +137,7 @@ stream::stream(const strand_type& strand, const connection_config& cfg, std::sha
 stream::~stream() {
   // Out of the set while the descriptor is open: a close leaves it there when a child process
   // inherited the socket, and the level-triggered set would then stay readable for nobody.
-  if (poll_key_ != 0) poller_->remove(std::exchange(poll_key_, 0), socket_.native_handle(), socket_.is_open());
+  leave_set();
 }
 
 void stream::read_polled(asio::mutable_buffer b, std::shared_ptr<read_target> t) {
@@ -158,7 +158,7 @@ void stream::on_readable() {
   if (!t) {
     // Nobody reads now (the connection stopped reading, at an error or while closing): the
     // level-triggered set would stay readable for these bytes, so the socket leaves it.
-    poller_->remove(std::exchange(poll_key_, 0), socket_.native_handle(), socket_.is_open());
+    leave_set();
     return;
   }
   error_code ec;
@@ -168,9 +168,13 @@ void stream::on_readable() {
   t->on_stream_read(ec, n);
 }
 
+void stream::leave_set() noexcept {
+  if (poll_key_ != 0) poller_->remove(std::exchange(poll_key_, 0), socket_.native_handle(), socket_.is_open());
+}
+
 void stream::unpoll() noexcept {
   // Called before the socket closes (see ~stream()).
-  if (poll_key_ != 0) poller_->remove(std::exchange(poll_key_, 0), socket_.native_handle(), socket_.is_open());
+  leave_set();
   if (auto t = std::exchange(polled_, {}).lock()) {
     try {
       asio::post(strand_, [this, g = generation_, t = std::move(t)] {
@@ -189,7 +193,7 @@ error_code stream::load_tls(std::string* what) {
 
 asio::awaitable<error_code> stream::connect(bool race) {
   // A new socket: a read still waiting belonged to the last one (reset() has dropped it already).
-  if (poll_key_ != 0) poller_->remove(std::exchange(poll_key_, 0), socket_.native_handle(), socket_.is_open());
+  leave_set();
   polled_.reset();
   ++attempt_;
   aborted_ = false;
