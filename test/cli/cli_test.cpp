@@ -11,10 +11,13 @@
 #include <fmt/core.h>
 
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <arpa/inet.h>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +27,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <netinet/in.h>
 #include <optional>
 #include <signal.h>
 #include <string>
@@ -332,7 +336,13 @@ TEST_F(cli, masters_down_exit_75_with_a_different_message) {
   for (std::size_t i = 0; i < c.size(); ++i) c[i].kill();
   auto r = run({"run", "--nodes", nodes, "--resource", "cli:down", "--", "true"});
   EXPECT_EQ(r.status, 75) << r.describe();
-  EXPECT_TRUE(contains(r.err, "cannot lock 'cli:down': masters unavailable: 0 of 3 answered, 2 needed"))
+  // Killed masters refuse at once; a third may still be pending when two refusals decided.
+  EXPECT_TRUE(contains(r.err,
+                       "cannot lock 'cli:down': masters unavailable: only 0 of 3 masters usable, 2 needed (0 "
+                       "answered, 0 still pending, 3 failed: master 1 (") ||
+              contains(r.err,
+                       "cannot lock 'cli:down': masters unavailable: at most 1 of 3 masters usable, 2 needed (0 "
+                       "answered, 1 still pending, 2 failed: master "))
       << r.describe();
   EXPECT_FALSE(contains(r.err, "held by someone else")) << r.describe();
   EXPECT_FALSE(fs::exists(dir() / "ran"));
@@ -525,7 +535,7 @@ TEST_F(cli, shared_readers_overlap_and_a_writer_waits_for_them_without_being_sta
   EXPECT_EQ(r.status, 75) << r.describe();
   r = run(cat(base, {"--write", "--", "true"}));
   EXPECT_EQ(r.status, 75) << r.describe();
-  EXPECT_TRUE(contains(r.err, "'cli:rw' is held by someone else")) << r.describe();
+  EXPECT_TRUE(contains(r.err, "'cli:rw' is held by readers (3 masters: ")) << r.describe();
   // A third reader still joins (no writer waits yet).
   r = run(cat(base, {"--shared", "--", "true"}));
   EXPECT_EQ(r.status, 0) << r.describe();
@@ -706,7 +716,8 @@ TEST_F(cli, several_resources_are_locked_all_or_none) {
   EXPECT_EQ(r.status, 75) << r.describe();
   r = run({"run", "--nodes", nodes, "-r", "cli:c", "-r", "cli:b", "--", "true"});
   EXPECT_EQ(r.status, 75) << r.describe();
-  EXPECT_TRUE(contains(r.err, "one of 'cli:c', 'cli:b' is held by someone else")) << r.describe();
+  EXPECT_TRUE(contains(r.err, "cannot lock 'cli:c', 'cli:b': 'cli:b' is held by someone else (3 masters: "))
+      << r.describe();
   // None: the free one of that set was not kept.
   EXPECT_TRUE(key_gone_everywhere(c, "cli:c"));
   r = run({"run", "--nodes", nodes, "-r", "cli:c", "-r", "cli:d", "--json", "--", "true"});
@@ -788,12 +799,12 @@ TEST_F(cli, status_of_a_held_and_a_free_resource) {
   EXPECT_EQ(r.status, 1) << r.describe();
   EXPECT_TRUE(contains(r.out, R"("key":"app:cli:st","state":"free","holder":null)")) << r.describe();
 
-  // A key of another type: that master's error is reported, the verdict from the others.
+  // A key that is no lock: that master counts as not answering, the verdict from the others.
   c[0].command({"HSET", "cli:st", "a", "b"});
   r = run({"status", "--nodes", nodes, "--json", "cli:st"});
   EXPECT_EQ(r.status, 1) << r.describe();  // the two others answered: no key
   EXPECT_TRUE(contains(
-      r.out, R"("reachable":true,"exists":null,"holder":null,"pttl_ms":null,"error":"server error: WRONGTYPE)"))
+      r.out, R"("reachable":true,"exists":null,"holder":null,"pttl_ms":null,"error":"the key is a hash, not a lock")"))
       << r.describe();
   c[0].command({"DEL", "cli:st"});
 
@@ -1020,7 +1031,8 @@ TEST_F(cli, wrong_password_and_unknown_host_fail_at_once_naming_each_master) {
   // The quorum is decided by the first two refusals: the third master may still be pending.
   std::size_t named = 0;
   for (std::size_t i = 0; i < c.size(); ++i) {
-    named += contains(r.err, c[i].host() + ":" + std::to_string(c[i].port()) + " unreachable: the node rejected");
+    named += contains(r.err,
+                      fmt::format("master {} ({}:{}) unreachable: the node rejected", i + 1, c[i].host(), c[i].port()));
   }
   EXPECT_GE(named, 2u) << r.describe();
   EXPECT_TRUE(contains(r.err, "WRONGPASS")) << r.describe();
@@ -1031,8 +1043,8 @@ TEST_F(cli, wrong_password_and_unknown_host_fail_at_once_naming_each_master) {
   r = run({"run", "--nodes", unknown, "--wait", "1m", "--resource", "cli:host", "--", "true"},
           {{"REDLOCK_PASSWORD", password}});
   EXPECT_EQ(r.status, 75) << r.describe();
-  EXPECT_TRUE(contains(r.err, "a.nohost.invalid:6379 unreachable: Host not found")) << r.describe();
-  EXPECT_TRUE(contains(r.err, "b.nohost.invalid:6379 unreachable: Host not found")) << r.describe();
+  EXPECT_TRUE(contains(r.err, "master 1 (a.nohost.invalid:6379) unreachable: Host not found")) << r.describe();
+  EXPECT_TRUE(contains(r.err, "master 2 (b.nohost.invalid:6379) unreachable: Host not found")) << r.describe();
 }
 
 // ---- configuration sources ----------------------------------------------------------------------
@@ -1137,6 +1149,413 @@ TEST_F(cli, json_events_on_a_chosen_descriptor_and_descriptors_passed_on) {
   EXPECT_TRUE(contains(lines, R"({"event":"released")")) << lines;
   EXPECT_TRUE(contains(lines, R"("exit_status":0})")) << lines;
   EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 5) << lines;
+}
+
+// ---- what the messages count and name ----------------------------------------------------------------
+
+/// How `redlock` names master `i` (from 0) of `c` in its human output: numbered from 1.
+std::string label_of(master_set& c, std::size_t i) {
+  return fmt::format("master {} (127.0.0.1:{})", i + 1, c[i].port());
+}
+
+/// The bulk strings of a raw RESP reply ("*2\r\n$3\r\nabc\r\n..."), in order.
+std::vector<std::string> bulks_of(const std::string& raw) {
+  std::vector<std::string> out;
+  for (std::size_t at = raw.find('$'); at != std::string::npos; at = raw.find('$', at)) {
+    const auto eol = raw.find("\r\n", at);
+    if (eol == std::string::npos) break;
+    const auto len = std::stoll(raw.substr(at + 1, eol - at - 1));
+    if (len < 0) {
+      at = eol;
+      continue;
+    }
+    out.push_back(raw.substr(eol + 2, static_cast<std::size_t>(len)));
+    at = eol + 2 + static_cast<std::size_t>(len);
+  }
+  return out;
+}
+
+/// A loopback port that accepts connections (the kernel completes them) but never answers: a
+/// master whose connection stays on its first attempt. Closed with the object.
+struct silent_port {
+  int fd = -1;
+  std::uint16_t port = 0;
+  silent_port() {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 16) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      throw std::runtime_error(fmt::format("silent port: {}", std::strerror(errno)));
+    }
+    port = ntohs(a.sin_port);
+  }
+  silent_port(const silent_port&) = delete;
+  silent_port& operator=(const silent_port&) = delete;
+  ~silent_port() { ::close(fd); }
+};
+
+// Two masters up, three down: the message counts what each did when the outcome was decided
+// (answered, still pending, failed), says how many are usable against how many are needed, and
+// numbers the masters from 1 as everywhere else. Catches the old "0 of 5 answered" while `status`
+// said two answered, and the readiness line's "3 of 5 masters could not be used (3 needed)".
+TEST_F(cli, unavailable_masters_are_counted_as_answered_pending_or_failed) {
+  master_set c{5};
+  const auto nodes = masters_of(c);
+  for (std::size_t i : {2u, 3u, 4u}) c[i].kill();
+  std::string failed;
+  for (std::size_t i : {2u, 3u, 4u}) {
+    failed += fmt::format("{}{} unreachable: Connection refused", failed.empty() ? "" : "; ", label_of(c, i));
+  }
+  auto r = run({"run", "--nodes", nodes, "--verbose", "--resource", "k9d", "--", "true"});
+  EXPECT_EQ(r.status, 75) << r.describe();
+  // The refusals decide at once: the two healthy masters are still pending then (or, on a slow
+  // machine, have answered).
+  const auto pending = fmt::format(
+      "redlock: cannot lock 'k9d': masters unavailable: at most 2 of 5 masters usable, 3 needed (0 answered, 2 still "
+      "pending, 3 failed: {})\n",
+      failed);
+  const auto answered = fmt::format(
+      "redlock: cannot lock 'k9d': masters unavailable: only 2 of 5 masters usable, 3 needed (2 answered, 0 still "
+      "pending, 3 failed: {})\n",
+      failed);
+  EXPECT_TRUE(contains(r.err, pending) || contains(r.err, answered)) << r.describe();
+  EXPECT_TRUE(contains(r.err, fmt::format("2 of 5 masters connected, 3 needed (3 failed: {})\n", failed)))
+      << r.describe();
+  for (std::size_t i : {0u, 1u}) {
+    EXPECT_TRUE(
+        contains(r.err, fmt::format("redlock:   {:<32} still pending (the outcome was decided before it answered)\n",
+                                    label_of(c, i))) ||
+        contains(r.err, fmt::format("redlock:   {:<32} granted ", label_of(c, i))))
+        << r.describe();
+  }
+  EXPECT_FALSE(contains(r.err, "could not be used")) << r.describe();
+  EXPECT_FALSE(contains(r.err, "Success")) << r.describe();
+  // status at the same moment counts the same two.
+  r = run({"status", "--nodes", nodes, "k9d"});
+  EXPECT_EQ(r.status, 69) << r.describe();
+  EXPECT_TRUE(r.out.starts_with("'k9d' is unavailable: only 2 of 5 masters answered, 3 needed\n")) << r.describe();
+  EXPECT_TRUE(contains(r.out, fmt::format("  {:<32} unreachable: Connection refused\n", label_of(c, 4))))
+      << r.describe();
+
+  // Host names that do not resolve: the healthy master is pending (or answered), not "0 of 3".
+  const auto hosts = "a.nohost.invalid:6379,b.nohost.invalid:6379," + c[0].host() + ":" + std::to_string(c[0].port());
+  r = run({"run", "--nodes", hosts, "--json", "--resource", "k9h", "--", "true"});
+  EXPECT_EQ(r.status, 75) << r.describe();
+  EXPECT_TRUE(contains(r.err,
+                       "masters unavailable: at most 1 of 3 masters usable, 2 needed (0 answered, 1 still "
+                       "pending, 2 failed: master 1 (a.nohost.invalid:6379) unreachable: Host not found") ||
+              contains(r.err,
+                       "masters unavailable: only 1 of 3 masters usable, 2 needed (1 answered, 0 still "
+                       "pending, 2 failed: master 1 (a.nohost.invalid:6379) unreachable: Host not found"))
+      << r.describe();
+  EXPECT_TRUE(contains(r.err, R"("answers":{"granted":0,"taken":0,"queued":0,"pending":1,"failed":2})") ||
+              contains(r.err, R"("answers":{"granted":1,"taken":0,"queued":0,"pending":0,"failed":2})"))
+      << r.describe();
+}
+
+// A master still on its first connection attempt is "still connecting" or "still pending", never
+// an empty reason or "Success", in the readiness line, the failure and the per-master lines.
+TEST_F(cli, a_master_still_connecting_is_said_so) {
+  silent_port silent;
+  const auto nodes = fmt::format("a.nohost.invalid:6379,b.nohost.invalid:6379,127.0.0.1:{}", silent.port);
+  const auto third = fmt::format("master 3 (127.0.0.1:{})", silent.port);
+  auto r = run({"run", "--nodes", nodes, "--verbose", "--resource", "k9c", "--", "true"});
+  EXPECT_EQ(r.status, 75) << r.describe();
+  EXPECT_TRUE(contains(r.err,
+                       "0 of 3 masters connected, 2 needed (2 failed: master 1 (a.nohost.invalid:6379) "
+                       "unreachable: Host not found"))
+      << r.describe();
+  EXPECT_TRUE(contains(r.err, fmt::format("; 1 still connecting: {})\n", third))) << r.describe();
+  EXPECT_TRUE(contains(r.err,
+                       "redlock: cannot lock 'k9c': masters unavailable: at most 1 of 3 masters usable, 2 "
+                       "needed (0 answered, 1 still pending, 2 failed: master 1 (a.nohost.invalid:6379) "
+                       "unreachable: Host not found"))
+      << r.describe();
+  EXPECT_TRUE(contains(r.err, fmt::format("redlock:   {:<32} still pending (the outcome was decided before it "
+                                          "answered)\n",
+                                          third)))
+      << r.describe();
+  EXPECT_FALSE(contains(r.err, "Success")) << r.describe();
+  r = run({"run", "--nodes", nodes, "--json", "--resource", "k9c", "--", "true"});
+  EXPECT_EQ(r.status, 75) << r.describe();
+  EXPECT_TRUE(contains(
+      r.err, fmt::format(R"({{"address":"127.0.0.1:{}","status":"pending","latency_ms":0.000}})", silent.port)))
+      << r.describe();
+  EXPECT_FALSE(contains(r.err, "Success")) << r.describe();
+}
+
+// A refusal counts every master as it was when the outcome was decided, says that a writer was
+// queued behind readers, and names the held one of several resources. Catches "taken on 3 of 5"
+// while all five held it, a writer told "held by someone else (taken on 0 of 5 masters)", and
+// "one of 'acct:42', 'acct:99' is held by someone else".
+TEST_F(cli, refusals_count_every_master_and_name_what_holds_it) {
+  master_set c{5};
+  const auto nodes = masters_of(c);
+  // Each message as it may come: `decided` masters answered alike ("{}" in `pattern`), the rest
+  // were still pending when that decided the outcome.
+  const auto one_of = [](const std::string& err, const std::string& pattern, std::size_t from) {
+    for (std::size_t decided = from; decided <= 5; ++decided) {
+      auto text = fmt::format(fmt::runtime(pattern), decided);
+      if (decided < 5)
+        text.insert(text.find(')', text.find("5 masters: ")), fmt::format(", {} still pending", 5 - decided));
+      if (contains(err, text)) return true;
+    }
+    return false;
+  };
+  auto holder = start(
+      {"run", "--nodes", nodes, "-r", "k3", "-r", "acct:99", "--", "sh", "-c", "touch \"$D/held\"; exec sleep 60"});
+  auto readers =
+      start({"run", "--nodes", nodes, "-r", "rw2", "--shared", "--", "sh", "-c", "touch \"$D/read\"; exec sleep 60"});
+  ASSERT_TRUE(wait_for_file(dir() / "held", holder.get())) << holder->wait(5s).describe();
+  ASSERT_TRUE(wait_for_file(dir() / "read", readers.get())) << readers->wait(5s).describe();
+  ASSERT_TRUE(key_on(c, "k3", 5) && key_on(c, "rw2", 5));
+
+  auto r = run({"run", "--nodes", nodes, "-r", "k3", "--", "true"});
+  EXPECT_EQ(r.status, 75) << r.describe();
+  EXPECT_TRUE(one_of(r.err,
+                     "redlock: 'k3' is held by someone else (5 masters: {} taken); use --wait DURATION to wait "
+                     "for it\n",
+                     3))
+      << r.describe();
+  EXPECT_FALSE(contains(r.err, "taken on")) << r.describe();
+
+  r = run({"run", "--nodes", nodes, "-r", "rw2", "--write", "--", "true"});
+  EXPECT_EQ(r.status, 75) << r.describe();
+  EXPECT_TRUE(one_of(r.err,
+                     "redlock: 'rw2' is held by readers (5 masters: {} queued behind readers); use --wait "
+                     "DURATION to wait for it\n",
+                     3))
+      << r.describe();
+  r = run({"run", "--nodes", nodes, "-r", "rw2", "--write", "--json", "--", "true"});
+  EXPECT_EQ(r.status, 75) << r.describe();
+  EXPECT_GE(count_of(r.err, R"("status":"queued")"), 3u) << r.describe();
+  EXPECT_TRUE(contains(r.err, R"("message":"'rw2' is held by readers (5 masters: )")) << r.describe();
+
+  r = run({"run", "--nodes", nodes, "-r", "acct:42", "-r", "acct:99", "--", "true"});
+  EXPECT_EQ(r.status, 75) << r.describe();
+  EXPECT_TRUE(one_of(r.err,
+                     "redlock: cannot lock 'acct:42', 'acct:99': 'acct:99' is held by someone else (5 masters: "
+                     "{} taken); use --wait DURATION to wait for it\n",
+                     3))
+      << r.describe();
+  EXPECT_TRUE(key_gone_everywhere(c, "acct:42"));
+
+  holder->signal(SIGTERM);
+  readers->signal(SIGTERM);
+  holder->wait();
+  readers->wait();
+}
+
+// A release says what each master did with our key ("released", "not held"), an extension
+// "extended", never the acquisition's "granted"; the masters numbered from 1. Catches every
+// master listed as "granted" after the release.
+TEST_F(cli, release_and_extension_say_what_each_master_did) {
+  master_set c{3};
+  const auto nodes = masters_of(c);
+  // Runs 1.5 s on a ttl of 1 s (one extension at least); master 1 loses our key before the end.
+  auto p = start({"run", "--nodes", nodes, "-r", "cli:rel", "--ttl", "1s", "--verbose", "--", "sh", "-c",
+                  "touch \"$D/in\"; i=0; while [ ! -e \"$D/go\" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); "
+                  "done; sleep 1"});
+  ASSERT_TRUE(wait_for_file(dir() / "in", p.get())) << p->wait(5s).describe();
+  c[0].command({"DEL", "cli:rel"});
+  std::ofstream(dir() / "go") << "";
+  auto r = p->wait();
+  // The extension fails on master 1 but holds on the majority; the release finds master 1 empty.
+  EXPECT_EQ(r.status, 0) << r.describe();
+  const auto released = r.err.substr(std::min(r.err.size(), r.err.find("redlock: released 'cli:rel'")));
+  EXPECT_TRUE(
+      released.starts_with("redlock: released 'cli:rel' (2 of 3 masters held it, 1 did not, 0 could not be "
+                           "reached)\n"))
+      << r.describe();
+  EXPECT_TRUE(contains(released, fmt::format("redlock:   {:<32} not held ", label_of(c, 0)))) << r.describe();
+  for (std::size_t i : {1u, 2u}) {
+    EXPECT_TRUE(contains(released, fmt::format("redlock:   {:<32} released ", label_of(c, i)))) << r.describe();
+  }
+  EXPECT_FALSE(contains(released, "granted")) << r.describe();
+  EXPECT_TRUE(contains(r.err, fmt::format("redlock:   {:<32} extended ", label_of(c, 1)))) << r.describe();
+
+  r = run({"run", "--nodes", nodes, "-r", "cli:rel", "--json", "--", "true"});
+  EXPECT_EQ(r.status, 0) << r.describe();
+  const auto event = r.err.substr(std::min(r.err.size(), r.err.find(R"({"event":"released")")));
+  EXPECT_EQ(count_of(event.substr(0, event.find('\n')), R"("status":"released")"), 3u) << r.describe();
+}
+
+// `status` reads every kind of lock: a semaphore's permits in use, readers with a queued writer,
+// a fenced lock's token, a reentrant owner's holds, the waiters in a plain lock's fair queue.
+// Catches a semaphore reported as WRONGTYPE everywhere ("unavailable", 69) and readers shown as
+// the holder "redlock:".
+TEST_F(cli, status_shows_every_kind_of_lock) {
+  master_set c{3};
+  const auto nodes = masters_of(c);
+  const auto hold = [&](std::vector<std::string> flags, const std::string& file) {
+    std::vector<std::string> a{"run", "--nodes", nodes, "--ttl", "20s"};
+    a.insert(a.end(), flags.begin(), flags.end());
+    a.insert(a.end(),
+             {"--", "sh", "-c",
+              fmt::format("echo \"$REDLOCK_FENCE\" > \"$D/{}.f\"; touch \"$D/{}\"; exec sleep 60", file, file)});
+    return start(a);
+  };
+  std::vector<std::unique_ptr<tool_process>> holders;
+  holders.push_back(hold({"-r", "cli:gpu2", "--permits", "3"}, "s1"));
+  holders.push_back(hold({"-r", "cli:gpu2", "--permits", "3"}, "s2"));
+  holders.push_back(hold({"-r", "cli:rw", "--shared"}, "r1"));
+  holders.push_back(hold({"-r", "cli:rw", "--shared"}, "r2"));
+  holders.push_back(hold({"-r", "cli:fz", "--fence"}, "f"));
+  holders.push_back(hold({"-r", "cli:ow", "--owner", "job-7"}, "o"));
+  holders.push_back(hold({"-r", "cli:fq"}, "q"));
+  const char* files[] = {"s1", "s2", "r1", "r2", "f", "o", "q"};
+  for (std::size_t i = 0; i < holders.size(); ++i) {
+    ASSERT_TRUE(wait_for_file(dir() / files[i], holders[i].get())) << holders[i]->wait(5s).describe();
+  }
+  // A writer waits behind the readers, two waiters queue for the plain lock.
+  std::vector<std::unique_ptr<tool_process>> waiting;
+  waiting.push_back(start({"run", "--nodes", nodes, "-r", "cli:rw", "--write", "--wait", "40s", "--", "true"}));
+  waiting.push_back(start({"run", "--nodes", nodes, "-r", "cli:fq", "--wait", "40s", "--", "true"}));
+  waiting.push_back(start({"run", "--nodes", nodes, "-r", "cli:fq", "--wait", "40s", "--", "true"}));
+  const auto queued_everywhere = [&] {
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      if (c[i].command({"ZCARD", "cli:fq:redlock-queue"}) != ":2\r\n") return false;
+    }
+    return key_on(c, "cli:rw:redlock-writer", 3);
+  };
+  const auto deadline = clock_type::now() + 20s;
+  while (!queued_everywhere() && clock_type::now() < deadline) std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(queued_everywhere());
+  const auto status = [&](const std::string& name, bool json = false) {
+    std::vector<std::string> a{"status", "--nodes", nodes, name};
+    if (json) a.insert(a.begin() + 1, "--json");
+    return run(a);
+  };
+  const auto each_master = [&](const outcome& r, const std::string& what) {
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      EXPECT_TRUE(contains(r.out, fmt::format("  {:<32} {}", label_of(c, i), what))) << what << "\n" << r.describe();
+    }
+  };
+
+  // The semaphore: its holders (as the first 8 characters of their tokens), the permits in use.
+  auto sem = bulks_of(c[0].command({"ZRANGE", "cli:gpu2", "0", "-1"}));
+  ASSERT_EQ(sem.size(), 2u);
+  std::sort(sem.begin(), sem.end());
+  auto r = status("cli:gpu2");
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(
+      r.out.starts_with(fmt::format("'cli:gpu2' is held: 2 of 3 permits in use ({}, {}; semaphore quorum 3 of "
+                                    "3 masters)\n",
+                                    sem[0].substr(0, 8), sem[1].substr(0, 8))))
+      << r.describe();
+  each_master(r, "2 of 3 permits in use: ");
+  EXPECT_FALSE(contains(r.out, "WRONGTYPE")) << r.describe();
+  r = status("cli:gpu2", true);
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, R"("state":"held","holder":null,"holders":3,"answered":3,"total":3,"majority":2,)"
+                              R"("expires_in_ms":null,"kind":"semaphore",)"))
+      << r.describe();
+  EXPECT_TRUE(contains(r.out, R"("permits":3,"permits_in_use":2,"semaphore_quorum":3,"waiters":0,)")) << r.describe();
+  EXPECT_EQ(count_of(r.out, R"("type":"semaphore","fence":null,"holds":0,"readers":null,"writer":null,"permits":3,)"
+                            R"("permit_holders":[{"token":")"),
+            3u)
+      << r.describe();
+
+  // Readers, and the writer queued behind them.
+  r = status("cli:rw");
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(r.out.starts_with("'cli:rw' is held by 2 readers on 3 of 3 masters (majority 2), for ")) << r.describe();
+  EXPECT_TRUE(contains(r.out, " more; a writer is queued (on 3 of 3 masters)\n")) << r.describe();
+  each_master(r, "2 readers, ttl ");
+  EXPECT_FALSE(contains(r.out, "redlock:")) << r.describe();  // the readers' marker is no holder
+  r = status("cli:rw", true);
+  EXPECT_TRUE(contains(r.out, R"("state":"held","holder":null,"holders":3,)")) << r.describe();
+  EXPECT_TRUE(contains(r.out, R"("kind":"read","fence":null,"holds":null,"readers":2,"writer_queued":true,)"))
+      << r.describe();
+  EXPECT_EQ(count_of(r.out, R"("exists":true,"holder":null,)"), 3u) << r.describe();
+  EXPECT_EQ(count_of(r.out, R"("type":"readers",)"), 3u) << r.describe();
+
+  // The fenced lock: its holder and fencing token (the one the command got).
+  const auto fence = read_file(dir() / "f.f").substr(0, read_file(dir() / "f.f").find('\n'));
+  const auto fz = bulks_of(c[0].command({"GET", "cli:fz"}));
+  ASSERT_EQ(fz.size(), 1u);
+  r = status("cli:fz");
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(
+      r.out.starts_with(fmt::format("'cli:fz' is held by {} on 3 of 3 masters (majority 2), for ", fz[0].substr(0, 8))))
+      << r.describe();
+  EXPECT_TRUE(contains(r.out, fmt::format(" more; fencing token {}\n", fence))) << r.describe();
+  each_master(r, fmt::format("{:<10} ttl ", fz[0].substr(0, 8)));
+  r = status("cli:fz", true);
+  EXPECT_TRUE(contains(r.out, fmt::format(R"("kind":"exclusive","fence":{},)", fence))) << r.describe();
+
+  // The reentrant owner and its holds.
+  r = status("cli:ow");
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(r.out.starts_with("'cli:ow' is held by owner job-7 (1 hold) on 3 of 3 masters (majority 2), for "))
+      << r.describe();
+  each_master(r, "job-7      ttl ");
+  r = status("cli:ow", true);
+  EXPECT_TRUE(contains(r.out, R"("holder":"job-7","holders":3,)")) << r.describe();
+  EXPECT_TRUE(contains(r.out, R"("kind":"exclusive","fence":null,"holds":1,)")) << r.describe();
+
+  // The plain lock and the two waiters in its fair queue.
+  r = status("cli:fq");
+  EXPECT_EQ(r.status, 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, " more; 2 waiters in the fair queue\n")) << r.describe();
+  EXPECT_EQ(count_of(r.out, ", 2 waiting\n"), 3u) << r.describe();
+  r = status("cli:fq", true);
+  EXPECT_TRUE(contains(r.out, R"("semaphore_quorum":null,"waiters":2,)")) << r.describe();
+  EXPECT_EQ(count_of(r.out, R"("ticket":)"), 6u) << r.describe();
+
+  for (auto& h : holders) h->signal(SIGTERM);
+  for (auto& h : holders) h->wait();
+  for (auto& w : waiting) {
+    const auto o = w->wait();
+    EXPECT_EQ(o.status, 0) << o.describe();
+  }
+  // Free again; the fencing counter stays behind.
+  r = status("cli:fz");
+  EXPECT_EQ(r.status, 1) << r.describe();
+  EXPECT_TRUE(r.out.starts_with(
+      fmt::format("'cli:fz' is free (no key on the 3 of 3 masters that answered); fencing counter at {}\n", fence)))
+      << r.describe();
+  r = status("cli:gpu2");
+  EXPECT_EQ(r.status, 1) << r.describe();
+  EXPECT_TRUE(r.out.starts_with("'cli:gpu2' is free (no key on the 3 of 3 masters that answered)\n")) << r.describe();
+}
+
+// `status` says why a TLS master cannot be used with OpenSSL's own reason, as `run` does.
+// Catches the bare "certificate is not trusted" without the reason.
+TEST_F(cli, status_gives_the_tls_failure_in_openssls_words) {
+  const auto key = dir() / "server.key";
+  const auto crt = dir() / "server.crt";
+  const auto cmd = fmt::format(
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout '{}' -out '{}' -days 2 "
+      "-subj /CN=localhost -addext subjectAltName=IP:127.0.0.1 >/dev/null 2>&1",
+      key.string(), crt.string());
+  if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "the openssl tool could not make a certificate";
+  redlock::test::redis_options opts;
+  opts.tls = redlock::test::tls_options{crt, key, crt, false};
+  master_set c{1, opts};
+  // Not told to trust the self-signed certificate: verification fails.
+  const auto nodes = fmt::format("rediss://127.0.0.1:{}", c[0].tls_port());
+  const auto reason = [](const std::string& text) {
+    return contains(text, "self-signed certificate") || contains(text, "self signed certificate");
+  };
+  auto r = run({"status", "--nodes", nodes, "cli:tls"});
+  EXPECT_EQ(r.status, 69) << r.describe();
+  EXPECT_TRUE(contains(r.out, fmt::format("  {:<32} unreachable: the master's TLS certificate is not trusted",
+                                          "master 1 (" + nodes + ")")))
+      << r.describe();
+  EXPECT_TRUE(reason(r.out)) << r.describe();
+  r = run({"status", "--nodes", nodes, "--json", "cli:tls"});
+  EXPECT_EQ(r.status, 69) << r.describe();
+  EXPECT_TRUE(reason(r.out)) << r.describe();
+  r = run({"run", "--nodes", nodes, "-r", "cli:tls", "--", "true"});
+  EXPECT_EQ(r.status, 75) << r.describe();
+  EXPECT_TRUE(reason(r.err)) << r.describe();
+  // Trusted, it answers.
+  r = run({"status", "--nodes", nodes, "--tls-ca-file", crt.string(), "cli:tls"});
+  EXPECT_EQ(r.status, 1) << r.describe();
 }
 
 }  // namespace

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: BSL-1.0
 #include "output.hpp"
 
+#include <redlock/error.hpp>
+
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace redlock::cli {
@@ -182,5 +185,144 @@ std::string printable(std::string_view text) {
 }
 
 std::string short_token(std::string_view token) { return printable(token.substr(0, 8)); }
+
+// ---- what masters answered, in words -------------------------------------------------------------
+
+using redlock::master_status;
+
+std::string master_label(std::size_t index, std::string_view address) {
+  return fmt::format("master {} ({})", index + 1, address);
+}
+
+std::string_view status_name(master_status s, step_kind step) noexcept {
+  if (step != step_kind::acquire) {
+    if (s == master_status::granted) return step == step_kind::release ? "released" : "extended";
+    if (s == master_status::taken) return "not_held";
+  }
+  return to_string(s);
+}
+
+std::string_view status_words(master_status s, step_kind step) noexcept {
+  switch (s) {
+    case master_status::pending:
+      return "still pending";
+    case master_status::server_error:
+      return "server error";
+    case master_status::taken:
+      return step == step_kind::acquire ? "taken" : "not held";
+    default:
+      return status_name(s, step);
+  }
+}
+
+bool is_failure(master_status s) noexcept {
+  return s != master_status::granted && s != master_status::taken && s != master_status::queued &&
+         s != master_status::pending;
+}
+
+std::string master_reason(master_status s, const boost::system::error_code& error, std::string_view server_text) {
+  if (s == master_status::server_error) return server_text.empty() ? "an error reply" : printable(server_text);
+  // A connection on its first attempt has no cause of failure yet: an empty error would print as
+  // "Success".
+  const bool no_cause = !error || error == redlock::error::not_connected;
+  if ((s == master_status::unreachable || s == master_status::pending) && no_cause) return "still connecting";
+  if (!error) {
+    switch (s) {
+      case master_status::timeout:
+        return "no answer within the request timeout";
+      case master_status::failed:
+        return "the outcome is unknown";
+      default:
+        return {};
+    }
+  }
+  auto out = error.message();
+  if (!server_text.empty()) out += " (" + printable(server_text) + ")";
+  return out;
+}
+
+std::string master_reason(const redlock::master_result& r) {
+  if (!is_failure(r.status)) return {};
+  return master_reason(r.status, r.error, r.server_text);
+}
+
+answer_counts count_answers(const std::vector<redlock::master_result>& results) {
+  answer_counts c;
+  for (const auto& r : results) {
+    switch (r.status) {
+      case master_status::granted:
+        ++c.granted;
+        break;
+      case master_status::taken:
+        ++c.taken;
+        break;
+      case master_status::queued:
+        ++c.queued;
+        break;
+      case master_status::pending:
+        ++c.pending;
+        break;
+      default:
+        ++c.failed;
+    }
+  }
+  return c;
+}
+
+std::string answers_text(const answer_counts& c, std::size_t masters, std::string_view queued_as) {
+  std::string out = fmt::format("{} master{}:", masters, masters == 1 ? "" : "s");
+  bool first = true;
+  const auto part = [&](std::size_t n, std::string_view what) {
+    if (n == 0) return;
+    out += fmt::format("{} {} {}", first ? "" : ",", n, what);
+    first = false;
+  };
+  part(c.granted, "granted");
+  part(c.queued, queued_as);
+  part(c.taken, "taken");
+  part(c.pending, "still pending");
+  part(c.failed, "failed");
+  return out;
+}
+
+namespace {
+
+/// "master 3 (10.0.0.3:7001) unreachable: Connection refused; ..." for the failed masters of `rep`
+/// (those still connecting left out).
+std::string failed_masters(const redlock::quorum_report& rep) {
+  std::string out;
+  for (const auto& m : rep.failing) {
+    if (m.status == master_status::pending) continue;
+    out += fmt::format("{}{} {}: {}", out.empty() ? "" : "; ", master_label(m.index, m.address),
+                       status_words(m.status, step_kind::acquire), master_reason(m.status, m.error, m.server_text));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string unavailable_text(const redlock::quorum_report& rep, const answer_counts& c) {
+  const auto usable = rep.masters - std::min(c.failed, rep.masters);
+  const auto details = failed_masters(rep);
+  return fmt::format("{} {} of {} masters usable, {} needed ({} answered, {} still pending, {} failed{}{})",
+                     c.pending > 0 ? "at most" : "only", usable, rep.masters, rep.needed, c.answered(), c.pending,
+                     c.failed, details.empty() ? "" : ": ", details);
+}
+
+std::string readiness_text(const redlock::quorum_report& rep) {
+  std::string connecting;
+  std::size_t still = 0;
+  for (const auto& m : rep.failing) {
+    if (m.status != master_status::pending) continue;
+    ++still;
+    connecting += fmt::format("{}{}", connecting.empty() ? "" : ", ", master_label(m.index, m.address));
+  }
+  const auto failed = rep.failing.size() - still;
+  std::string parts;
+  if (failed > 0) parts = fmt::format("{} failed: {}", failed, failed_masters(rep));
+  if (still > 0) parts += fmt::format("{}{} still connecting: {}", parts.empty() ? "" : "; ", still, connecting);
+  return fmt::format("{} of {} masters connected, {} needed{}{}{}", rep.masters - rep.failing.size(), rep.masters,
+                     rep.needed, parts.empty() ? "" : " (", parts, parts.empty() ? "" : ")");
+}
 
 }  // namespace redlock::cli

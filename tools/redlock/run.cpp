@@ -230,43 +230,33 @@ class runner {
     }
   }
 
-  /// Why a master did not answer cleanly, for humans (an unreachable master's error is why its
-  /// connection failed: refused, credentials rejected, host not found...).
-  static std::string node_reason(const master_result& r) {
-    if (r.status == master_status::server_error && !r.server_text.empty()) return printable(r.server_text);
-    return r.error ? r.error.message() : std::string{};
-  }
-
-  void add_masters(json_writer& j, const std::vector<master_result>& nodes) const {
+  /// Each master's answer, for the JSON: `step` names the statuses (docs/cli.md, "JSON output").
+  void add_masters(json_writer& j, const std::vector<master_result>& nodes, step_kind step = step_kind::acquire) const {
     j.key("masters").begin_array();
     for (std::size_t i = 0; i < nodes.size() && i < cfg_.client.masters.size(); ++i) {
       const auto& r = nodes[i];
       j.begin_object()
           .field("address", redlock::address_of(cfg_.client.masters[i]))
-          .field("status", to_string(r.status))
+          .field("status", status_name(r.status, step))
           .field("latency_ms", to_ms(r.latency));
-      if (auto why = node_reason(r); !why.empty() && r.status != master_status::granted) {
-        j.field("error", why);
-      }
+      if (is_failure(r.status)) j.field("error", master_reason(r));
       j.end_object();
     }
     j.end_array();
   }
 
-  void verbose_masters(const std::vector<master_result>& nodes) const {
+  /// Each master's answer, one line each, numbered as `master_label` does.
+  void verbose_masters(const std::vector<master_result>& nodes, step_kind step = step_kind::acquire) const {
     if (!o_.common.verbose || json()) return;
     for (std::size_t i = 0; i < nodes.size() && i < cfg_.client.masters.size(); ++i) {
       const auto& r = nodes[i];
-      std::string line = fmt::format("  {:<24} ", redlock::address_of(cfg_.client.masters[i]));
+      std::string line = fmt::format("  {:<32} ", master_label(i, redlock::address_of(cfg_.client.masters[i])));
       if (r.status == master_status::pending) {
-        line += "pending (the majority decided before it answered)";
+        line += "still pending (the outcome was decided before it answered)";
       } else {
-        line += fmt::format("{:<12} {:8.3f} ms", r.status, to_ms(r.latency));
+        line += fmt::format("{:<13} {:8.3f} ms", status_words(r.status, step), to_ms(r.latency));
       }
-      if (r.status != master_status::granted && r.status != master_status::taken &&
-          r.status != master_status::pending) {
-        line += "  " + node_reason(r);
-      }
+      if (is_failure(r.status)) line += "  " + master_reason(r);
       complain(line);
     }
   }
@@ -360,7 +350,7 @@ class runner {
         return;
       }
       if (ec) {
-        verbose(fmt::format("masters not ready after {:.1f} ms: {}", elapsed_ms(), to_string(rep)));
+        verbose(fmt::format("masters not ready after {:.1f} ms: {}", elapsed_ms(), readiness_text(rep)));
       } else {
         verbose(fmt::format("{} of {} masters connected in {:.1f} ms", rep.masters - rep.failing.size(), rep.masters,
                             elapsed_ms()));
@@ -423,19 +413,41 @@ class runner {
     return o_.owner ? " as a reentrant owner" : "";
   }
 
-  /// Why the lock was refused, by kind.
-  std::string held_text() const {
-    if (o_.resources.size() > 1) return fmt::format("one of {} is held by someone else", subject_);
+  /// Why the lock was refused, by kind, from what the masters answered (`c` counts them).
+  std::string held_text(const std::vector<master_result>& nodes, const answer_counts& c) const {
+    if (o_.resources.size() > 1) {
+      // A master that refuses several resources answers the first it found held (from 1).
+      std::vector<std::string> held;
+      for (std::size_t i = 0; i < o_.resources.size(); ++i) {
+        const auto found = std::any_of(nodes.begin(), nodes.end(), [i](const master_result& r) {
+          return r.status == master_status::taken && r.value == static_cast<std::int64_t>(i + 1);
+        });
+        if (found) held.push_back(o_.resources[i]);
+      }
+      if (held.empty()) return fmt::format("cannot lock {}: one of them is held by someone else", subject_);
+      return fmt::format("cannot lock {}: {} {} held by someone else", subject_, subject_of(held),
+                         held.size() == 1 ? "is" : "are");
+    }
+    const bool only_queued = c.queued > 0 && c.taken == 0;
     switch (o_.kind) {
       case lock_kind::read:
         return fmt::format("{} is held by a writer, or a writer waits for it", subject_);
       case lock_kind::semaphore:
         return fmt::format("all {} permit{} of {} are taken", o_.permits, o_.permits == 1 ? "" : "s", subject_);
       case lock_kind::write:
+        // Readers hold it: this writer claimed its place behind them (dropped again on giving up).
+        if (only_queued) return fmt::format("{} is held by readers", subject_);
+        break;
       case lock_kind::exclusive:
+        if (only_queued) return fmt::format("{} is free, but earlier waiters come first", subject_);
         break;
     }
     return fmt::format("{} is held by someone else", subject_);
+  }
+
+  /// What a `queued` answer means for this kind.
+  std::string_view queued_as() const noexcept {
+    return o_.kind == lock_kind::write ? "queued behind readers" : "queued behind earlier waiters";
   }
 
   /// The resources as a JSON list, on events about several.
@@ -493,35 +505,22 @@ class runner {
   void acquire_failed(error_code ec) {
     const auto nodes = lock_.masters();
     const auto n = cfg_.client.masters.size();
-    const auto count = [&](auto pred) {
-      return static_cast<std::size_t>(std::count_if(nodes.begin(), nodes.end(), pred));
-    };
+    const auto counts = count_answers(nodes);
     std::string reason;
     std::string message;
     int status = exit_tempfail;
     if (ec == error::not_acquired) {
       reason = "held";
-      const auto taken = count([](const master_result& r) { return r.status == master_status::taken; });
-      message = fmt::format("{} (taken on {} of {} masters); {}", held_text(), taken, n,
+      message = fmt::format("{} ({}); {}", held_text(nodes, counts), answers_text(counts, n, queued_as()),
                             o_.wait.count() > 0 ? fmt::format("gave up after waiting {} ({} attempts)",
                                                               format_duration(o_.wait), lock_.attempts())
                                                 : std::string{"use --wait DURATION to wait for it"});
     } else if (ec == error::quorum_unavailable) {
       reason = "unavailable";
-      const auto answered = count([](const master_result& r) {
-        return r.status == master_status::granted || r.status == master_status::taken;
-      });
-      // Each master that could not be used, with its address and cause (and the server's refusal
-      // of the credentials, if that is the cause).
-      const auto rep = locks_->report(lock_);
-      std::string details;
-      for (const auto& m : rep.failing) {
-        details += fmt::format("{}{} {}", details.empty() ? "" : "; ", m.address, m.status);
-        if (m.error && m.error != error::server_error) details += ": " + m.error.message();
-        if (!m.server_text.empty()) details += " (" + printable(m.server_text) + ")";
-      }
-      message = fmt::format("cannot lock {}: masters unavailable: {} of {} answered, {} needed ({})", subject_,
-                            answered, n, quorum_, details);
+      // Each master that could not be used, with its cause (and the server's own words: a refusal
+      // of the credentials, OpenSSL's reason).
+      message = fmt::format("cannot lock {}: masters unavailable: {}", subject_,
+                            unavailable_text(locks_->report(lock_), counts));
     } else if (ec == error::validity_expired) {
       reason = "too_slow";
       message = fmt::format("cannot lock {}: the masters answered too slowly for a ttl of {} (no validity left)",
@@ -547,6 +546,14 @@ class runner {
         .field("message", message)
         .field("attempts", lock_.attempts())
         .field("quorum", quorum_);
+    j.key("answers")
+        .begin_object()
+        .field("granted", counts.granted)
+        .field("taken", counts.taken)
+        .field("queued", counts.queued)
+        .field("pending", counts.pending)
+        .field("failed", counts.failed)
+        .end_object();
     add_resources(j);
     add_masters(j, nodes);
     emit(j);
@@ -726,14 +733,15 @@ class runner {
   }
 
   void on_extended(const lock_event& e) {
+    extension_seen_ = true;
     if (!o_.common.verbose && !json()) return;
     const auto validity = validity_of(e);
     verbose(fmt::format("extended {} (extension {}), validity {}", subject_, e.extensions, format_duration(validity)));
-    verbose_masters(e.masters);
+    verbose_masters(e.masters, step_kind::extend);
     auto j = event("extended");
     j.field("extensions", e.extensions).field("validity_ms", static_cast<std::int64_t>(validity.count()));
     if (e.missed) j.field("missed", e.missed);
-    add_masters(j, e.masters);
+    add_masters(j, e.masters, step_kind::extend);
     emit(j);
   }
 
@@ -743,19 +751,21 @@ class runner {
     say(fmt::format("{}: {}", subject_, e.detail));
     auto j = event("master_hazard");
     j.field("master", e.master).field("detail", e.detail);
+    if (e.master < cfg_.client.masters.size()) j.field("address", redlock::address_of(cfg_.client.masters[e.master]));
     emit(j);
   }
 
   void on_extend_failed(const lock_event& e) {
+    extension_seen_ = true;
     const auto validity = validity_of(e);
     say(fmt::format("extending {} failed ({}); retrying while the lock is valid ({} left)", subject_, e.error.message(),
                     format_duration(validity)));
-    verbose_masters(e.masters);
+    verbose_masters(e.masters, step_kind::extend);
     auto j = event("extend_failed");
     j.field("error", loss_reason_name(e.error))
         .field("message", e.error.message())
         .field("validity_ms", static_cast<std::int64_t>(validity.count()));
-    add_masters(j, e.masters);
+    add_masters(j, e.masters, step_kind::extend);
     emit(j);
   }
 
@@ -770,10 +780,12 @@ class runner {
                          : (e.detail.empty() ? reason.message() : e.detail);
     const auto message = fmt::format("lost the lock on {} ({}): stopping the command with SIGTERM", subject_, why);
     say(message);
-    verbose_masters(e.masters);
+    // The answers of the last step decided: an extension's, or the acquisition's if none was.
+    const auto step = extension_seen_ || e.extensions > 0 ? step_kind::extend : step_kind::acquire;
+    verbose_masters(e.masters, step);
     auto j = event("lost");
     j.field("reason", loss_reason_name(reason)).field("detail", e.detail).field("message", message);
-    add_masters(j, e.masters);
+    add_masters(j, e.masters, step);
     emit(j);
     send(SIGTERM);
     send(SIGCONT);  // a stopped command could not act on SIGTERM
@@ -808,7 +820,7 @@ class runner {
       } else {
         verbose(fmt::format("released {} ({})", subject_, counts));
       }
-      verbose_masters(nodes);
+      verbose_masters(nodes, step_kind::release);
       auto j = event("released");
       j.field("held", r.released).field("not_held", r.not_held).field("unreachable", r.unreachable);
       if (ec) {
@@ -816,7 +828,7 @@ class runner {
       } else {
         j.null_field("error");
       }
-      add_masters(j, nodes);
+      add_masters(j, nodes, step_kind::release);
       emit(j);
       finish(status);
     });
@@ -856,6 +868,7 @@ class runner {
   pid_t child_ = -1;
   bool child_done_ = false;
   bool lost_ = false;
+  bool extension_seen_ = false;  // an extension (or a failed one) was reported
   int interrupted_by_ = 0;
   int exit_ = exit_software;
 };

@@ -1,21 +1,30 @@
 // SPDX-License-Identifier: BSL-1.0
-// `redlock status NAME`: asks every master for the resource's key (GET and PTTL pipelined in one
-// request, with a deadline) and says whether a majority agrees on a holder.
+// `redlock status NAME`: asks every master what it keeps for the resource, whatever the kind of
+// lock (one pipelined request of plain reads each, with a deadline), and says whether a majority
+// agrees on a holder. What each kind keeps on a master is the library's table of kinds
+// (redlock/core/kind_spec.hpp) and its scripts (redlock/detail/scripts.hpp): the lock key holds a
+// token (plain, fenced, writer, several resources), an owner (reentrant, with its holds beside),
+// the readers' marker (readers, with their set and a waiting writer's claim beside), or is a
+// sorted set of holders (semaphore, with its permit count beside); the fair queue and the fencing
+// counter sit beside any of them.
 
 #include "commands.hpp"
 #include "output.hpp"
+#include "status_view.hpp"
 #include <redlock/connection.hpp>
 #include <redlock/core/cluster_route.hpp>
+#include <redlock/core/key_slot.hpp>
+#include <redlock/detail/scripts.hpp>
 
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 
 #include <fmt/format.h>
 
-#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <functional>
-#include <limits>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,82 +37,192 @@ namespace {
 namespace asio = boost::asio;
 using boost::system::error_code;
 using clock_type = redlock::clock;
-using std::chrono::milliseconds;
 
-/// What one master said.
-struct master_view {
-  std::string address;
-  bool reachable = false;  // a reply came (possibly an error reply)
-  bool answered = false;   // a usable reply came
-  bool exists = false;
-  std::string value;
-  std::int64_t pttl = -2;  // -1: no expiry
-  std::string error;
-  std::chrono::microseconds latency{0};
+/// The commands of one master's request, in order. Each is a plain read; a command of the wrong
+/// type for the key (GET on a semaphore's set, ZRANGE on a token) answers WRONGTYPE, expected.
+enum command : std::size_t {
+  c_time,         // TIME: the scores of the sets are this master's milliseconds
+  c_type,         // TYPE key
+  c_get,          // GET key: the token, the owner, or the readers' marker
+  c_pttl,         // PTTL key
+  c_members,      // ZRANGE key 0 -1 WITHSCORES: a semaphore's holders
+  c_permits,      // GET key:redlock-permits
+  c_readers,      // ZRANGE key:redlock-readers 0 -1 WITHSCORES
+  c_writer,       // GET key:redlock-writer: a waiting writer's claim
+  c_writer_pttl,  // PTTL key:redlock-writer
+  c_fence,        // GET key:redlock-fence
+  c_holds,        // HKEYS key:redlock-holds: a reentrant lock's holds
+  c_queue,        // ZRANGE key:redlock-queue 0 -1 WITHSCORES: the fair queue (waiter -> ticket)
+  c_expiry,       // ZRANGE key:redlock-expiry 0 -1 WITHSCORES: when each waiter's place lapses
+  c_count
 };
 
-/// The top-level values of a response (RESP3 attributes skipped).
-std::vector<const resp::node*> replies(const resp::response& r) {
-  std::vector<const resp::node*> out;
+/// The request for `key` on a master whose helper keys are named by `naming`.
+resp::request make_request(const std::string& key, core::key_naming naming) {
+  const auto helper = [&](std::string_view suffix) {
+    std::string out;
+    core::append_helper_key(out, key, suffix, naming);
+    return out;
+  };
+  resp::request req;
+  req.push("TIME");
+  req.push("TYPE", key);
+  req.push("GET", key);
+  req.push("PTTL", key);
+  req.push("ZRANGE", key, "0", "-1", "WITHSCORES");
+  req.push("GET", helper(detail::permits_suffix));
+  req.push("ZRANGE", helper(detail::readers_suffix), "0", "-1", "WITHSCORES");
+  req.push("GET", helper(detail::writer_suffix));
+  req.push("PTTL", helper(detail::writer_suffix));
+  req.push("GET", helper(detail::fence_suffix));
+  req.push("HKEYS", helper(detail::holds_suffix));
+  req.push("ZRANGE", helper(detail::queue_suffix), "0", "-1", "WITHSCORES");
+  req.push("ZRANGE", helper(detail::expiry_suffix), "0", "-1", "WITHSCORES");
+  return req;
+}
+
+/// One top-level reply: its first node and its scalar values in order (for an array of pairs,
+/// RESP2's flat list and RESP3's nested pairs alike: member, score, member, score...).
+struct reply {
+  const resp::node* head = nullptr;
+  std::vector<const resp::node*> scalars;
+};
+
+std::vector<reply> split_replies(const resp::response& r) {
+  std::vector<reply> out;
+  std::size_t skip_below = 0;  // inside a RESP3 attribute (metadata): its nodes are skipped
+  bool skipping = false;
   for (const auto& n : r) {
-    if (n.depth == 0 && n.data_type != resp::type::attribute) out.push_back(&n);
+    if (skipping && n.depth > skip_below) continue;
+    skipping = false;
+    if (n.data_type == resp::type::attribute) {
+      skipping = true;
+      skip_below = n.depth;
+      continue;
+    }
+    if (n.depth == 0) {
+      out.push_back({&n, {}});
+    } else if (!out.empty() && !resp::is_aggregate(n.data_type)) {
+      out.back().scalars.push_back(&n);
+    }
   }
   return out;
 }
 
-void interpret(master_view& v, error_code ec, const resp::response& r, const connection_status& conn) {
-  const auto values = replies(r);
-  if (ec == error::server_error) {
-    v.reachable = true;
-    for (const auto* n : values) {
-      if (resp::is_error(n->data_type)) {
-        v.error = "server error: " + printable(n->value);
-        break;
-      }
-    }
-    return;
+std::optional<std::int64_t> integer_of(std::string_view text) {
+  std::int64_t v = 0;
+  const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || p != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+/// A sorted set's score (RESP3 double or RESP2 text), as whole milliseconds.
+std::int64_t score_of(const std::string& text) { return std::llround(std::strtod(text.c_str(), nullptr)); }
+
+/// The (member, score) pairs of a WITHSCORES reply.
+std::vector<std::pair<std::string, std::int64_t>> pairs_of(const reply& r) {
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  for (std::size_t i = 0; i + 1 < r.scalars.size(); i += 2) {
+    out.emplace_back(r.scalars[i]->value, score_of(r.scalars[i + 1]->value));
   }
-  if (ec) {
-    // A request refused for a down connection says little; the connection knows why it is down.
-    v.error = (ec == error::not_connected && conn.last_error) ? conn.last_error.message() : ec.message();
-    if (ec == error::not_connected && conn.last_error == error::auth_failed && !conn.last_error_text.empty()) {
-      v.error += " (" + printable(conn.last_error_text) + ")";
-    }
+  return out;
+}
+
+/// Why a connection that never came up failed, with the node's or OpenSSL's own words (a
+/// refusal of the credentials, the certificate check's reason), as `run` says it.
+std::string connection_failure(error_code ec, const connection_status& conn) {
+  if (ec != error::not_connected || !conn.last_error) return ec.message();
+  auto out = conn.last_error.message();
+  if (!conn.last_error_text.empty()) out += " (" + printable(conn.last_error_text) + ")";
+  return out;
+}
+
+void interpret(master_view& v, error_code ec, const resp::response& r, const connection_status& conn) {
+  if (ec && ec != error::server_error) {
+    v.error = connection_failure(ec, conn);
     return;
   }
   v.reachable = true;
-  if (values.size() != 2) {
+  const auto replies = split_replies(r);
+  if (replies.size() != c_count) {
     v.error = "unexpected reply";
     return;
   }
-  v.answered = true;
-  if (values[0]->data_type != resp::type::null) {
-    v.exists = true;
-    v.value = values[0]->value;
-  }
-  if (values[1]->data_type == resp::type::integer) {
-    try {
-      v.pttl = std::stoll(values[1]->value);
-    } catch (const std::exception&) {
-      v.pttl = -2;
+  const auto value = [&](command c) -> const resp::node& { return *replies[c].head; };
+  const auto is_error = [&](command c) { return resp::is_error(value(c).data_type); };
+  const auto type = value(c_type).value;
+  // Expected error replies: the wrong type of the two reads of the key that do not fit its kind,
+  // and TIME refused to a user allowed only reads (the sets' entries then have no known ttl). Any
+  // other is the master's failure (a missing permission, a redirect that was not followed).
+  for (std::size_t c = 0; c < c_count; ++c) {
+    const bool expected = c == c_time || ((c == c_get || c == c_members) &&
+                                          std::string_view{replies[c].head->value}.starts_with("WRONGTYPE"));
+    if (is_error(static_cast<command>(c)) && !expected) {
+      v.error = "server error: " + printable(replies[c].head->value);
+      return;
     }
   }
-  if (v.pttl == -2) {  // expired between GET and PTTL
+  std::optional<std::int64_t> now;
+  if (replies[c_time].scalars.size() == 2) {
+    now = integer_of(replies[c_time].scalars[0]->value).value_or(0) * 1000 +
+          integer_of(replies[c_time].scalars[1]->value).value_or(0) / 1000;
+  }
+  if (type == "none") {
+    v.shape = key_shape::none;
+  } else if (type == "string" && value(c_get).data_type == resp::type::blob_string) {
+    v.value = value(c_get).value;
+    v.shape = v.value == detail::readers_marker ? key_shape::readers : key_shape::token;
+  } else if (type == "zset") {
+    v.shape = key_shape::semaphore;
+  } else if (type == "string") {
+    v.shape = key_shape::none;  // gone between TYPE and GET
+  } else {
+    v.error = fmt::format("the key is a {}, not a lock", printable(type));
+    return;
+  }
+  v.answered = true;
+  v.exists = v.shape != key_shape::none;
+  if (v.exists) v.pttl = integer_of(value(c_pttl).value).value_or(-2);
+  if (v.exists && v.pttl == -2) {  // expired meanwhile
+    v.shape = key_shape::none;
     v.exists = false;
     v.value.clear();
   }
-}
-
-std::string ttl_text(std::int64_t pttl) {
-  if (pttl < 0) return "no expiry";
-  return format_duration(milliseconds{pttl});
+  // The sets' entries that have not lapsed, with the time each has left (-1: unknown).
+  const auto live = [&](command c) {
+    std::vector<member> out;
+    for (auto& [id, until] : pairs_of(replies[c])) {
+      if (!now || until > *now) out.push_back({std::move(id), now ? until - *now : -1});
+    }
+    return out;
+  };
+  if (v.shape == key_shape::semaphore) {
+    v.members = live(c_members);
+    v.permits = integer_of(value(c_permits).value);
+  }
+  if (v.shape == key_shape::readers) v.members = live(c_readers);
+  if (value(c_writer).data_type != resp::type::null) {
+    v.writer = value(c_writer).value;
+    v.writer_pttl = integer_of(value(c_writer_pttl).value).value_or(-2);
+  }
+  if (value(c_fence).data_type != resp::type::null) v.fence = value(c_fence).value;
+  for (const auto* n : replies[c_holds].scalars) v.holds.push_back(n->value);
+  // A waiter's place counts while its expiry lies ahead (the next acquisition drops the others).
+  const auto expiries = pairs_of(replies[c_expiry]);
+  for (auto& [name, ticket] : pairs_of(replies[c_queue])) {
+    std::optional<std::int64_t> left;
+    for (const auto& [n, until] : expiries) {
+      if (n == name && now) left = until - *now;
+    }
+    if (left && *left <= 0) continue;
+    v.waiters.push_back({std::move(name), ticket, left.value_or(-1)});
+  }
 }
 
 }  // namespace
 
 int status_command(const status_options& o, const resolved_config& cfg) {
-  const bool verbose = o.common.verbose;
-  if (verbose) {
+  if (o.common.verbose) {
     for (const auto& n : cfg.notes) complain(n);
   }
   const auto key = key_of(cfg, o.resource);
@@ -123,15 +242,15 @@ int status_command(const status_options& o, const resolved_config& cfg) {
     // The connect and the answer within one deadline: a master that accepts connections but never
     // answers (stopped, overloaded) costs at most this.
     const auto deadline = mc.connect_timeout + cfg.client.request_timeout;
-    resp::request req;
-    req.push("GET", key);
-    req.push("PTTL", key);
+    // On a cluster master the helper keys live in the lock key's slot (docs/safety.md).
+    auto req = make_request(key, mc.cluster.enabled ? core::key_naming::slotted : core::key_naming::plain);
     c->async_exec(std::move(req), deadline, [&, i, c, mc, hops](error_code ec, resp::response r) {
       c->close();
       if (ec == error::server_error && hops > 0 && mc.cluster.enabled) {
-        const auto* v = resp::reply_value(r);
-        const auto rd = v ? core::parse_redirect(v->value) : core::redirect{};
-        if (rd.what == core::redirect::kind::moved) {
+        for (const auto& node : r) {
+          if (node.depth != 0 || !resp::is_error(node.data_type)) continue;
+          const auto rd = core::parse_redirect(node.value);
+          if (rd.what != core::redirect::kind::moved) continue;
           auto next = mc;
           if (!rd.host.empty()) next.host = rd.host;
           next.port = rd.port;
@@ -148,120 +267,13 @@ int status_command(const status_options& o, const resolved_config& cfg) {
   }
   ioc.run();
 
-  // The verdict.
-  const std::size_t majority = majority_of(n);
-  std::size_t answered = 0;
-  std::size_t with_key = 0;
-  std::map<std::string, std::size_t> tokens;
-  for (const auto& v : views) {
-    if (!v.answered) continue;
-    ++answered;
-    if (v.exists) {
-      ++with_key;
-      ++tokens[v.value];
-    }
-  }
-  std::string holder;
-  std::size_t holders = 0;
-  for (const auto& [token, k] : tokens) {
-    if (k > holders) {
-      holder = token;
-      holders = k;
-    }
-  }
-  // The lock is held until the majority-th longest-lived of its keys expires.
-  std::optional<std::int64_t> expires_in;
-  std::string state;
-  int status = exit_partial;
-  if (holders >= majority) {
-    state = "held";
-    status = exit_ok;
-    std::vector<std::int64_t> ttls;
-    for (const auto& v : views) {
-      if (v.answered && v.exists && v.value == holder) {
-        ttls.push_back(v.pttl < 0 ? std::numeric_limits<std::int64_t>::max() : v.pttl);
-      }
-    }
-    std::sort(ttls.rbegin(), ttls.rend());
-    expires_in = ttls[majority - 1];
-  } else if (answered < majority) {
-    state = "unavailable";
-    status = exit_unavailable;
-  } else if (with_key == 0) {
-    state = "free";
-    status = exit_free;
-  } else {
-    state = "split";
-    status = exit_partial;
-  }
-  const auto token_text = [&](const std::string& t) { return verbose ? printable(t) : short_token(t); };
-
+  const auto v = decide(views);
   if (o.common.json) {
-    json_writer j;
-    j.begin_object().field("resource", o.resource).field("key", key).field("state", state);
-    if (holders >= majority) {
-      j.field("holder", verbose ? holder : holder.substr(0, 8));
-    } else {
-      j.null_field("holder");
-    }
-    j.field("holders", holders).field("answered", answered).field("total", n).field("majority", majority);
-    if (expires_in && *expires_in != std::numeric_limits<std::int64_t>::max()) {
-      j.field("expires_in_ms", *expires_in);
-    } else {
-      j.null_field("expires_in_ms");
-    }
-    j.key("masters").begin_array();
-    for (const auto& v : views) {
-      j.begin_object().field("address", v.address).field("reachable", v.reachable);
-      if (v.answered) {
-        j.field("exists", v.exists);
-        if (v.exists) {
-          j.field("holder", verbose ? v.value : v.value.substr(0, 8)).field("pttl_ms", v.pttl);
-        } else {
-          j.null_field("holder").null_field("pttl_ms");
-        }
-        j.null_field("error");
-      } else {
-        j.null_field("exists").null_field("holder").null_field("pttl_ms").field("error", v.error);
-      }
-      j.field("latency_ms", to_ms(v.latency)).end_object();
-    }
-    j.end_array().end_object();
-    fmt::print("{}\n", j.str());
-    return status;
-  }
-
-  const std::string name = key == o.resource ? fmt::format("'{}'", printable(o.resource))
-                                             : fmt::format("'{}' (key '{}')", printable(o.resource), printable(key));
-  if (state == "held") {
-    fmt::print("{} is held by {} on {} of {} masters (majority {}), for {}\n", name, token_text(holder), holders, n,
-               majority,
-               *expires_in == std::numeric_limits<std::int64_t>::max() ? std::string{"ever (no expiry)"}
-                                                                       : ttl_text(*expires_in) + " more");
-  } else if (state == "free") {
-    fmt::print("{} is free (no key on the {} of {} masters that answered)\n", name, answered, n);
-  } else if (state == "unavailable") {
-    fmt::print("{} is unavailable: only {} of {} masters answered, {} needed\n", name, answered, n, majority);
+    fmt::print("{}\n", status_json(o.resource, key, v, views, o.common.verbose));
   } else {
-    std::string parts;
-    for (const auto& [token, k] : tokens)
-      parts += fmt::format("{}{} on {}", parts.empty() ? "" : ", ", token_text(token), k);
-    fmt::print("{} is not held by a majority: {}; {} free, {} without an answer (majority {})\n", name, parts,
-               answered - with_key, n - answered, majority);
+    fmt::print("{}", status_text(o.resource, key, v, views, o.common.verbose));
   }
-  for (const auto& v : views) {
-    std::string line = fmt::format("  {:<24} ", v.address);
-    if (!v.answered) {
-      line += (v.reachable ? "" : "unreachable: ") + v.error;
-    } else if (!v.exists) {
-      line += "free";
-    } else {
-      line += fmt::format("{:<10} ttl {}", token_text(v.value), ttl_text(v.pttl));
-    }
-    if (verbose) line += fmt::format("  ({:.3f} ms)", to_ms(v.latency));
-    fmt::print("{}\n", line);
-  }
-  return status;
+  return v.exit;
 }
 
 }  // namespace redlock::cli
