@@ -69,7 +69,7 @@ class error_category_impl final : public boost::system::error_category {
       case error::tls_expected:
         return "the master expects TLS on this port (it refused a plain connection)";
       case error::tls_certificate_untrusted:
-        return "the master's TLS certificate is not trusted (unknown CA or self-signed)";
+        return "the master's TLS certificate is not trusted: it failed verification against the trusted CAs";
       case error::tls_certificate_expired:
         return "the master's TLS certificate has expired or is not valid yet";
       case error::tls_name_mismatch:

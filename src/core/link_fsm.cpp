@@ -69,7 +69,7 @@ link_step link_fsm::on_handshake_done(error_code ec, bool tls_hung_up, double un
     if (params_.tls && tls_hung_up && !timed_out_) {
       return attempt_failed(make_error_code(error::tls_refused),
                             "the master closed the connection right after the TLS handshake: it requires a client "
-                            "certificate (tls.cert_file) or does not trust the one sent",
+                            "certificate, or does not trust the one sent",
                             unit_random);
     }
     return attempt_failed(ec, {}, unit_random);

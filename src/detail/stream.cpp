@@ -34,9 +34,17 @@ namespace {
 
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
+// The CAs a verification used, for a message: an untrusted certificate is mended by changing them.
+std::string trusted_cas(const tls_options& t) {
+  if (t.ca_file.empty() && t.ca_dir.empty()) return "the system CA store";
+  if (t.ca_dir.empty()) return "CA file " + t.ca_file;
+  if (t.ca_file.empty()) return "CA directory " + t.ca_dir;
+  return fmt::format("CA file {} and CA directory {}", t.ca_file, t.ca_dir);
+}
+
 // What a failed TLS connect means, from OpenSSL's reason (and the verify result); `text` gets
 // OpenSSL's own words. Errors that are not TLS's (a refused connect, an AUTH error) pass through.
-error_code classify_tls_failure(const error_code& ec, SSL* ssl, std::string& text) {
+error_code classify_tls_failure(const error_code& ec, SSL* ssl, const tls_options& tls, std::string& text) {
   if (ec == asio::ssl::error::stream_truncated) {
     text = "the master closed the connection during the TLS handshake";
     return make_error_code(error::tls_handshake_failed);
@@ -55,6 +63,9 @@ error_code classify_tls_failure(const error_code& ec, SSL* ssl, std::string& tex
       case X509_V_ERR_IP_ADDRESS_MISMATCH:
         return make_error_code(error::tls_name_mismatch);
       default:
+        // OpenSSL's verify result as it is ("self-signed certificate in certificate chain" is
+        // about the chain's root, not the master's own certificate), and what was trusted.
+        text = fmt::format("{}; trusting {}", text, trusted_cas(tls));
         return make_error_code(error::tls_certificate_untrusted);
     }
   }
@@ -306,7 +317,7 @@ asio::awaitable<error_code> stream::handshake_tls(std::string& text, std::shared
     text = "the port answered PING in plain RESP";
     co_return make_error_code(error::tls_not_offered);
   }
-  if (ec) ec = classify_tls_failure(ec, ssl, text);
+  if (ec) ec = classify_tls_failure(ec, ssl, cfg_.tls, text);
   co_return ec;
 }
 
@@ -364,7 +375,7 @@ asio::awaitable<std::tuple<error_code, std::size_t>> stream::handshake_read(asio
 
 error_code stream::classify(error_code ec, std::string& text) const {
   if (!ec || !tls_) return ec;
-  return classify_tls_failure(ec, tls_->native_handle(), text);
+  return classify_tls_failure(ec, tls_->native_handle(), cfg_.tls, text);
 }
 
 bool stream::hung_up_unanswered(const error_code& ec) const noexcept {

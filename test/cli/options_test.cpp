@@ -455,7 +455,7 @@ TEST(cli_resolve, tls_from_list_flag_env_and_file) {
   common_options kk;
   kk.nodes = "rediss://127.0.0.1:1";
   kk.tls_key_file = "/k.pem";
-  expect_tls_error(k, kk, "tls.key_file without tls.cert_file");
+  expect_tls_error(k, kk, "--tls-key without --tls-cert: a private key needs its client certificate");
   kk.nodes = "127.0.0.1:1";
   expect_tls_error(k, kk, "no master uses TLS");
   k.env["REDLOCK_TLS"] = "maybe";

@@ -101,19 +101,22 @@ int remaining_ms(clock_type::time_point deadline) {
   return static_cast<int>(std::clamp<std::chrono::milliseconds::rep>(left.count(), 0, 1'000'000));
 }
 
-/// A socket bound to a free loopback port and never listening. A socket bound to port 0 gets a
-/// port no other socket is bound to; keeping it bound (with SO_REUSEADDR) means nobody else's
-/// bind(0) or connect() picks the port, while redis-server, which also sets SO_REUSEADDR, can
-/// still bind and listen on it. Returns the descriptor; sets `port`.
-int hold_free_port(std::uint16_t& port) {
+/// A socket bound to a loopback port and never listening. A socket bound to port 0 gets a port
+/// no other socket is bound to; keeping it bound (with SO_REUSEADDR) means nobody else's bind(0)
+/// or connect() picks the port, while redis-server, which also sets SO_REUSEADDR, can still bind
+/// and listen on it. `port` 0: any free port; else that port, and `port_unavailable` when a
+/// process listens on it (a listener excludes even SO_REUSEADDR binds). Returns the descriptor;
+/// sets `port`.
+int hold_port(std::uint16_t& port) {
   unique_fd holder(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (holder.get() < 0) throw_errno("socket");
   const int one = 1;
   if (::setsockopt(holder.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) {
     throw_errno("setsockopt(SO_REUSEADDR)");
   }
-  auto addr = loopback_address(0);
+  auto addr = loopback_address(port);
   if (::bind(holder.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    if (port != 0) throw port_unavailable(port, errno);
     throw_errno("bind 127.0.0.1:0");
   }
   socklen_t len = sizeof addr;
@@ -432,10 +435,22 @@ std::string find_server_binary(const server_options& options) {
       fmt::format("cannot find '{}' in PATH (install redis-server, or set REDLOCK_REDIS_SERVER to its path)", name));
 }
 
+port_unavailable::port_unavailable(std::uint16_t p, int err)
+    : std::runtime_error(err == EADDRINUSE ? fmt::format("port {} is in use", p)
+                         : err == EACCES
+                             ? fmt::format("port {}: {} (ports below 1024 need privileges)", p, std::strerror(err))
+                             : fmt::format("port {}: {}", p, std::strerror(err))),
+      port(p),
+      error(err) {}
+
 // ---- node ---------------------------------------------------------------------------------------
 
-node::node(std::shared_ptr<const server_options> options, fs::path dir, lifetime kind)
-    : options_(std::move(options)), kind_(kind), binary_(find_server_binary(*options_)), dir_(std::move(dir)) {
+node::node(std::shared_ptr<const server_options> options, fs::path dir, lifetime kind, port_request ports)
+    : options_(std::move(options)),
+      kind_(kind),
+      binary_(find_server_binary(*options_)),
+      dir_(std::move(dir)),
+      requested_(ports) {
   fs::create_directories(dir_);
   try {
     reserve_ports();
@@ -456,14 +471,14 @@ node::~node() {
 }
 
 void node::reserve_ports() {
-  std::uint16_t port = 0;
-  unique_fd plain(hold_free_port(port));
-  std::uint16_t tls_port = 0;
+  std::uint16_t port = requested_.port;
+  unique_fd plain(hold_port(port));
+  std::uint16_t tls_port = requested_.tls_port;
   unique_fd tls;
-  if (options_->tls) tls = unique_fd(hold_free_port(tls_port));
+  if (options_->tls) tls = unique_fd(hold_port(tls_port));
   std::uint16_t bus_port = 0;
   unique_fd bus;
-  if (options_->cluster_node_timeout) bus = unique_fd(hold_free_port(bus_port));
+  if (options_->cluster_node_timeout) bus = unique_fd(hold_port(bus_port));
   close_fd(port_holder_);
   close_fd(tls_port_holder_);
   close_fd(bus_port_holder_);
@@ -574,6 +589,9 @@ void node::wait_started() {
   for (int attempt = 1;; ++attempt) {
     if (await_ready(deadline) == start_result::ready) return;
     // Someone bound the port without SO_REUSEADDR before we reserved it.
+    if (attempt == max_start_attempts && (requested_.port != 0 || requested_.tls_port != 0)) {
+      throw port_unavailable(requested_.port != 0 ? requested_.port : requested_.tls_port, EADDRINUSE);
+    }
     if (attempt == max_start_attempts) {
       throw std::runtime_error(fmt::format("redis-server could not find a free port after {} attempts; output:\n{}",
                                            attempt, output_tail()));

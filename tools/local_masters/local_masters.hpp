@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -80,6 +81,20 @@ std::string find_server_binary(const server_options& options);
 
 class session;
 
+/// The ports a node is to listen on; 0: a free loopback port of the system's choosing.
+struct port_request {
+  std::uint16_t port = 0;      ///< the plain port
+  std::uint16_t tls_port = 0;  ///< the TLS port (with `server_options::tls`)
+};
+
+/// A requested port (`port_request`) that cannot be had: another process listens on it, or
+/// binding it needs privileges.
+struct port_unavailable : std::runtime_error {
+  port_unavailable(std::uint16_t port, int error);
+  std::uint16_t port;  ///< the port asked for
+  int error;           ///< the bind's errno: EADDRINUSE, EACCES, ...
+};
+
 /// Whether a server dies with the program.
 enum class lifetime {
   /// Killed with the program (parent-death signal) and by the destructor; own process group, so
@@ -95,8 +110,10 @@ enum class lifetime {
 class node {
  public:
   /// A server of `options` with `dir` (created if missing) as its directory, not started yet: its
-  /// port (and TLS port) are reserved now. Throws `std::runtime_error` when no binary is found.
-  node(std::shared_ptr<const server_options> options, std::filesystem::path dir, lifetime kind = lifetime::owned);
+  /// port (and TLS port) are reserved now, those of `ports` that are not 0 as given. Throws
+  /// `std::runtime_error` when no binary is found, `port_unavailable` when a requested port is taken.
+  node(std::shared_ptr<const server_options> options, std::filesystem::path dir, lifetime kind = lifetime::owned,
+       port_request ports = {});
   node(const node&) = delete;
   node& operator=(const node&) = delete;
   /// Kills the server (unless released) and gives up the ports; the directory stays. Never throws.
@@ -133,8 +150,9 @@ class node {
   void spawn();
   /// Waits until the spawned server answers `PING` (after `AUTH`) and is the process spawned;
   /// when its port was taken before it could listen (only possible on the first start), moves to
-  /// fresh ports and tries again. Throws `std::runtime_error` with the server's output when it
-  /// exits or does not answer within `start_timeout`.
+  /// fresh ports and tries again (a requested port is tried again, and `port_unavailable` thrown
+  /// when another process listens on it). Throws `std::runtime_error` with the server's output
+  /// when it exits or does not answer within `start_timeout`.
   void wait_started();
 
   /// Graceful stop: SIGTERM (after SIGCONT if paused), wait for the exit, SIGKILL after ~5 s.
@@ -190,6 +208,7 @@ class node {
   std::string binary_;
   std::string host_ = "127.0.0.1";
   std::filesystem::path dir_;
+  port_request requested_;
   std::uint16_t port_ = 0;
   std::uint16_t tls_port_ = 0;
   int port_holder_ = -1;  // bound, never listening: keeps the port ours between runs

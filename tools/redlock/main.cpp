@@ -45,7 +45,8 @@ like flock(1), but across machines.
 Commands:
   run      run a command while holding a lock, release it when the command exits
   status   show what each master holds for a resource
-  nodes    start, list or stop local redis-server masters for trying things out
+  nodes    start, list or stop local redis-server masters (plain or TLS) for trying
+           things out
   help     show the help of a command ('redlock help run')
 
 Options: -h, --help; --version.
@@ -53,6 +54,8 @@ Options: -h, --help; --version.
 Masters come from --nodes, else REDLOCK_NODES, else a configuration file (--config
 or REDLOCK_CONFIG), else the local nodes started by 'redlock nodes up'.
 Credentials come from REDLOCK_USERNAME and REDLOCK_PASSWORD (never a flag).
+TLS: masters listed as rediss://host:port, or --tls; to try it, 'redlock nodes up 3
+--tls' prints the flags to pass (docs/tls.md).
 The reference: docs/cli.md.
 )";
 
@@ -133,8 +136,10 @@ signal N while waiting.
 
 constexpr std::string_view status_usage = R"(usage: redlock status [OPTIONS] NAME
 
-Asks every master for NAME's key (GET and PTTL in one request, with a deadline) and
-tells whether a majority agrees on a holder. Holders are shown by the first 8
+Reads every master's keys for NAME, whatever the lock kind (one pipelined request
+of plain reads per master, with a deadline), and tells whether enough masters agree
+on a holder: the holder, the permits in use, the readers and a queued writer, the
+fencing token, the waiters in the fair queue. Holders are shown by the first 8
 characters of their token (all of it with --verbose).
 
 Exit status: 0 held by a majority; 1 free; 2 keys present but no majority (split,
@@ -143,9 +148,10 @@ expiring, or masters missing); 69 fewer than a majority of masters answered;
 
 )";
 
-constexpr std::string_view nodes_usage = R"(usage: redlock nodes [list | up N [--shards S] | down] [--json] [--verbose]
+constexpr std::string_view nodes_usage =
+    R"(usage: redlock nodes [list | up N [--shards S] [--tls] [--port P] | down] [--json] [--verbose]
 
-Local redis-server masters on free loopback ports, for trying things out. They run
+Local redis-server masters on loopback ports, for trying things out. They run
 detached (they outlive 'nodes up'), without persistence, and are recorded in the
 state directory: REDLOCK_STATE_DIR, else $XDG_RUNTIME_DIR/redlock, else
 /tmp/redlock-$UID. While they are recorded, 'run' and 'status' use them when no
@@ -157,10 +163,24 @@ masters are configured. The server binary: REDLOCK_REDIS_SERVER, else redis-serv
            --shards S: each master is a Redis Cluster of S primaries (1..8; at most
            15 servers in all), its slots spread evenly; the masters are then
            redis-cluster://A+B entries
-  down     stop the recorded set (SIGTERM, then SIGKILL) and forget it
+           --tls: TLS-only masters (rediss://), their certificates signed by a new
+           private CA in the state directory; prints the flags that trust it
+           (--tls-ca-file FILE) and exports REDLOCK_TLS_CA_FILE
+           --tls-auth-clients: as --tls, and the masters require a client
+           certificate of that CA (printed as --tls-cert FILE --tls-key FILE)
+           --port BASE: the masters listen on BASE, BASE+1, ... (all must be free)
+           --port FIRST-LAST: on the lowest free ports of that range
+  down     stop the recorded set (SIGTERM, then SIGKILL), forget it, and remove its
+           logs and certificates
+
+TLS in two commands (docs/tls.md; DIR is the state directory, and 'nodes up --tls'
+prints the exact flags):
+  redlock nodes up 3 --tls
+  redlock run --tls-ca-file DIR/tls/ca.crt --resource NAME -- COMMAND
 
 Exit status: 0 done; 1 ('list') nothing recorded; 73 ('up') a set already runs;
-69 ('up') a server could not be started; 64 usage error.
+69 ('up') a server could not be started, or the ports asked for are in use;
+64 usage error.
 )";
 
 void print(std::FILE* to, std::string_view text) { fmt::print(to, "{}", text); }

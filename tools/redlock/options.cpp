@@ -414,10 +414,57 @@ status_options parse_status(std::span<const std::string> args) {
   return o;
 }
 
+namespace {
+
+/// A port number 1..65535.
+std::optional<std::uint16_t> parse_port(std::string_view t) {
+  unsigned v = 0;
+  const auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+  if (ec != std::errc{} || p != t.data() + t.size() || v < 1 || v > 65535) return std::nullopt;
+  return static_cast<std::uint16_t>(v);
+}
+
+/// `--port BASE` (the servers take BASE, BASE+1, ...) or `--port FIRST-LAST` (the lowest free
+/// ports of the range) for `servers` servers.
+void parse_port_option(nodes_options& o, std::size_t servers) {
+  const auto& t = o.port_text;
+  const auto plural = [](std::size_t n) { return n == 1 ? "" : "s"; };
+  const auto dash = t.find('-');
+  const auto first = parse_port(std::string_view{t}.substr(0, dash));
+  const auto last = dash == std::string::npos ? first : parse_port(std::string_view{t}.substr(dash + 1));
+  if (!first || !last) {
+    throw usage_error(
+        fmt::format("option --port: '{}' is neither a port (1..65535) nor a range of ports FIRST-LAST", t));
+  }
+  if (dash == std::string::npos) {
+    const std::size_t end = std::size_t{*first} + servers - 1;
+    if (end > 65535) {
+      throw usage_error(fmt::format("option --port {}: {} server{} need the ports {}-{}, beyond 65535", t, servers,
+                                    plural(servers), *first, end));
+    }
+    o.first_port = *first;
+    o.last_port = static_cast<std::uint16_t>(end);
+    return;
+  }
+  if (*first > *last) {
+    throw usage_error(fmt::format("option --port {}: the range's first port is above its last", t));
+  }
+  const std::size_t size = std::size_t{*last} - *first + 1;
+  if (size < servers) {
+    throw usage_error(fmt::format("option --port {}: the range holds {} port{}, {} server{} need {}", t, size,
+                                  plural(size), servers, plural(servers), servers));
+  }
+  o.first_port = *first;
+  o.last_port = *last;
+}
+
+}  // namespace
+
 nodes_options parse_nodes(std::span<const std::string> args) {
   nodes_options o;
   arg_walker w{args, "nodes"};
   std::vector<std::string> positional;
+  std::vector<std::string> up_only;  // the options that only 'nodes up' takes, as given
   while (!w.done()) {
     if (!w.at_option()) {
       positional.emplace_back(w.current());
@@ -439,6 +486,15 @@ nodes_options parse_nodes(std::span<const std::string> args) {
       if (ec != std::errc{} || p != t.data() + t.size() || v < 1 || v > max_local_shards)
         throw usage_error(fmt::format("--shards: '{}' is not a number of shards in 1..{}", t, max_local_shards));
       o.shards = v;
+      up_only.push_back(n);
+    } else if (n == "--tls" || n == "--tls-auth-clients") {
+      w.flag();
+      o.tls = true;
+      o.tls_auth_clients = o.tls_auth_clients || n == "--tls-auth-clients";
+      up_only.push_back(n);
+    } else if (n == "--port") {
+      o.port_text = w.value();
+      up_only.push_back(n);
     } else if (n == "--help" || n == "-h") {
       w.flag();
       o.help = true;
@@ -447,13 +503,18 @@ nodes_options parse_nodes(std::span<const std::string> args) {
     }
   }
   if (o.help) return o;
-  if (o.shards && (positional.empty() || positional[0] != "up"))
-    throw usage_error("--shards is for 'nodes up' (each master a cluster of that many shards)");
+  const bool up = !positional.empty() && positional[0] == "up";
+  if (!up && o.shards) throw usage_error("--shards is for 'nodes up' (each master a cluster of that many shards)");
+  if (!up && !up_only.empty()) throw usage_error(fmt::format("{} is for 'nodes up'", up_only.front()));
+  if (o.tls && o.shards) {
+    throw usage_error(fmt::format("{} cannot be combined with --shards: the local TLS masters are single servers",
+                                  o.tls_auth_clients ? "--tls-auth-clients" : "--tls"));
+  }
   if (positional.empty() || positional[0] == "list") {
     o.what = nodes_options::action::list;
     if (positional.size() > 1)
       throw usage_error(fmt::format("'nodes list' takes no argument, got '{}'", positional[1]));
-  } else if (positional[0] == "up") {
+  } else if (up) {
     o.what = nodes_options::action::up;
     if (positional.size() != 2) throw usage_error("'nodes up' needs the number of masters, e.g. 'redlock nodes up 3'");
     const auto& t = positional[1];
@@ -466,6 +527,7 @@ nodes_options parse_nodes(std::span<const std::string> args) {
     if (o.shards && n * o.shards > max_local_nodes)
       throw usage_error(fmt::format("'nodes up {} --shards {}' would start {} servers; at most {}", n, o.shards,
                                     n * o.shards, max_local_nodes));
+    if (!o.port_text.empty()) parse_port_option(o, o.shards ? n * o.shards : n);
   } else if (positional[0] == "down") {
     o.what = nodes_options::action::down;
     if (positional.size() > 1)
@@ -718,12 +780,20 @@ resolved_config resolve(const common_options& opts, const env_lookup& env, const
   }
   r.notes.push_back(fmt::format("request timeout {}", format_duration(r.client.request_timeout)));
 
-  // TLS: flag > environment > file, for the switch and for each setting.
-  const auto pick = [&](const std::optional<std::string>& flag, std::string_view env_name,
-                        const std::optional<std::string>& from_file) -> std::optional<std::string> {
-    if (flag) return flag;
-    if (auto e = env(env_name)) return e;
-    return from_file;
+  // TLS: flag > environment > file, for the switch and for each setting. Each setting keeps
+  // the name it was given by, so that a mistake is told in the user's words.
+  struct tls_setting {
+    std::optional<std::string> value;
+    std::string origin;  // "--tls-cert", "REDLOCK_TLS_CERT_FILE", "tls_cert_file in FILE"
+    explicit operator bool() const { return value.has_value(); }
+    const std::string& operator*() const { return *value; }
+  };
+  const auto pick = [&](const std::optional<std::string>& flag, std::string_view flag_name, std::string_view env_name,
+                        const std::optional<std::string>& from_file, std::string_view file_key) -> tls_setting {
+    if (flag) return {flag, std::string{flag_name}};
+    if (auto e = env(env_name)) return {e, std::string{env_name}};
+    if (from_file) return {from_file, fmt::format("{} in {}", file_key, r.config_path)};
+    return {std::nullopt, std::string{flag_name}};
   };
   bool tls_all = opts.tls;
   if (!tls_all) {
@@ -735,11 +805,13 @@ resolved_config resolve(const common_options& opts, const env_lookup& env, const
       tls_all = *file.tls;
     }
   }
-  const auto ca_file = pick(opts.tls_ca_file, "REDLOCK_TLS_CA_FILE", file.tls_ca_file);
-  const auto ca_dir = pick(opts.tls_ca_dir, "REDLOCK_TLS_CA_DIR", file.tls_ca_dir);
-  const auto cert_file = pick(opts.tls_cert_file, "REDLOCK_TLS_CERT_FILE", file.tls_cert_file);
-  const auto key_file = pick(opts.tls_key_file, "REDLOCK_TLS_KEY_FILE", file.tls_key_file);
-  const auto server_name = pick(opts.tls_server_name, "REDLOCK_TLS_SERVER_NAME", file.tls_server_name);
+  const auto ca_file = pick(opts.tls_ca_file, "--tls-ca-file", "REDLOCK_TLS_CA_FILE", file.tls_ca_file, "tls_ca_file");
+  const auto ca_dir = pick(opts.tls_ca_dir, "--tls-ca-dir", "REDLOCK_TLS_CA_DIR", file.tls_ca_dir, "tls_ca_dir");
+  const auto cert_file =
+      pick(opts.tls_cert_file, "--tls-cert", "REDLOCK_TLS_CERT_FILE", file.tls_cert_file, "tls_cert_file");
+  const auto key_file = pick(opts.tls_key_file, "--tls-key", "REDLOCK_TLS_KEY_FILE", file.tls_key_file, "tls_key_file");
+  const auto server_name = pick(opts.tls_server_name, "--tls-server-name", "REDLOCK_TLS_SERVER_NAME",
+                                file.tls_server_name, "tls_server_name");
   std::size_t tls_masters = 0;
   for (auto& m : r.client.masters) {
     if (tls_all && m.unix_socket.empty()) m.tls.enabled = true;
@@ -757,6 +829,19 @@ resolved_config resolve(const common_options& opts, const env_lookup& env, const
         "TLS settings are given but no master uses TLS: list the masters as rediss://host:port or add --tls "
         "(REDLOCK_TLS=yes, 'tls = yes')");
   }
+  // Checked here rather than by the library, whose message names its own fields.
+  if (tls_masters > 0 && cert_file && !key_file) {
+    throw config_error(
+        fmt::format("{} without --tls-key: a client certificate needs its private key (--tls-key FILE, "
+                    "REDLOCK_TLS_KEY_FILE or tls_key_file)",
+                    cert_file.origin));
+  }
+  if (tls_masters > 0 && key_file && !cert_file) {
+    throw config_error(
+        fmt::format("{} without --tls-cert: a private key needs its client certificate (--tls-cert FILE, "
+                    "REDLOCK_TLS_CERT_FILE or tls_cert_file)",
+                    key_file.origin));
+  }
   if (tls_masters > 0) {
     r.notes.push_back(fmt::format(
         "TLS to {} master{}, trusting {}{}{}", tls_masters, tls_masters == 1 ? "" : "s",
@@ -767,7 +852,21 @@ resolved_config resolve(const common_options& opts, const env_lookup& env, const
         cert_file ? fmt::format(", client certificate {}", *cert_file) : std::string{}));
   }
 
-  if (validate(r.client, &what)) throw config_error(fmt::format("invalid configuration: {}", what));
+  if (validate(r.client, &what)) {
+    // The library names its configuration fields (tls.ca_file, ...): said with the names the
+    // settings were given by.
+    for (const auto* s : {&ca_file, &ca_dir, &cert_file, &key_file, &server_name}) {
+      const std::string field = s == &ca_file     ? "tls.ca_file"
+                                : s == &ca_dir    ? "tls.ca_dir"
+                                : s == &cert_file ? "tls.cert_file"
+                                : s == &key_file  ? "tls.key_file"
+                                                  : "tls.server_name";
+      for (auto at = what.find(field); at != std::string::npos; at = what.find(field, at + s->origin.size())) {
+        what.replace(at, field.size(), s->origin);
+      }
+    }
+    throw config_error(fmt::format("invalid configuration: {}", what));
+  }
   return r;
 }
 

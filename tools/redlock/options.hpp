@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <span>
@@ -102,12 +103,17 @@ struct status_options {
   std::string resource;
 };
 
-/// `redlock nodes [list|up N|down] [--json] [--verbose]`.
+/// `redlock nodes [list|up N [--shards S] [--tls] [--port P]|down] [--json] [--verbose]`.
 struct nodes_options {
   enum class action { list, up, down };
   action what = action::list;
-  std::size_t count = 0;   ///< for `up`
-  std::size_t shards = 0;  ///< for `up`: each master a Redis Cluster of this many shards (0: plain)
+  std::size_t count = 0;          ///< for `up`
+  std::size_t shards = 0;         ///< for `up`: each master a Redis Cluster of this many shards (0: plain)
+  bool tls = false;               ///< for `up`: --tls (TLS masters with a private CA)
+  bool tls_auth_clients = false;  ///< for `up`: --tls-auth-clients (implies --tls)
+  std::uint16_t first_port = 0;   ///< for `up`: --port BASE or FIRST-LAST (0: any free ports)
+  std::uint16_t last_port = 0;    ///< the range's end: BASE + servers - 1 for --port BASE
+  std::string port_text;          ///< --port's value as given, for messages
   bool json = false;
   bool verbose = false;
   bool help = false;
