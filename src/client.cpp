@@ -53,7 +53,7 @@ void bind_cancellation(Handler& h, const std::shared_ptr<Op>& op, const strand_t
 }
 
 // One async_lock / async_try_lock, driven by core::lock_fsm.
-struct lock_op final : op_base {
+struct lock_op final : started_op {
   lock_op(std::shared_ptr<client_impl> c, std::shared_ptr<lock_state> s, lock_handler h, core::lock_rules rules)
       : owner(std::move(c)), st(std::move(s)), handler(std::move(h)), fsm(rules), timer(owner->strand()) {}
   ~lock_op() override {  // also when dropped unfinished (io_context torn down)
@@ -69,7 +69,7 @@ struct lock_op final : op_base {
   std::string member;            // the waiter's name in the masters' queues, once it queued
   std::int64_t ticket = 0;       // sent with the fair round in progress
 
-  void start() {
+  void start() override {
     auto& c = *owner;
     std::string what;
     auto ec = c.check_lock_args(st->resource, st->ttl, &what);
@@ -258,7 +258,7 @@ struct lock_op final : op_base {
 
 // One async_unlock, driven by core::unlock_fsm: the quick form (`handler`, at a majority) or the
 // one that accounts for every master (`all_handler`, unlock_options).
-struct unlock_op final : op_base {
+struct unlock_op final : started_op {
   unlock_op(std::shared_ptr<lock_state> s, unlock_handler h, std::size_t masters, std::chrono::milliseconds timeout)
       : st(std::move(s)), handler(std::move(h)), fsm(masters, timeout) {}
   unlock_op(std::shared_ptr<lock_state> s, unlock_all_handler h, std::size_t masters, std::chrono::milliseconds timeout,
@@ -271,7 +271,7 @@ struct unlock_op final : op_base {
   std::optional<unlock_all_handler> all_handler;
   core::unlock_fsm fsm;
 
-  void start() {
+  void start() override {
     auto& c = *st->owner;
     c.stop_watching(*st, true);
     c.enroll(*this);
@@ -322,7 +322,7 @@ struct unlock_op final : op_base {
 };
 
 // One async_extend, driven by core::extend_fsm.
-struct extend_op final : op_base {
+struct extend_op final : started_op {
   extend_op(std::shared_ptr<lock_state> s, extend_handler h, std::chrono::milliseconds t, const client_config& cfg)
       : st(std::move(s)),
         handler(std::move(h)),
@@ -342,7 +342,7 @@ struct extend_op final : op_base {
     return v;
   }
 
-  void start() {
+  void start() override {
     auto& c = *st->owner;
     if (!st->held) return finish(error::not_locked);
     if (auto ec = c.check_lock_args(st->resource, ttl)) return finish(ec);
@@ -502,7 +502,7 @@ void lock::start_unlock(unlock_all_handler h, unlock_options opts) {
   auto& c = *state_->owner;
   auto op = std::make_shared<detail::unlock_op>(state_, std::move(h), c.size(), c.config().release_timeout, opts);
   detail::bind_cancellation(*op->all_handler, op, c.strand());
-  c.post([op] { op->start(); });
+  c.start_op(op);
 }
 
 void lock::start_unlock(unlock_handler h) {
@@ -513,7 +513,7 @@ void lock::start_unlock(unlock_handler h) {
   auto& c = *state_->owner;
   auto op = std::make_shared<detail::unlock_op>(state_, std::move(h), c.size(), c.config().release_timeout);
   detail::bind_cancellation(*op->handler, op, c.strand());
-  c.post([op] { op->start(); });
+  c.start_op(op);
 }
 
 void lock::start_extend(extend_handler h, std::chrono::milliseconds ttl) {
@@ -524,7 +524,7 @@ void lock::start_extend(extend_handler h, std::chrono::milliseconds ttl) {
   auto& c = *state_->owner;
   auto op = std::make_shared<detail::extend_op>(state_, std::move(h), ttl, c.config());
   detail::bind_cancellation(*op->handler, op, c.strand());
-  c.post([op] { op->start(); });
+  c.start_op(op);
 }
 
 // ---- client -----------------------------------------------------------------------------------
@@ -572,7 +572,7 @@ void client::start_lock(lock_handler h, std::vector<std::string> resources, std:
   auto rules = st->spec ? c.lock_rules(*st, retry) : c.lock_rules(ttl, retry);
   auto op = std::make_shared<detail::lock_op>(impl_, std::move(st), std::move(h), rules);
   detail::bind_cancellation(*op->handler, op, c.strand());
-  c.post([op] { op->start(); });
+  c.start_op(op);
 }
 
 void client::start_lock(lock_handler h, std::string resource, std::chrono::milliseconds ttl, bool retry) {
@@ -583,7 +583,7 @@ void client::start_lock(lock_handler h, std::string resource, std::chrono::milli
   st->ttl = ttl;
   auto op = std::make_shared<detail::lock_op>(impl_, std::move(st), std::move(h), c.lock_rules(ttl, retry));
   detail::bind_cancellation(*op->handler, op, c.strand());
-  c.post([op] { op->start(); });
+  c.start_op(op);
 }
 
 }  // namespace redlock

@@ -210,6 +210,14 @@ error_code client_impl::check_lock_args(const std::string& resource, std::chrono
   return check_ttl_of(cfg_, ttl, what);
 }
 
+void client_impl::start_op(std::shared_ptr<started_op> op) {
+  if (poller_ && strand_.running_in_this_thread() && poller_->takes_tasks() &&
+      posted_.load(std::memory_order_relaxed) == 0) {
+    return poller_->defer(std::move(op), false);
+  }
+  post([op = std::move(op)] { op->start(); });
+}
+
 void client_impl::enroll(op_base& op) noexcept {
   if (op.enrolled) return;
   op.enrolled = true;

@@ -72,7 +72,9 @@ struct pending {
 
 }  // namespace
 
-class connection::impl final : public std::enable_shared_from_this<impl>, public detail::read_target {
+class connection::impl final : public std::enable_shared_from_this<impl>,
+                               public detail::read_target,
+                               public detail::read_poller::deferred {
  public:
   // The public connection: a strand of its own on `ex`.
   impl(asio::any_io_executor ex, connection_config cfg) : impl(ex, asio::make_strand(ex), std::move(cfg)) {}
@@ -530,6 +532,7 @@ class connection::impl final : public std::enable_shared_from_this<impl>, public
     stream_.reset();
     mux_.reset_read();
     write_error_ = {};
+    write_deferred_ = false;
   }
 
   // ---- serving: one reader, one writer ----------------------------------------------------
@@ -562,17 +565,21 @@ class connection::impl final : public std::enable_shared_from_this<impl>, public
   // The writer: no coroutine and no wake-up timer. Queuing a request starts the write at once when
   // none is in progress (no scheduler pass is spent waking a writer); the write's completion takes
   // everything that queued meanwhile, in one write.
-  void start_write() {
+  void start_write(bool wake_end = false) {
     if (stream_.writing() || !fsm_.writable() || !mux_.has_waiting()) return;
+    // Inside the poller's wake-up, what the replies cause waits for its end (at_wake_end): all of
+    // it in one write, with no completion pass (docs/benchmarks.md, "System calls").
+    if (!wake_end && (write_deferred_ || (write_deferred_ = stream_.defer_write(shared_from_this())))) return;
     const auto in_flight_before = mux_.in_flight();
     std::string_view bytes = mux_.prepare_write();
     const auto batch = mux_.in_flight() - in_flight_before;
     inc(stats_.written, batch);
     REDLOCK_LOG(log_, log_level::trace, "writing {} request(s), {} bytes", batch, bytes.size());
-    if (in_flight_before == 0) {
-      // An idle connection (the latency-bound case): write at once, in this scheduler pass. The
-      // socket's buffer is empty, so the bytes almost always go out whole and the write costs no
-      // completion pass. A busy connection keeps coalescing what queues behind a write in flight.
+    if (in_flight_before == 0 || wake_end) {
+      // An idle connection (the latency-bound case), or the end of a wake-up (everything of the
+      // pass is queued): write at once. The socket's buffer is (nearly) empty, so the bytes
+      // almost always go out whole and the write costs no completion pass. Elsewhere a busy
+      // connection keeps coalescing what queues behind a write in flight.
       error_code ec;
       const std::size_t n = stream_.write_now(bytes, ec);
       inc(stats_.bytes_written, n);
@@ -615,12 +622,28 @@ class connection::impl final : public std::enable_shared_from_this<impl>, public
 
   void on_stream_read(error_code ec, std::size_t n) override { on_read(ec, n); }
 
+  void at_wake_end() override {
+    write_deferred_ = false;
+    start_write(true);
+    flushed();  // a connection closing after its writes closes once they are out
+  }
+
   void on_read(error_code ec, std::size_t n) {
     if (!ec && fsm_.closing()) ec = asio::error::operation_aborted;
     if (!ec) {
       inc(stats_.bytes_read, n);
       mux_.commit_read(n);
-      ec = dispatch_replies();
+      try {
+        ec = dispatch_replies();
+      } catch (...) {
+        // A completion run in place threw (one dispatched on a strand of the caller's, which
+        // Asio does not catch there): the replies after it cannot be trusted to be where the
+        // stream left them, so the connection is replaced, and the exception goes on to run().
+        read_error_ = make_error_code(error::connection_lost);
+        reading_ = false;
+        serve_done_.cancel();
+        throw;
+      }
       if (!ec && fsm_.overdue() && !mux_.overdue() && fsm_.on_overdue(false)) {
         // The late replies came: the stream is in step again, on the same socket.
         REDLOCK_LOG(log_, log_level::debug, "the overdue replies came: accepting votes again");
@@ -688,8 +711,9 @@ class connection::impl final : public std::enable_shared_from_this<impl>, public
   std::minstd_rand rng_;
   std::optional<run_handler> run_handler_;
   error_code write_error_;
-  error_code read_error_;  // why the reader stopped
-  bool reading_ = false;   // the reader runs (serve() waits for it)
+  error_code read_error_;        // why the reader stopped
+  bool reading_ = false;         // the reader runs (serve() waits for it)
+  bool write_deferred_ = false;  // the poller's wake-up will call at_wake_end() (start_write)
   clock::time_point armed_deadline_ = clock::time_point::max();
   std::uint64_t deadline_generation_ = 0;
   std::weak_ptr<detail::link_observer> observer_;

@@ -6,6 +6,7 @@
 // client_impl's members are defined by concern in src/client_*.cpp.
 
 #include "master_link.hpp"
+#include "read_poller.hpp"
 #include "timer.hpp"
 #include "waiter_list.hpp"
 #include "wake_queue.hpp"
@@ -82,6 +83,12 @@ struct op_base : reply_sink, std::enable_shared_from_this<op_base> {
   op_base* prev_op = nullptr;
   op_base* next_op = nullptr;
   bool enrolled = false;
+};
+
+// An operation that client_impl::start_op starts (an acquisition, a release, an extension).
+struct started_op : op_base, read_poller::deferred {
+  virtual void start() = 0;  // on the strand
+  void at_wake_end() final { start(); }
 };
 
 // "lock "orders:42" [1f2e3d4c]": the resource (made printable, cut) and the first 8 hex digits of
@@ -263,8 +270,22 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   // Runs `f` on the strand, later (never inline: initiating functions must not complete inline).
   template <class F>
   void post(F&& f) {
-    asio::post(strand_, std::forward<F>(f));
+    posted_.fetch_add(1, std::memory_order_relaxed);
+    try {
+      asio::post(strand_, [self = shared_from_this(), f = std::forward<F>(f)]() mutable {
+        self->posted_.fetch_sub(1, std::memory_order_relaxed);
+        std::move(f)();
+      });
+    } catch (...) {
+      posted_.fetch_sub(1, std::memory_order_relaxed);
+      throw;
+    }
   }
+  // Starts `op` on the strand, never inline. Called from a completion that the poller's wake-up
+  // ran inline (the next lock after an unlock, say), it starts at that wake-up's end: no
+  // scheduler pass of its own, and its requests share the wake-up's writes. Not while something
+  // posted before is still to run, which it would overtake.
+  void start_op(std::shared_ptr<started_op> op);
 
   // ---- on the strand ------------------------------------------------------------------------
   core::lock_rules lock_rules(std::chrono::milliseconds ttl, bool retry) const noexcept;
@@ -424,6 +445,7 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   // One readiness wait for all the masters' plain sockets (null when the system refuses an epoll
   // set: they read through Asio then). Before links_: they hold it too.
   std::shared_ptr<read_poller> poller_;
+  std::atomic<std::size_t> posted_{0};  // post()ed, not run yet (see start_op)
   std::vector<std::unique_ptr<master_link>> links_;
   std::vector<core::release_ledger> deferred_;  // per master; on the strand
   std::vector<bool> refused_;                   // per master: not used any more (refuse_master)

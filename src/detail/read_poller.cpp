@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <exception>
+#include <utility>
 
 namespace redlock::detail {
 
@@ -90,23 +92,49 @@ void read_poller::on_wake(const error_code& ec) {
     return;
   }
   std::array<epoll_event, 64> events;
-  int n;
-  do {
-    n = ::epoll_wait(set_.native_handle(), events.data(), static_cast<int>(events.size()), 0);
-  } while (n < 0 && errno == EINTR);
-  waking_ = true;
-  struct told_all {
-    bool& waking;
-    ~told_all() { waking = false; }
-  } guard{waking_};
-  for (int i = 0; i < n; ++i) {
-    // Looked up afresh each time: a reader told before may have removed or added others.
-    const std::uint64_t key = events[static_cast<std::size_t>(i)].data.u64;
-    const auto it = std::find_if(entries_.begin(), entries_.end(), [key](const entry& e) { return e.key == key; });
-    if (it != entries_.end()) it->r->on_readable();
+  // What a reader or a task throws (a completion run inline on a strand of the user's, which Asio
+  // does not catch there) is rethrown once the wake-up is over: the others are still told, what
+  // was put off still goes out, the set is armed again. The first is kept, as Asio keeps one.
+  std::exception_ptr thrown;
+  auto run = [&thrown](auto&& f) {
+    try {
+      f();
+    } catch (...) {
+      if (!thrown) thrown = std::current_exception();
+    }
+  };
+  // A second look once the first round's work has gone out: replies that came meanwhile (a slower
+  // master's, say) are read in this wake-up, which saves the re-arm and the reactor's wait (two
+  // calls) for the price of one poll when none came. Bounded, so that it never turns into a spin.
+  for (int round = 0; round < 2; ++round) {
+    int n;
+    do {
+      n = ::epoll_wait(set_.native_handle(), events.data(), static_cast<int>(events.size()), 0);
+    } while (n < 0 && errno == EINTR);
+    if (n <= 0 && round > 0) break;
+    waking_ = true;
+    for (int i = 0; i < n; ++i) {
+      // Looked up afresh each time: a reader told before may have removed or added others.
+      const std::uint64_t key = events[static_cast<std::size_t>(i)].data.u64;
+      const auto it = std::find_if(entries_.begin(), entries_.end(), [key](const entry& e) { return e.key == key; });
+      if (it != entries_.end()) run([r = it->r] { r->on_readable(); });
+    }
+    // The tasks, then the flushes, with waking() false so that nothing is put off any more (a
+    // write may fail and close its connection, which puts nothing off).
+    running_tasks_ = true;
+    for (auto& t : tasks_) run([&t] { std::exchange(t, nullptr)->at_wake_end(); });
+    tasks_.clear();
+    running_tasks_ = false;
+    waking_ = false;
+    for (auto& f : flushes_) run([&f] { std::exchange(f, nullptr)->at_wake_end(); });
+    flushes_.clear();
   }
-  waking_ = false;
   want();
+  if (thrown) std::rethrow_exception(thrown);
+}
+
+void read_poller::defer(std::shared_ptr<deferred> t, bool flush) {
+  (flush ? flushes_ : tasks_).push_back(std::move(t));
 }
 
 }  // namespace redlock::detail

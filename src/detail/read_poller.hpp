@@ -57,6 +57,28 @@ class read_poller : public std::enable_shared_from_this<read_poller> {
   /// Makes sure the set is being waited for (a reader wants its next bytes). On the strand.
   void want();
 
+  /// Work put off to the end of the wake-up in progress.
+  class deferred {
+   public:
+    virtual void at_wake_end() = 0;
+
+   protected:
+    ~deferred() = default;
+  };
+  /// On the strand: a wake-up is telling readers, or running what they put off. What the replies
+  /// cause (the next requests; operations started by the completions they ran inline) can wait
+  /// for the wake-up's end, where it goes out at once, one write per connection, and costs no
+  /// scheduler pass of its own (each pass costs a zero-timeout `epoll_wait`).
+  bool waking() const noexcept { return waking_; }
+  /// Whether a task may be put off: while `waking()`, but not from a task that is running (one
+  /// generation per wake-up: an operation that fails at its start and is retried at once from its
+  /// completion must cost a scheduler pass per try, or the wake-up would never end).
+  bool takes_tasks() const noexcept { return waking_ && !running_tasks_; }
+  /// While `waking()` (a task: `takes_tasks()`): `t->at_wake_end()` runs on the strand at the
+  /// wake-up's end, before the set is armed again. Tasks run first, in order, then the flushes
+  /// (`flush`: a connection's write of what queued meanwhile), during which `waking()` is false.
+  void defer(std::shared_ptr<deferred> t, bool flush);
+
  private:
   struct entry {
     std::uint64_t key;
@@ -71,7 +93,9 @@ class read_poller : public std::enable_shared_from_this<read_poller> {
   std::uint64_t next_key_ = 0;
   bool usable_ = false;
   bool armed_ = false;
-  bool waking_ = false;  // on_wake() is telling readers: it re-arms once it has told them all
+  bool waking_ = false;         // on_wake() is telling readers: it re-arms once it has told them all
+  bool running_tasks_ = false;  // see takes_tasks()
+  std::vector<std::shared_ptr<deferred>> tasks_, flushes_;  // see defer()
 };
 
 }  // namespace redlock::detail

@@ -125,6 +125,14 @@ class stream final : private read_poller::reader {
   /// every read finds bytes); `t->on_stream_read(ec, n)` runs on the strand, unless the stream
   /// was reset since. `t` is held weakly: its owner keeps it alive.
   void read_polled(boost::asio::mutable_buffer b, std::shared_ptr<read_target> t);
+  /// Puts a write off to the end of the poller's wake-up in progress (`read_poller::defer`, as a
+  /// flush) and returns true, when this stream is polled and a wake-up is in progress; false
+  /// otherwise. On the strand.
+  bool defer_write(std::shared_ptr<read_poller::deferred> w) {
+    if (!polled() || !poller_->waking()) return false;
+    poller_->defer(std::move(w), true);
+    return true;
+  }
   /// Writes what it can of `bytes` at once, without blocking, and returns how much; `ec` tells a
   /// failed write. TLS writes nothing here (returns 0): a synchronous write would drive the TLS
   /// stream's engine from a second operation while its read is pending, which Asio's SSL stream

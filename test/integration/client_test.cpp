@@ -18,9 +18,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <future>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -86,6 +88,8 @@ struct client_test : ::testing::Test {
 
   // Whether master `i` has any value under `key`.
   bool has_key(std::size_t i, const std::string& key) { return servers[i].command({"EXISTS", key}) == ":1\r\n"; }
+
+  void throwing_completion(bool on_a_strand);
 
   // Requests written so far to each master.
   static std::vector<std::uint64_t> written(const redlock::client& c) {
@@ -585,6 +589,149 @@ TEST_F(client_test, cancelled_unlock_still_releases) {
     EXPECT_EQ(got, asio::error::operation_aborted);  // the caller stops waiting...
     for (std::size_t i = 0; i < 5; ++i) servers[i].resume();
     EXPECT_TRUE(co_await eventually_holding("unlock-cancel", "", 5));  // ...the release does not
+  });
+}
+
+// A completion that a reply's wake-up runs inline starts its next operation at that wake-up's
+// end, not in a scheduler pass of its own. When that completion throws, the work it put off
+// must not be lost: it goes out, and run() rethrows. On the io_context's executor Asio keeps the
+// exception itself until the handler in progress returns; on a strand of the caller's nothing
+// catches it on the way through the client, whose master connection is then replaced.
+void client_test::throwing_completion(bool on_a_strand) {
+  asio::io_context ioc;
+  auto cfg = config();
+  cfg.guard.clock_probe_interval = 0ms;
+  const asio::any_io_executor ex =
+      on_a_strand ? asio::any_io_executor{asio::make_strand(ioc)} : asio::any_io_executor{ioc.get_executor()};
+  redlock::client c{ex, cfg};
+  auto run_until = [&](const std::function<bool()>& done) {
+    const auto end = clock_type::now() + 10s;
+    bool thrown = false;
+    while (!done() && clock_type::now() < end) {
+      try {
+        ioc.run_one_for(50ms);
+      } catch (const std::runtime_error&) {
+        thrown = true;
+        ioc.restart();
+      }
+    }
+    return thrown;
+  };
+  // A first cycle connects every master: from then on replies come through the read poller.
+  bool warm = false;
+  c.async_lock("warm", 10s, [&](error_code ec, redlock::lock l) {
+    EXPECT_FALSE(ec);
+    l.async_unlock([&](error_code, std::size_t) { warm = true; });
+  });
+  EXPECT_FALSE(run_until([&] { return warm; }));
+  ASSERT_TRUE(warm);
+
+  bool unlocked = false;
+  std::size_t released = 0;
+  error_code unlock_ec;
+  c.async_lock("throws", 10s, [&](error_code ec, redlock::lock l) {
+    EXPECT_FALSE(ec);
+    l.async_unlock([&](error_code e, std::size_t n) {
+      unlock_ec = e;
+      released = n;
+      unlocked = true;
+    });
+    throw std::runtime_error("thrown by a completion");
+  });
+  EXPECT_TRUE(run_until([&] { return unlocked; })) << "run() did not rethrow";
+  EXPECT_TRUE(unlocked) << "the unlock started by the throwing completion never completed";
+  EXPECT_FALSE(unlock_ec) << unlock_ec.message();
+  EXPECT_GE(released, 3u);
+  // Every master serves again, the one whose reply ran the completion too: all five grant.
+  bool all_five = false;
+  for (int attempt = 0; attempt < 50 && !all_five; ++attempt) {
+    bool done = false;
+    c.async_lock("after", 10s, [&](error_code ec, redlock::lock l) {
+      all_five = !ec && holding("after", l.token()) == 5;
+      l.async_unlock([&](error_code, std::size_t) { done = true; });
+    });
+    run_until([&] { return done; });
+    if (!all_five) std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(all_five) << "a master stayed out after the completion threw";
+  c.close();
+  ioc.restart();
+  ioc.run_for(2s);
+}
+
+TEST_F(client_test, work_started_by_a_completion_that_throws_still_goes_out) { throwing_completion(false); }
+
+TEST_F(client_test, a_completion_that_throws_on_the_callers_strand_loses_no_master) { throwing_completion(true); }
+
+// An operation that fails at its start (here an invalid resource name), retried at once from its
+// own completion, costs a scheduler pass per try: other handlers still run between the tries.
+TEST_F(client_test, an_operation_retried_from_its_failed_start_lets_other_handlers_run) {
+  asio::io_context ioc;
+  redlock::client c{ioc.get_executor(), config()};
+  auto run_until = [&](const std::function<bool()>& done) {
+    const auto end = clock_type::now() + 20s;
+    while (!done() && clock_type::now() < end) ioc.run_one_for(50ms);
+    return done();
+  };
+  bool warm = false;
+  c.async_lock("warm", 10s, [&](error_code ec, redlock::lock l) {
+    EXPECT_FALSE(ec);
+    l.async_unlock([&](error_code, std::size_t) { warm = true; });
+  });
+  ASSERT_TRUE(run_until([&] { return warm; }));
+
+  bool other_ran = false;
+  bool done = false;
+  std::size_t tries = 0;
+  std::function<void(error_code, redlock::lock)> again = [&](error_code, redlock::lock) {
+    if (other_ran || ++tries >= 20000) {
+      done = true;
+      return;
+    }
+    c.async_try_lock("", 10s, again);  // invalid_argument, decided in the operation's start
+  };
+  std::optional<redlock::lock> kept;  // not dropped here: its release would be a post of its own
+  c.async_lock("trigger", 10s, [&](error_code ec, redlock::lock l) {
+    EXPECT_FALSE(ec);
+    kept = std::move(l);
+    asio::post(ioc, [&] { other_ran = true; });
+    again({}, {});
+  });
+  ASSERT_TRUE(run_until([&] { return done; }));
+  EXPECT_TRUE(other_ran);
+  EXPECT_LT(tries, 10u) << "the retries ran in one handler";
+  kept.reset();
+  c.close();
+  ioc.restart();
+  ioc.run_for(2s);
+}
+
+// Starting at a wake-up's end must not overtake what was posted before: a lock dropped in a
+// completion is released before a try-lock of the same resource that the completion starts next
+// (Asio's order for a strand: posted first, run first), so the try-lock finds the key gone.
+TEST_F(client_test, an_operation_started_in_a_completion_runs_after_what_was_posted_before) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client c{ioc.get_executor(), config()};
+    co_await wait_connected(c);
+    for (int round = 0; round < 20; ++round) {
+      auto [ec1, first] = co_await c.async_lock("posted-first", 10s, use_tuple);
+      EXPECT_FALSE(ec1);
+      std::optional<error_code> retaken;
+      c.async_lock("other", 10s, [&](error_code ec, redlock::lock other) {
+        EXPECT_FALSE(ec);
+        { auto dropped = std::move(first); }  // its release is posted to the client's strand
+        c.async_try_lock("posted-first", 10s, [&](error_code e, redlock::lock again) {
+          retaken = e;
+          // Kept until the next round takes it again: dropped here, it is released in the background.
+          (void)again;
+        });
+        (void)other;
+      });
+      EXPECT_TRUE(co_await until([&] { return retaken.has_value(); }, 2s));
+      EXPECT_TRUE(retaken && !*retaken) << "round " << round << ": " << (retaken ? retaken->message() : "no answer");
+      EXPECT_TRUE(co_await eventually_holding("posted-first", "", 5));
+      EXPECT_TRUE(co_await eventually_holding("other", "", 5));
+    }
   });
 }
 
