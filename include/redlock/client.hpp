@@ -6,6 +6,7 @@
 #include <redlock/clock.hpp>
 #include <redlock/config.hpp>
 #include <redlock/connection.hpp>
+#include <redlock/export.hpp>
 #include <redlock/lock.hpp>
 #include <redlock/lock_options.hpp>
 #include <redlock/master_result.hpp>
@@ -43,7 +44,7 @@ class client_impl;
 /// Distinct objects: safe. Shared objects: safe; operations may be started from any thread.
 /// All of a client's operations and its masters' connections run on one strand of `ex`, so one
 /// client uses one thread at a time; for lock traffic on several threads, use several clients.
-class client {
+class REDLOCK_API client {
  public:
   /// The type of the executor given to the constructor (`get_executor()`).
   using executor_type = boost::asio::any_io_executor;

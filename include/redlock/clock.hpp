@@ -3,6 +3,8 @@
 /// @file
 /// The library's clock: every validity, deadline and timer is measured on it.
 
+#include <redlock/export.hpp>
+
 #include <chrono>
 #include <cstdint>
 
@@ -16,7 +18,7 @@ namespace redlock {
 /// `CLOCK_BOOTTIME` on Linux (`steady_clock` elsewhere), so a suspend counts as time that passed.
 /// Wall-clock steps do not move it. Meets the C++ *Clock* requirements (`redlock::timer`, in
 /// redlock/timer.hpp, is an Asio timer on it).
-struct boot_clock {
+struct REDLOCK_API boot_clock {
   using rep = std::int64_t;                                ///< nanoseconds
   using period = std::nano;                                ///< the tick
   using duration = std::chrono::nanoseconds;               ///< a span on this clock
@@ -33,7 +35,7 @@ namespace detail {
 /// Test seam: adds `d` to every later `boot_clock::now()` (process-wide), as a suspend of `d`
 /// would. Only for tests that show what the library does after a suspend; never call it in a
 /// program: timers already armed are not moved.
-void advance_clock_for_testing(std::chrono::nanoseconds d) noexcept;
+REDLOCK_API void advance_clock_for_testing(std::chrono::nanoseconds d) noexcept;
 }  // namespace detail
 
 }  // namespace redlock

@@ -7,6 +7,7 @@
 #include <redlock/core/keep_alive_fsm.hpp>
 #include <redlock/core/retry.hpp>
 #include <redlock/core/validity.hpp>
+#include <redlock/export.hpp>
 #include <redlock/hazard.hpp>
 #include <redlock/lock_options.hpp>
 #include <redlock/observe.hpp>
@@ -77,27 +78,27 @@ struct client_config {
 
 /// Checks `cfg` (masters present, distinct and valid; timeouts positive; drift and retry sane).
 /// Returns `error::invalid_config`, with `what` naming the problem, or success.
-boost::system::error_code validate(const client_config& cfg, std::string* what = nullptr);
+REDLOCK_API boost::system::error_code validate(const client_config& cfg, std::string* what = nullptr);
 
 /// @brief Checks a lock request against `cfg` before anything is sent: what `client::async_lock`
 /// (with `opts`) would refuse with `error::invalid_argument`, with `what` saying which argument and
 /// why ("resource is empty", "ttl 100 ms leaves no validity: drift 3 ms + request_timeout 250 ms",
 /// "permits other than 1 without the semaphore kind", ...). `error::invalid_config` (and the
 /// problem) for an invalid `cfg`; success otherwise. `async_lock` logs the same reason at debug.
-boost::system::error_code validate_lock(const client_config& cfg, std::string_view resource,
-                                        std::chrono::milliseconds ttl, const lock_options& opts = {},
-                                        std::string* what = nullptr);
+REDLOCK_API boost::system::error_code validate_lock(const client_config& cfg, std::string_view resource,
+                                                    std::chrono::milliseconds ttl, const lock_options& opts = {},
+                                                    std::string* what = nullptr);
 
 /// Reads `run_id`, `reconnect` or `off` into `out`; false (and `out` unchanged) for anything else.
-bool parse_restart_detection(std::string_view text, restart_detection& out) noexcept;
+REDLOCK_API bool parse_restart_detection(std::string_view text, restart_detection& out) noexcept;
 
 /// How long a restarted (or jumped) master's votes do not count under `cfg`
 /// (`hazard_guard_options::quarantine`, or the value derived from `max_ttl` when that is zero).
-std::chrono::milliseconds restart_quarantine(const client_config& cfg) noexcept;
+REDLOCK_API std::chrono::milliseconds restart_quarantine(const client_config& cfg) noexcept;
 
 /// The lifetime of a waiter's queue entry under `cfg` (`fairness_options::entry_timeout`, or the
 /// value derived from the retry schedule when that is zero).
-std::chrono::milliseconds queue_entry_timeout(const client_config& cfg) noexcept;
+REDLOCK_API std::chrono::milliseconds queue_entry_timeout(const client_config& cfg) noexcept;
 
 /// @brief Parses a list of masters such as `"10.0.0.1:7001,10.0.0.2:7001,[::1]:7003,unix:/run/r.sock"`.
 ///
@@ -110,7 +111,7 @@ std::chrono::milliseconds queue_entry_timeout(const client_config& cfg) noexcept
 /// are not part of the list: set `username`/`password` and `tls` afterwards, e.g. from the
 /// environment). Returns `error::invalid_config`
 /// with `what` naming the bad entry, leaving `out` unchanged, or success.
-boost::system::error_code parse_masters(std::string_view list, std::vector<connection_config>& out,
-                                        std::string* what = nullptr);
+REDLOCK_API boost::system::error_code parse_masters(std::string_view list, std::vector<connection_config>& out,
+                                                    std::string* what = nullptr);
 
 }  // namespace redlock

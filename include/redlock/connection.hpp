@@ -6,6 +6,7 @@
 #include <redlock/clock.hpp>
 #include <redlock/core/backoff.hpp>
 #include <redlock/error.hpp>
+#include <redlock/export.hpp>
 #include <redlock/observe.hpp>
 #include <redlock/resp/node.hpp>
 #include <redlock/resp/parser.hpp>
@@ -147,12 +148,12 @@ struct connection_config {
 /// With TLS on, this also loads the CA, certificate and key files once, so that a file that is
 /// missing, unreadable or not valid PEM (or a key that does not match its certificate) is reported
 /// here with its path, not at every connect attempt.
-boost::system::error_code validate(const connection_config& cfg, std::string* what = nullptr);
+REDLOCK_API boost::system::error_code validate(const connection_config& cfg, std::string* what = nullptr);
 
 /// The node's address as `parse_masters` reads it: "host:port", "[ipv6]:port" or "unix:/path",
 /// prefixed "rediss://" when TLS is on; a cluster master's seeds as
 /// "redis-cluster://host:port+host:port" ("rediss-cluster://" with TLS).
-std::string address_of(const connection_config& cfg);
+REDLOCK_API std::string address_of(const connection_config& cfg);
 
 /// Where a connection is in its life.
 enum class connection_state {
@@ -196,6 +197,7 @@ struct connection_status {
 /// Distinct objects: safe. Shared objects: safe. Every member function may be called from any
 /// thread; the connection's state lives on an internal strand of the executor.
 class connection {
+  // Exported member by member (REDLOCK_API): with the class, its nested `impl` would be too.
  public:
   /// The type of the executor given to the constructor (`get_executor()`).
   using executor_type = boost::asio::any_io_executor;
@@ -205,16 +207,16 @@ class connection {
   /// @param ex executor the connection's I/O runs on (through its own strand); also the default
   /// executor of completion handlers that have no associated executor.
   /// @param cfg the node and how to reach it; copied.
-  connection(executor_type ex, connection_config cfg);
+  REDLOCK_API connection(executor_type ex, connection_config cfg);
   /// Closes the connection (see `close`). Outstanding operations complete with `operation_aborted`.
-  ~connection();
+  REDLOCK_API ~connection();
   connection(const connection&) = delete;
   connection& operator=(const connection&) = delete;
 
   /// The executor given to the constructor.
-  executor_type get_executor() const noexcept;
+  REDLOCK_API executor_type get_executor() const noexcept;
   /// The configuration given to the constructor.
-  const connection_config& config() const noexcept;
+  REDLOCK_API const connection_config& config() const noexcept;
 
   /// @brief Runs the connection until `close()` or cancellation: connect, handshake, serve,
   /// and reconnect after failures.
@@ -260,14 +262,14 @@ class connection {
 
   /// Closes the socket, stops reconnecting, completes every pending request and `async_run` with
   /// `operation_aborted`. Idempotent; may be called from any thread.
-  void close();
+  REDLOCK_API void close();
 
   /// A thread-safe snapshot of the connection's state.
-  connection_status status() const;
+  REDLOCK_API connection_status status() const;
 
   /// A snapshot of the connection's counters (requests by outcome, latency histogram, connects,
   /// bytes), cheap enough to call periodically from any thread (relaxed atomic loads, no lock).
-  connection_stats stats() const;
+  REDLOCK_API connection_stats stats() const;
 
   class impl;  // in src/connection.cpp
 
@@ -292,8 +294,8 @@ class connection {
     void operator()(run_handler h) const { self->start_run(std::move(h)); }
   };
 
-  void start_exec(exec_handler h, resp::request req, clock::duration timeout);
-  void start_run(run_handler h);
+  REDLOCK_API void start_exec(exec_handler h, resp::request req, clock::duration timeout);
+  REDLOCK_API void start_run(run_handler h);
 
   std::shared_ptr<impl> impl_;
 };

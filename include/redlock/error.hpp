@@ -3,6 +3,8 @@
 /// @file
 /// The library's error codes (category "redlock") and the coarse conditions they map to.
 
+#include <redlock/export.hpp>
+
 #include <boost/system/error_code.hpp>
 
 #include <string_view>
@@ -137,12 +139,12 @@ enum class condition {
 /// The enumerator's identifier: "protocol_error", "master_timeout", "not_owner", ... (the CLI's
 /// JSON uses these names); "unknown" for a value that is not an enumerator. For the message, use
 /// `make_error_code(e).message()`.
-std::string_view to_string(error e) noexcept;
+REDLOCK_API std::string_view to_string(error e) noexcept;
 
 /// The category of `redlock::error` codes, named "redlock".
-const boost::system::error_category& error_category() noexcept;
+REDLOCK_API const boost::system::error_category& error_category() noexcept;
 /// The category of `redlock::condition`, named "redlock.condition".
-const boost::system::error_category& condition_category() noexcept;
+REDLOCK_API const boost::system::error_category& condition_category() noexcept;
 
 /// `e` as an error code of `error_category()`; found by argument-dependent lookup, so that an
 /// `error` converts implicitly wherever a `boost::system::error_code` is expected.

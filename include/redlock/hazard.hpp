@@ -5,6 +5,7 @@
 /// wall clock jumped (docs/safety.md, "Restarts and clock jumps"), and how it reports them.
 
 #include <redlock/clock.hpp>
+#include <redlock/export.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -71,6 +72,6 @@ struct master_hazard {
 };
 
 /// A short phrase for `c` ("restarted", "clock jumped", ...).
-const char* to_string(hazard_cause c) noexcept;
+REDLOCK_API const char* to_string(hazard_cause c) noexcept;
 
 }  // namespace redlock

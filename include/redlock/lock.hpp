@@ -6,6 +6,7 @@
 #include <redlock/clock.hpp>
 #include <redlock/config.hpp>
 #include <redlock/error.hpp>
+#include <redlock/export.hpp>
 #include <redlock/lock_event.hpp>
 #include <redlock/lock_options.hpp>
 #include <redlock/master_result.hpp>
@@ -61,7 +62,7 @@ struct unlock_result {
 /// @par Thread safety
 /// Distinct objects: safe. Shared objects: the accessors may be called while an operation on the
 /// lock runs on another thread; do not start two operations on one lock at once.
-class lock {
+class REDLOCK_API lock {
  public:
   /// The clock of `validity_deadline()` (monotonic).
   using clock = redlock::boot_clock;

@@ -6,6 +6,7 @@
 
 #include <redlock/clock.hpp>
 #include <redlock/error.hpp>
+#include <redlock/export.hpp>
 #include <redlock/master_result.hpp>
 
 #include <boost/system/error_code.hpp>
@@ -94,7 +95,7 @@ constexpr std::string_view to_string(lock_event::type t) noexcept {
 /// `boost::system::system_error` and testing for `lock_lost` keep working; `reason()` says why the
 /// lock was lost (the lock's `loss_reason()`: `not_owner`, `quorum_unavailable`,
 /// `validity_expired`, `extension_limit`) and `what()` includes it in words.
-class lock_lost_error : public boost::system::system_error {
+class REDLOCK_API lock_lost_error : public boost::system::system_error {
  public:
   /// A loss for `reason` (the lock's `loss_reason()`), told in words by `detail` (its
   /// `loss_description()`; empty: the reason's message).

@@ -4,6 +4,8 @@
 /// The kinds of lock beyond plain Redlock, and how to ask for them (docs/api.md, "Lock kinds";
 /// the safety argument of each is in docs/safety.md, "Lock kinds").
 
+#include <redlock/export.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -28,7 +30,7 @@ enum class lock_kind : std::uint8_t {
 };
 
 /// "exclusive", "read", "write", "semaphore".
-std::string_view to_string(lock_kind k) noexcept;
+REDLOCK_API std::string_view to_string(lock_kind k) noexcept;
 
 /// How `client::async_lock` (with options) locks a resource. The default is the plain lock.
 struct lock_options {

@@ -3,6 +3,8 @@
 /// @file
 /// What one master answered to one request of a lock operation (acquire, extend, release).
 
+#include <redlock/export.hpp>
+
 #include <boost/system/error_code.hpp>
 
 #include <chrono>
@@ -79,10 +81,10 @@ struct quorum_report {
 };
 
 /// The report on one line (see `quorum_report`); the masters' texts are made printable and cut.
-std::string to_string(const quorum_report& r);
+REDLOCK_API std::string to_string(const quorum_report& r);
 
 /// The status's name as the docs and the CLI's JSON use it: "pending", "granted", "taken",
 /// "server_error", "timeout", "unreachable", "failed", "queued".
-std::string_view to_string(master_status s) noexcept;
+REDLOCK_API std::string_view to_string(master_status s) noexcept;
 
 }  // namespace redlock

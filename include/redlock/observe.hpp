@@ -9,6 +9,7 @@
 /// Counters are relaxed atomics updated on the connection's own strand; reading them takes a
 /// snapshot, a plain value type (`connection_stats`, `client_stats`). See docs/observability.md.
 
+#include <redlock/export.hpp>
 #include <redlock/hazard.hpp>
 
 #include <boost/system/error_code.hpp>
@@ -31,7 +32,7 @@ namespace redlock {
 enum class log_level : std::uint8_t { trace, debug, info, warning, error, off };
 
 /// "trace", "debug", "info", "warning", "error" or "off".
-std::string_view to_string(log_level level) noexcept;
+REDLOCK_API std::string_view to_string(log_level level) noexcept;
 
 /// Receives each log message at or above the minimum level, fully formatted (the source, for example
 /// "master 2 (127.0.0.1:7002): ", first). The view is valid during the call only.
@@ -68,7 +69,7 @@ struct log_options {
 /// per power of two (relative width at most 25%), from below 1 µs to 2^25 µs (~33.6 s), plus one
 /// overflow bucket. A plain value: add snapshots of several masters, or subtract an earlier
 /// snapshot from a later one for the interval between them.
-struct latency_histogram {
+struct REDLOCK_API latency_histogram {
   /// Buckets per power of two.
   static constexpr std::size_t sub_buckets = 4;
   /// Values at or above 2^max_exponent µs go to the overflow bucket.
@@ -137,7 +138,7 @@ struct latency_histogram {
 ///
 /// Every request given to `async_exec` ends in exactly one of the outcomes `ok` ... `invalid`:
 /// `requests == completed() + in_progress()`.
-struct connection_stats {
+struct REDLOCK_API connection_stats {
   /// Requests given to `async_exec` (counted when they reach the connection).
   std::uint64_t requests = 0;
   /// Outcome: completed with their replies, none of them an error reply.
@@ -236,7 +237,7 @@ struct connection_stats {
 ///
 /// Every `async_lock`/`async_try_lock` ends in exactly one of the outcomes `locks_acquired` ...
 /// `locks_rejected`.
-struct client_stats {
+struct REDLOCK_API client_stats {
   /// Each master's connection counters, in the order of `client_config::masters` (empty when the
   /// configuration is invalid).
   std::vector<connection_stats> masters;

@@ -4,6 +4,7 @@
 /// The counters of `client_stats` in the Prometheus text exposition format (version 0.0.4), for
 /// a `/metrics` endpoint (`examples/metrics_endpoint.cpp` serves one) or a node_exporter textfile.
 
+#include <redlock/export.hpp>
 #include <redlock/observe.hpp>
 
 #include <boost/system/error_code.hpp>
@@ -53,7 +54,7 @@ struct prometheus_options {
 /// exposition writes itself) or is given more than once. `what`, when not null, then lists every
 /// problem found, separated by "; " (e.g. `label "le" is reserved (the exposition writes it),
 /// written as "label_le"; label "zone" is given 2 times`); it is left alone when there is none.
-boost::system::error_code validate(const prometheus_options& opts, std::string* what = nullptr);
+REDLOCK_API boost::system::error_code validate(const prometheus_options& opts, std::string* what = nullptr);
 
 /// @brief Appends `stats` to `out` in the Prometheus text format: one `# HELP` and `# TYPE` line
 /// per metric family, then its samples.
@@ -65,16 +66,16 @@ boost::system::error_code validate(const prometheus_options& opts, std::string* 
 /// reserved and repeated names are repaired or renamed as described in `prometheus_options`,
 /// never rejected, so that the output is always a valid exposition: check them once with
 /// `validate`. Label values are escaped; HELP texts are fixed.
-void append_prometheus(std::string& out, const client_stats& stats, const prometheus_options& opts = {});
+REDLOCK_API void append_prometheus(std::string& out, const client_stats& stats, const prometheus_options& opts = {});
 
 /// As `append_prometheus`, into a new string.
-std::string to_prometheus(const client_stats& stats, const prometheus_options& opts = {});
+REDLOCK_API std::string to_prometheus(const client_stats& stats, const prometheus_options& opts = {});
 
 /// @brief The client's counters (`client::stats()`) as `to_prometheus` writes them, plus a gauge
 /// `master_up` (1 while a master's connection is up, else 0) per master.
 ///
 /// Masters without a label in `opts.masters` are labelled by their address (`address_of`). From
 /// any thread, like `client::stats()`.
-std::string to_prometheus(const client& c, prometheus_options opts = {});
+REDLOCK_API std::string to_prometheus(const client& c, prometheus_options opts = {});
 
 }  // namespace redlock

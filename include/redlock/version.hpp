@@ -4,6 +4,8 @@
 /// The library's version. This header is the single source of the version number: CMake reads it
 /// for `project(VERSION)`, the package's version file and the pkg-config file.
 
+#include <redlock/export.hpp>
+
 /// Major version: changes break source compatibility (0 while the API settles).
 #define REDLOCK_VERSION_MAJOR 0
 /// Minor version: new features; while the major is 0, a minor step may also break the API.
@@ -16,11 +18,16 @@
 
 namespace redlock {
 
-/// The version of the headers in use, `"major.minor.patch"`.
-inline constexpr const char* version_string = "0.8.0";
+#define REDLOCK_VERSION_STR_(x) #x
+#define REDLOCK_VERSION_STR(x) REDLOCK_VERSION_STR_(x)
+
+/// The version of the headers in use, `"major.minor.patch"`, made from the numbers above so that
+/// the two can never disagree.
+inline constexpr const char* version_string = REDLOCK_VERSION_STR(REDLOCK_VERSION_MAJOR) "." REDLOCK_VERSION_STR(
+    REDLOCK_VERSION_MINOR) "." REDLOCK_VERSION_STR(REDLOCK_VERSION_PATCH);
 
 /// The version the library was compiled as; differs from `version_string` only when headers and
 /// library binary come from different releases.
-const char* library_version() noexcept;
+REDLOCK_API const char* library_version() noexcept;
 
 }  // namespace redlock

@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: BSL-1.0
 #include <redlock/config.hpp>
+#include <redlock/version.hpp>
+
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -172,3 +175,11 @@ TEST(ValidateLock, AnInvalidConfigurationComesFirst) {
 }
 
 }  // namespace
+
+// The version string once said 0.8.0 while the numbers said 0.10.0.
+TEST(Version, TheStringIsTheNumbers) {
+  EXPECT_EQ(std::string(redlock::version_string), std::to_string(REDLOCK_VERSION_MAJOR) + "." +
+                                                      std::to_string(REDLOCK_VERSION_MINOR) + "." +
+                                                      std::to_string(REDLOCK_VERSION_PATCH));
+  EXPECT_STREQ(redlock::library_version(), redlock::version_string);
+}

@@ -9,6 +9,7 @@
 
 #include <redlock/core/quorum.hpp>
 #include <redlock/detail/scripts.hpp>
+#include <redlock/export.hpp>
 #include <redlock/lock_options.hpp>
 #include <redlock/resp/request.hpp>
 
@@ -158,13 +159,15 @@ inline constexpr step_spec plain_release =
 /// The check-the-token extension, never shortening.
 inline constexpr step_spec plain_extend = script_step(detail::extend_script, {K::lock}, {A::token, A::ttl});
 
+// The rows are exported (REDLOCK_API): `find_kind` returns their addresses, which a user of the
+// shared library compares with its own `&kinds::plain`.
 // Each row names only what it has: every other member keeps its default (no step, false). GCC 12
 // warns about members left to their defaults in a designated initializer; nothing is missing.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 /// Plain Redlock: `SET NX PX`, interoperable with other Redlock clients; fair hand-over.
-inline constexpr kind_spec plain{
+REDLOCK_API inline constexpr kind_spec plain{
     .name = "plain",
     .acquire = set_nx_step(),
     .fair_acquire = script_step(detail::fair_acquire_script, {K::lock, K::queue, K::expiry},
@@ -175,7 +178,7 @@ inline constexpr kind_spec plain{
 };
 
 /// `lock_options::fence`.
-inline constexpr kind_spec fenced{
+REDLOCK_API inline constexpr kind_spec fenced{
     .name = "fenced",
     .acquire = script_step(detail::fence_acquire_script, {K::lock, K::fence}, {A::token, A::ttl, A::fence_floor}),
     .release = plain_release,
@@ -186,7 +189,7 @@ inline constexpr kind_spec fenced{
 };
 
 /// `lock_options::owner`: the key holds the owner; each hold is a field of `holds`.
-inline constexpr kind_spec reentrant{
+REDLOCK_API inline constexpr kind_spec reentrant{
     .name = "reentrant",
     .acquire = script_step(detail::reentrant_acquire_script, {K::lock, K::holds}, {A::owner, A::ttl, A::token}),
     .release = script_step(detail::reentrant_release_script, {K::lock, K::holds}, {A::owner, A::zero, A::token}),
@@ -195,7 +198,7 @@ inline constexpr kind_spec reentrant{
 };
 
 /// `lock_kind::read`.
-inline constexpr kind_spec reader{
+REDLOCK_API inline constexpr kind_spec reader{
     .name = "reader",
     .acquire = script_step(detail::read_acquire_script, {K::lock, K::readers, K::writer}, {A::token, A::ttl}),
     .release = script_step(detail::read_release_script, {K::lock, K::readers}, {A::token}),
@@ -204,7 +207,7 @@ inline constexpr kind_spec reader{
 };
 
 /// `lock_kind::write`: once held, a plain token key (released and extended as the plain lock).
-inline constexpr kind_spec writer{
+REDLOCK_API inline constexpr kind_spec writer{
     .name = "writer",
     .acquire = script_step(detail::write_acquire_script, {K::lock, K::readers, K::writer},
                            {A::token, A::ttl, A::waiter, A::entry_timeout}),
@@ -215,7 +218,7 @@ inline constexpr kind_spec writer{
 };
 
 /// `lock_kind::semaphore`: the lock key is the holders' sorted set.
-inline constexpr kind_spec semaphore{
+REDLOCK_API inline constexpr kind_spec semaphore{
     .name = "semaphore",
     .acquire = script_step(detail::semaphore_acquire_script, {K::lock, K::permits}, {A::token, A::ttl, A::permits}),
     .release = script_step(detail::semaphore_release_script, {K::lock, K::permits}, {A::token}),
@@ -225,7 +228,7 @@ inline constexpr kind_spec semaphore{
 };
 
 /// `client::async_lock_all`: every resource's key, all or none.
-inline constexpr kind_spec multi{
+REDLOCK_API inline constexpr kind_spec multi{
     .name = "multi",
     .acquire = script_step(detail::multi_acquire_script, {K::all}, {A::token, A::ttl}),
     .release = script_step(detail::multi_release_script, {K::all}, {A::token}),
@@ -242,7 +245,8 @@ inline constexpr const kind_spec* all[] = {&plain, &fenced, &reentrant, &reader,
 
 /// The row of a lock asked for with `kind`, `fence`, an owner id (`owned`) and `async_lock_all`
 /// (`multi`); null for a combination that is not offered, with `why` saying what is wrong.
-const kind_spec* find_kind(lock_kind kind, bool fence, bool owned, bool multi, std::string_view* why) noexcept;
+REDLOCK_API const kind_spec* find_kind(lock_kind kind, bool fence, bool owned, bool multi,
+                                       std::string_view* why) noexcept;
 
 /// What a request of a lock is made of besides its row: its keys and the round's values.
 struct step_values {
@@ -263,6 +267,6 @@ struct step_values {
 /// Appends `s` for `v` to `req`: `EVALSHA sha numkeys KEYS... ARGV...` when `by_sha`, else the
 /// same with `EVAL body`; `SET key token NX PX ttl` for the plain acquire. Nothing for a step the
 /// kind does not have (returns false).
-bool encode_step(resp::request& req, const step_spec& s, const step_values& v, bool by_sha);
+REDLOCK_API bool encode_step(resp::request& req, const step_spec& s, const step_values& v, bool by_sha);
 
 }  // namespace redlock::core

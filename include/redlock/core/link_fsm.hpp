@@ -13,6 +13,7 @@
 
 #include <redlock/connection.hpp>
 #include <redlock/core/backoff.hpp>
+#include <redlock/export.hpp>
 #include <redlock/observe.hpp>
 
 #include <boost/system/error_code.hpp>
@@ -84,7 +85,7 @@ enum class link_order : std::uint8_t {
 
 /// One connection's life (see the file's description). The I/O layer calls `start` once, then
 /// carries out each step and resumes the machine with its outcome until a `finish` step.
-class link_fsm {
+class REDLOCK_API link_fsm {
  public:
   /// A connection that has not started, with its settings.
   explicit link_fsm(link_params p) noexcept : params_(p) {}

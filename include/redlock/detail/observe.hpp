@@ -5,6 +5,7 @@
 /// live counters, the logger, and helpers that keep secrets and untrusted bytes out of messages.
 
 #include <redlock/clock.hpp>
+#include <redlock/export.hpp>
 #include <redlock/observe.hpp>
 
 #include <boost/system/error_code.hpp>
@@ -73,7 +74,7 @@ class live_histogram {
 
 /// A sink with its level and prefix, and its counters. Formatting is done by the caller (in the
 /// library's sources, after checking `enabled`); `write` delivers.
-class logger {
+class REDLOCK_API logger {
  public:
   logger() = default;
   explicit logger(log_options opts);
@@ -102,23 +103,23 @@ class logger {
 };
 
 /// Replaces every occurrence of each non-empty `secrets` entry in `text` by "***".
-void redact(std::string& text, std::initializer_list<std::string_view> secrets);
+REDLOCK_API void redact(std::string& text, std::initializer_list<std::string_view> secrets);
 
 /// Text from outside (a server's error reply, a resource name) made safe for a log line: every
 /// occurrence of a non-empty `secrets` entry replaced by "***", then control and non-ASCII bytes
 /// escaped as \xNN (a backslash as \\), and cut after `max_length` characters ("..." appended).
-std::string printable(std::string_view text, std::size_t max_length,
-                      std::initializer_list<std::string_view> secrets = {});
+REDLOCK_API std::string printable(std::string_view text, std::size_t max_length,
+                                  std::initializer_list<std::string_view> secrets = {});
 
 /// "message [category:value]", e.g. "Connection refused [system:111]".
-std::string describe(const boost::system::error_code& ec);
+REDLOCK_API std::string describe(const boost::system::error_code& ec);
 
 /// A duration for humans: "850 us", "12.34 ms", "1.500 s".
-std::string format_duration(std::chrono::nanoseconds d);
+REDLOCK_API std::string format_duration(std::chrono::nanoseconds d);
 
 /// The first 8 characters of a lock token: enough to tell locks apart in logs, useless to
 /// release one (the token is 40 hex digits).
-std::string_view short_token(std::string_view token) noexcept;
+REDLOCK_API std::string_view short_token(std::string_view token) noexcept;
 
 }  // namespace detail
 

@@ -4,10 +4,14 @@
 /// The check-the-token Lua scripts, and their SHA-1 digests for `EVALSHA` (an integration test
 /// checks each digest against `SCRIPT LOAD` on a real server).
 
+#include <redlock/export.hpp>
+
 #include <string_view>
 
 namespace redlock::detail {
 
+// The scripts (and the kinds that point at them, core/kind_spec.hpp) are exported: one object
+// for the library and its users alike, so that addresses compare equal on both sides.
 struct script {
   std::string_view body;
   std::string_view sha1;
@@ -17,7 +21,7 @@ struct script {
 /// Deletes the key only if it still holds our token: 0 (not ours), 1 (deleted), 2 (deleted, and
 /// waiters are queued: the first of them, after dropping expired entries, is woken by a message
 /// on its client's channel). See docs/design.md, "Fair hand-over".
-inline constexpr script release_script{
+REDLOCK_API inline constexpr script release_script{
     R"(if redis.call("get",KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call("del",KEYS[1])
 local h = redis.call("zrange",KEYS[2],0,0)[1]
@@ -37,7 +41,7 @@ return 2)",
 /// KEYS[1] = key, ARGV[1] = token, ARGV[2] = ttl in ms. If the key still holds our token, makes it
 /// live at least ttl more (never less than it already had: an extension that fails after moving an
 /// expiry earlier would leave its holder trusting a deadline the masters no longer keep): 1; else 0.
-inline constexpr script extend_script{
+REDLOCK_API inline constexpr script extend_script{
     R"(if redis.call("get",KEYS[1]) ~= ARGV[1] then return 0 end
 if redis.call("pttl",KEYS[1]) < tonumber(ARGV[2]) then redis.call("pexpire",KEYS[1],ARGV[2]) end
 return 1)",
@@ -51,7 +55,7 @@ return 1)",
 /// waiter with a smaller (ticket, name) is queued; otherwise queues or renews the waiter.
 /// Returns {status, ticket}: status 1 granted, 0 the key is held, -1 the key is free but another
 /// waiter comes first.
-inline constexpr script fair_acquire_script{
+REDLOCK_API inline constexpr script fair_acquire_script{
     R"(local q, e, me = KEYS[2], KEYS[3], ARGV[3]
 local t = redis.call("time")
 local now = t[1]*1000+math.floor(t[2]/1000)
@@ -112,7 +116,7 @@ return {status,ticket})",
 /// other masters hold before the confirmation creates it (docs/safety.md, "Fencing tokens"). A counter that is not one
 /// (not decimal digits, or so large that a double could no longer count on from it) is an error reply before anything
 /// is written.
-inline constexpr script fence_acquire_script{
+REDLOCK_API inline constexpr script fence_acquire_script{
     R"(local c = redis.call("get",KEYS[2])
 if c and not (string.match(c,"^%d+$") and tonumber(c) < 9007199254740000) then
   return redis.error_reply("REDLOCK fence counter is not a counter")
@@ -137,7 +141,7 @@ return {1,f})",
 /// the counter it created for proof). Where the key still holds our token, raises the counter to
 /// the fence (creating it if so told): 1; else 0. A counter that is not one is an error reply
 /// before anything is written.
-inline constexpr script fence_confirm_script{
+REDLOCK_API inline constexpr script fence_confirm_script{
     R"(if redis.call("get",KEYS[1]) ~= ARGV[1] then return 0 end
 local c = redis.call("get",KEYS[2])
 if c and not (string.match(c,"^%d+$") and tonumber(c) < 9007199254740000) then
@@ -153,7 +157,7 @@ return 1)",
 
 /// KEYS = the keys of every resource; ARGV[1] = token, ARGV[2] = ttl in ms. Sets every key or none:
 /// {1, count} when none existed, else {0, the first existing key's index}.
-inline constexpr script multi_acquire_script{
+REDLOCK_API inline constexpr script multi_acquire_script{
     R"(for i = 1, #KEYS do
   if redis.call("exists",KEYS[i]) == 1 then return {0,i} end
 end
@@ -163,7 +167,7 @@ return {1,#KEYS})",
 
 /// KEYS as for `multi_acquire_script`; ARGV[1] = token. Deletes the keys that hold our token: 1 if
 /// any did, else 0.
-inline constexpr script multi_release_script{
+REDLOCK_API inline constexpr script multi_release_script{
     R"(local n = 0
 for i = 1, #KEYS do
   if redis.call("get",KEYS[i]) == ARGV[1] then
@@ -177,7 +181,7 @@ return 0)",
 
 /// KEYS as for `multi_acquire_script`; ARGV[1] = token, ARGV[2] = ttl in ms. Only if every key holds
 /// our token, makes each live at least ttl more (never less than it had): 1, else 0.
-inline constexpr script multi_extend_script{
+REDLOCK_API inline constexpr script multi_extend_script{
     R"(for i = 1, #KEYS do
   if redis.call("get",KEYS[i]) ~= ARGV[1] then return 0 end
 end
@@ -191,7 +195,7 @@ return 1)",
 /// KEYS[1] = key, KEYS[2] = its holds; ARGV[1] = owner, ARGV[2] = ttl in ms, ARGV[3] = this hold's
 /// token. Takes the key if absent, or joins it if the owner holds it (never shortening it), and
 /// records the hold: {1, holds}; {0, 0} when someone else holds it.
-inline constexpr script reentrant_acquire_script{
+REDLOCK_API inline constexpr script reentrant_acquire_script{
     R"(local v = redis.call("get",KEYS[1])
 if v and v ~= ARGV[1] then return {0,0} end
 local n = redis.call("hlen",KEYS[2])
@@ -208,7 +212,7 @@ return {1,redis.call("hlen",KEYS[2])})",
 
 /// KEYS as for `reentrant_acquire_script`; ARGV[1] = owner, ARGV[2] unused, ARGV[3] = the hold's
 /// token. Drops that hold (1), and the key with the last one; 0 if the hold is not here.
-inline constexpr script reentrant_release_script{
+REDLOCK_API inline constexpr script reentrant_release_script{
     R"(if redis.call("get",KEYS[1]) ~= ARGV[1] or redis.call("hdel",KEYS[2],ARGV[3]) == 0 then return 0 end
 if redis.call("hlen",KEYS[2]) == 0 then redis.call("del",KEYS[1]) end
 return 1)",
@@ -216,7 +220,7 @@ return 1)",
 
 /// KEYS as for `reentrant_acquire_script`; ARGV[1] = owner, ARGV[2] = ttl in ms, ARGV[3] = the hold's
 /// token. If the hold is here, makes the key live at least ttl more: 1; else 0.
-inline constexpr script reentrant_extend_script{
+REDLOCK_API inline constexpr script reentrant_extend_script{
     R"(if redis.call("get",KEYS[1]) ~= ARGV[1] or redis.call("hexists",KEYS[2],ARGV[3]) == 0 then return 0 end
 if redis.call("pttl",KEYS[1]) < tonumber(ARGV[2]) then
   redis.call("pexpire",KEYS[1],ARGV[2])
@@ -230,7 +234,7 @@ return 1)",
 /// each reader's token scored by its expiry (server ms); the marker and the set expire with the
 /// last live reader (no sooner, and no later: a writer never waits for a reader that left).
 /// Refused ({0, 0}) when a writer holds the key or waits for it; else {1, readers}.
-inline constexpr script read_acquire_script{
+REDLOCK_API inline constexpr script read_acquire_script{
     R"(local v = redis.call("get",KEYS[1])
 if (v and v ~= "redlock:readers") or redis.call("exists",KEYS[3]) == 1 then return {0,0} end
 local t = redis.call("time")
@@ -246,7 +250,7 @@ return {1,redis.call("zcard",KEYS[2])})",
 
 /// KEYS[1] = key, KEYS[2] = its readers; ARGV[1] = token. Drops the reader (1; 0 if absent); the
 /// marker and the set then expire with the last live reader, or go at once without one.
-inline constexpr script read_release_script{
+REDLOCK_API inline constexpr script read_release_script{
     R"(local v = redis.call("get",KEYS[1])
 if redis.call("zrem",KEYS[2],ARGV[1]) == 0 then return 0 end
 if v ~= "redlock:readers" then return 1 end
@@ -265,7 +269,7 @@ return 1)",
 /// KEYS as for `read_release_script`; ARGV[1] = token, ARGV[2] = ttl in ms. If the reader is here
 /// and not expired, makes its entry live at least ttl more (never less than it had), and the
 /// marker and the set as long as the last live reader: 1; else 0.
-inline constexpr script read_extend_script{
+REDLOCK_API inline constexpr script read_extend_script{
     R"(local t = redis.call("time")
 local now = t[1]*1000+math.floor(t[2]/1000)
 local s = redis.call("zscore",KEYS[2],ARGV[1])
@@ -282,7 +286,7 @@ return 1)",
 /// writer's name, ARGV[4] = how long its claim lives unless renewed, in ms. Takes the key if
 /// absent: {1, 0}. While readers hold it, claims the writer's place (unless another writer did)
 /// so that no new reader enters: {-1, 0}. Else {0, 0}.
-inline constexpr script write_acquire_script{
+REDLOCK_API inline constexpr script write_acquire_script{
     R"(local v = redis.call("get",KEYS[1])
 local w = redis.call("get",KEYS[3])
 if not v then
@@ -297,7 +301,7 @@ return {-1,0})",
 
 /// KEYS[1] = a key's waiting writer; ARGV[1] = the writer's name. Drops the claim if it is that
 /// writer's: 1, else 0.
-inline constexpr script write_leave_script{
+REDLOCK_API inline constexpr script write_leave_script{
     R"(if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) end
 return 0)",
     "6c015f8e0f584393e2a8b7801d6eeea0a1ff1e87"};
@@ -306,7 +310,7 @@ return 0)",
 /// ARGV[1] = token, ARGV[2] = ttl in ms, ARGV[3] = permits. Admits the caller if fewer than
 /// `permits` live holders remain (dropping the expired ones): {1, holders}; else {0, holders}.
 /// An error reply, before anything is written, if live holders use another permit count.
-inline constexpr script semaphore_acquire_script{
+REDLOCK_API inline constexpr script semaphore_acquire_script{
     R"(local p = redis.call("get",KEYS[2])
 local t = redis.call("time")
 local now = t[1]*1000+math.floor(t[2]/1000)
@@ -328,7 +332,7 @@ return {1,n+1})",
     "37702e59c01970394c43191203de8d5af51d36f5"};
 
 /// KEYS as for `semaphore_acquire_script`; ARGV[1] = token. Drops the holder: 1 (0 if absent).
-inline constexpr script semaphore_release_script{
+REDLOCK_API inline constexpr script semaphore_release_script{
     R"(if redis.call("zrem",KEYS[1],ARGV[1]) == 0 then return 0 end
 if redis.call("exists",KEYS[1]) == 0 then redis.call("del",KEYS[2]) end
 return 1)",
@@ -337,7 +341,7 @@ return 1)",
 /// KEYS as for `semaphore_acquire_script`; ARGV[1] = token, ARGV[2] = ttl in ms. If the holder is
 /// here and not expired, makes its entry live at least ttl more (never less than it had), and the
 /// set at least as long: 1; else 0.
-inline constexpr script semaphore_extend_script{
+REDLOCK_API inline constexpr script semaphore_extend_script{
     R"(local t = redis.call("time")
 local now = t[1]*1000+math.floor(t[2]/1000)
 local s = redis.call("zscore",KEYS[1],ARGV[1])

@@ -3,6 +3,8 @@
 /// @file
 /// Lock tokens: 20 bytes from the operating system's cryptographic random source, as 40 hex digits.
 
+#include <redlock/export.hpp>
+
 #include <boost/system/error_code.hpp>
 
 #include <string>
@@ -10,6 +12,6 @@
 namespace redlock::detail {
 
 /// A fresh token, or an empty string with `ec` set when the OS source fails (never a weaker one).
-std::string make_token(boost::system::error_code& ec);
+REDLOCK_API std::string make_token(boost::system::error_code& ec);
 
 }  // namespace redlock::detail

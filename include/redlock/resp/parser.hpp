@@ -3,6 +3,7 @@
 /// @file
 /// Incremental, sans-I/O parser of RESP2 and RESP3 replies.
 
+#include <redlock/export.hpp>
 #include <redlock/resp/node.hpp>
 
 #include <boost/system/error_code.hpp>
@@ -41,7 +42,7 @@ struct parser_limits {
 /// Errors (malformed input, limits) are reported through the error code, never thrown, and are
 /// sticky until reset(): the connection is expected to close. Nodes of an incomplete reply already
 /// appended to `out` stay there, so keep passing the same `out` until done().
-class parser {
+class REDLOCK_API parser {
  public:
   /// Upper bound of `parser_limits::max_depth`: the size of the fixed stack of open aggregates.
   static constexpr std::size_t hard_max_depth = 64;

@@ -3,6 +3,8 @@
 /// @file
 /// Encoding of commands as RESP arrays of bulk strings, several of them pipelined in one buffer.
 
+#include <redlock/export.hpp>
+
 #include <array>
 #include <charconv>
 #include <concepts>
@@ -95,19 +97,20 @@ inline std::string_view view_of(std::string_view text) noexcept { return text; }
 inline std::string_view view_of(const integer_text& text) noexcept { return text.view(); }
 
 /// Grows `out` by `bytes` and returns where the new bytes start.
-char* grow(std::string& out, std::size_t bytes);
+REDLOCK_API char* grow(std::string& out, std::size_t bytes);
 /// Writes `*<count>\r\n` at `out`; returns the end of what was written.
-char* write_header(char* out, std::size_t count) noexcept;
+REDLOCK_API char* write_header(char* out, std::size_t count) noexcept;
 /// Writes `$<length>\r\n<arg>\r\n` at `out`; returns the end of what was written.
-char* write_bulk(char* out, std::string_view arg) noexcept;
+REDLOCK_API char* write_bulk(char* out, std::string_view arg) noexcept;
 /// Appends `header` then each of `args` as a bulk string, growing `out` once.
-void append_command(std::string& out, std::string_view header, const std::string_view* args, std::size_t count);
+REDLOCK_API void append_command(std::string& out, std::string_view header, const std::string_view* args,
+                                std::size_t count);
 
 }  // namespace detail
 
 /// A buffer of one or more pipelined commands, each encoded as a RESP array of bulk strings
 /// (binary-safe). Write `payload()` to the connection, then expect `commands()` replies, in order.
-class request {
+class REDLOCK_API request {
  public:
   request() = default;
 
