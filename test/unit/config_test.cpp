@@ -2,9 +2,9 @@
 #include <redlock/config.hpp>
 #include <redlock/version.hpp>
 
-#include <string>
-
 #include <gtest/gtest.h>
+
+#include <string>
 
 namespace {
 
