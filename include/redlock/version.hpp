@@ -18,7 +18,9 @@
 
 namespace redlock {
 
+/// Helper of `REDLOCK_VERSION_STR`: the argument as a string literal.
 #define REDLOCK_VERSION_STR_(x) #x
+/// The macro argument's value as a string literal (for `version_string`).
 #define REDLOCK_VERSION_STR(x) REDLOCK_VERSION_STR_(x)
 
 /// The version of the headers in use, `"major.minor.patch"`, made from the numbers above so that

@@ -103,32 +103,28 @@ void read_poller::on_wake(const error_code& ec) {
       if (!thrown) thrown = std::current_exception();
     }
   };
-  // A second look once the first round's work has gone out: replies that came meanwhile (a slower
-  // master's, say) are read in this wake-up, which saves the re-arm and the reactor's wait (two
-  // calls) for the price of one poll when none came. Bounded, so that it never turns into a spin.
-  for (int round = 0; round < 2; ++round) {
-    int n;
-    do {
-      n = ::epoll_wait(set_.native_handle(), events.data(), static_cast<int>(events.size()), 0);
-    } while (n < 0 && errno == EINTR);
-    if (n <= 0 && round > 0) break;
-    waking_ = true;
-    for (int i = 0; i < n; ++i) {
-      // Looked up afresh each time: a reader told before may have removed or added others.
-      const std::uint64_t key = events[static_cast<std::size_t>(i)].data.u64;
-      const auto it = std::find_if(entries_.begin(), entries_.end(), [key](const entry& e) { return e.key == key; });
-      if (it != entries_.end()) run([r = it->r] { r->on_readable(); });
-    }
-    // The tasks, then the flushes, with waking() false so that nothing is put off any more (a
-    // write may fail and close its connection, which puts nothing off).
-    running_tasks_ = true;
-    for (auto& t : tasks_) run([&t] { std::exchange(t, nullptr)->at_wake_end(); });
-    tasks_.clear();
-    running_tasks_ = false;
-    waking_ = false;
-    for (auto& f : flushes_) run([&f] { std::exchange(f, nullptr)->at_wake_end(); });
-    flushes_.clear();
+  int n;
+  do {
+    n = ::epoll_wait(set_.native_handle(), events.data(), static_cast<int>(events.size()), 0);
+  } while (n < 0 && errno == EINTR);
+  waking_ = true;
+  for (int i = 0; i < n; ++i) {
+    // Looked up afresh each time: a reader told before may have removed or added others.
+    const std::uint64_t key = events[static_cast<std::size_t>(i)].data.u64;
+    const auto it = std::find_if(entries_.begin(), entries_.end(), [key](const entry& e) { return e.key == key; });
+    if (it != entries_.end()) run([r = it->r] { r->on_readable(); });
   }
+  // The tasks, then the flushes, with waking() false so that nothing is put off any more (a
+  // write may fail and close its connection, which puts nothing off). No second look for replies
+  // before the set is armed again: a cancellation posted by a completion of this wake-up must
+  // reach its operation before any reply can (it did when every start was a post of its own).
+  running_tasks_ = true;
+  for (auto& t : tasks_) run([&t] { std::exchange(t, nullptr)->at_wake_end(); });
+  tasks_.clear();
+  running_tasks_ = false;
+  waking_ = false;
+  for (auto& f : flushes_) run([&f] { std::exchange(f, nullptr)->at_wake_end(); });
+  flushes_.clear();
   want();
   if (thrown) std::rethrow_exception(thrown);
 }
