@@ -714,8 +714,9 @@ TEST_F(client_test, an_operation_started_in_a_completion_runs_after_what_was_pos
     redlock::client c{ioc.get_executor(), config()};
     co_await wait_connected(c);
     for (int round = 0; round < 20; ++round) {
-      auto [ec1, first] = co_await c.async_lock("posted-first", 10s, use_tuple);
-      EXPECT_FALSE(ec1);
+      auto taken = co_await c.async_lock("posted-first", 10s, use_tuple);
+      EXPECT_FALSE(std::get<0>(taken));
+      redlock::lock first = std::move(std::get<1>(taken));  // a lambda may not capture a binding
       std::optional<error_code> retaken;
       c.async_lock("other", 10s, [&](error_code ec, redlock::lock other) {
         EXPECT_FALSE(ec);
