@@ -7,9 +7,13 @@
                                             per lock+unlock
   report.py cycle-cost-kinds BINARY RESULTS_DIR   the same per lock kind, next to the plain
                                             lock; writes kinds_cost.json
-  report.py tls-cost BINARY RESULTS_DIR     instructions and allocations per lock+unlock over TLS
-                                            next to plain TCP (tls_bench cost); writes
-                                            tls_cost.json
+  report.py tls-cost BINARY RESULTS_DIR [--floor FLOOR] [--rounds R]   instructions and
+                                            allocations per lock+unlock over TLS next to plain TCP
+                                            (tls_bench cost) and to the bare OpenSSL floor
+                                            (tls_floor_bench, beside BINARY by default), then p50
+                                            plain and TLS (RESULTS_DIR/tls_latency.json if there
+                                            and no R given, else R rounds of tls_bench latency,
+                                            3 by default); writes tls_cost.json
   report.py syscalls COST_BINARY FLOOR_BINARY RESULTS_DIR   syscalls per lock+unlock on the client
                                             thread, ours next to the independent floor (perf stat,
                                             strace -c without perf); writes syscalls.json
@@ -56,26 +60,100 @@ def load(path: Path):
 KINDS = ("plain", "fence", "reentrant", "read", "write", "semaphore", "multi1", "multi4", "multi16", "cluster")
 
 
-def tls_cost(binary: str, out: Path) -> int:
-    """Instructions and allocations per lock+unlock, plain TCP and TLS, by the two-length method."""
+# The C library's allocation entry points, counted as callgrind's calls into them (the other
+# functions of the set are not counted when they call one another: realloc(NULL) is one malloc).
+ALLOC_FUNCTIONS = ("malloc", "calloc", "realloc", "memalign", "aligned_alloc", "posix_memalign")
+
+
+def callgrind_allocations(path: Path) -> int:
+    """Calls into the C allocator in a callgrind output file (C++ and OpenSSL allocations alike)."""
+    names, caller, total, pending = {}, None, 0, None
+    for line in path.read_text(errors="replace").splitlines():
+        m = re.match(r"(c?)fn=\((\d+)\)(?: (.*))?$", line)
+        if m:
+            if m.group(3):
+                names[m.group(2)] = m.group(3)
+            name = names.get(m.group(2), "")
+            if m.group(1):
+                pending = name
+            else:
+                caller = name
+            continue
+        if line.startswith("calls=") and pending is not None:
+            if pending in ALLOC_FUNCTIONS and caller not in ALLOC_FUNCTIONS:
+                total += int(line[6:].split()[0])
+            pending = None
+    return total
+
+
+def tls_cost(binary: str, out: Path, floor: str = "", rounds: int | None = None) -> int:
+    """Per lock+unlock over TLS: instructions and allocations next to plain TCP and to the bare
+    OpenSSL floor (tls_floor_bench, beside BINARY unless named; left out when not built), by the
+    two-length method; then the p50 of plain and TLS: RESULTS_DIR/tls_latency.json when it exists
+    and ROUNDS is not given, else `tls_bench latency` for ROUNDS rounds (3 by default)."""
     out.mkdir(parents=True, exist_ok=True)
+    floor = floor or str(Path(binary).parent / "tls_floor_bench")
     rows = {}
-    for mode in ("plain", "tls"):
+    runs_of = {"plain": [binary, "cost", None, "plain"], "tls": [binary, "cost", None, "tls"]}
+    if Path(floor).exists():
+        runs_of["floor"] = [floor, None]
+    else:
+        print(f"no floor: {floor} is not built")
+    for mode, argv in runs_of.items():
         runs = {}
         for n in (100, 600):
             cg = out / f"callgrind.tls.{mode}.{n}.out"
-            res = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}", binary, "cost", str(n),
-                                  mode], capture_output=True, text=True, check=True)
+            cmd = [a if a is not None else str(n) for a in argv]
+            # The floor counts its client's calls only; tls_bench zeroes the counts after its warm-up.
+            toggle = ["--toggle-collect=floor_client_*"] if mode == "floor" else []
+            res = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}"] + toggle + cmd,
+                                 capture_output=True, text=True, check=True)
             instr = int(re.search(r"Collected : (\d+)", res.stderr).group(1))
-            allocs = int(re.search(r"allocations=(\d+)", res.stdout).group(1))
-            runs[n] = (instr, allocs)
+            cxx = int(re.search(r"allocations=(\d+)", res.stdout).group(1))
+            runs[n] = (instr, callgrind_allocations(cg), cxx)
+            m = re.search(r"version=(\S+) cipher=(\S+)", res.stdout)
+            if m:
+                rows.setdefault("negotiated", f"{m.group(1)} {m.group(2)}")
             cg.unlink(missing_ok=True)
         rows[mode] = {"instructions_per_cycle": (runs[600][0] - runs[100][0]) / 500,
-                      "allocations_per_cycle": (runs[600][1] - runs[100][1]) / 500}
-    rows["tls"]["instructions_vs_plain"] = rows["tls"]["instructions_per_cycle"] / rows["plain"]["instructions_per_cycle"]
-    for mode, r in rows.items():
-        print(f"{mode:6} {r['instructions_per_cycle']:9.0f} instructions, {r['allocations_per_cycle']:.1f} allocations "
-              "per lock+unlock")
+                      "allocations_per_cycle": (runs[600][1] - runs[100][1]) / 500,
+                      # operator new for ours, OpenSSL's own counter for the floor
+                      "counted_allocations_per_cycle": (runs[600][2] - runs[100][2]) / 500}
+    plain, tls = rows["plain"], rows["tls"]
+    fl = rows.get("floor", {"instructions_per_cycle": float("nan"), "allocations_per_cycle": float("nan"),
+                            "counted_allocations_per_cycle": float("nan")})
+    tls["instructions_vs_plain"] = tls["instructions_per_cycle"] / plain["instructions_per_cycle"]
+    # What TLS adds to a cycle, against what the records cost OpenSSL alone.
+    tls["added_instructions"] = tls["instructions_per_cycle"] - plain["instructions_per_cycle"]
+    tls["added_vs_floor"] = tls["added_instructions"] / fl["instructions_per_cycle"]
+    tls["vs_plain_plus_floor"] = tls["instructions_per_cycle"] / (plain["instructions_per_cycle"] +
+                                                                  fl["instructions_per_cycle"])
+    lat = out / "tls_latency.json"
+    if rounds is None and not lat.exists():
+        rounds = 3
+    if rounds:
+        subprocess.run([binary, "latency", "--rounds", str(rounds), "--cycles", "2000", "--json", str(lat)],
+                       check=True, stdout=subprocess.DEVNULL)
+    if lat.exists():
+        j = json.loads(lat.read_text())
+        rows["latency"] = {k: j[k] for k in ("rounds", "cycles", "median_p50_plain_us", "median_p50_tls_us",
+                                             "median_tls_over_plain_p50", "tls_over_plain_p50")}
+    print(f"negotiated: {rows.get('negotiated', '?')}")
+    print(f"{'per lock+unlock':28} {'plain':>10} {'TLS':>10} {'TLS-plain':>10} {'floor':>10}")
+    print(f"{'instructions':28} {plain['instructions_per_cycle']:10.0f} {tls['instructions_per_cycle']:10.0f} "
+          f"{tls['added_instructions']:10.0f} {fl['instructions_per_cycle']:10.0f}")
+    print(f"{'allocations (C allocator)':28} {plain['allocations_per_cycle']:10.1f} {tls['allocations_per_cycle']:10.1f} "
+          f"{tls['allocations_per_cycle'] - plain['allocations_per_cycle']:10.1f} {fl['allocations_per_cycle']:10.1f}")
+    print(f"{'allocations (operator new)':28} {plain['counted_allocations_per_cycle']:10.1f} "
+          f"{tls['counted_allocations_per_cycle']:10.1f} "
+          f"{tls['counted_allocations_per_cycle'] - plain['counted_allocations_per_cycle']:10.1f} {0.0:10.1f}")
+    if "latency" in rows:
+        la = rows["latency"]
+        print(f"{'p50 us (median of rounds)':28} {la['median_p50_plain_us']:10.1f} {la['median_p50_tls_us']:10.1f}")
+        r = la["tls_over_plain_p50"]
+        print(f"TLS / plain p50 {la['median_tls_over_plain_p50']:.3f} (rounds {min(r):.3f}-{max(r):.3f})")
+    print(f"TLS / plain instructions {tls['instructions_vs_plain']:.2f}; TLS's addition / floor "
+          f"{tls['added_vs_floor']:.2f}; TLS / (plain + floor) {tls['vs_plain_plus_floor']:.2f}")
     (out / "tls_cost.json").write_text(json.dumps(rows, indent=2) + "\n")
     return 0
 
@@ -448,7 +526,10 @@ def main() -> int:
     if len(sys.argv) >= 4 and sys.argv[1] == "cycle-cost-kinds":
         return cycle_cost_kinds(sys.argv[2], Path(sys.argv[3]))
     if len(sys.argv) >= 4 and sys.argv[1] == "tls-cost":
-        return tls_cost(sys.argv[2], Path(sys.argv[3]))
+        extra = sys.argv[4:]
+        rounds = int(extra[extra.index("--rounds") + 1]) if "--rounds" in extra else None
+        floor = extra[extra.index("--floor") + 1] if "--floor" in extra else ""
+        return tls_cost(sys.argv[2], Path(sys.argv[3]), floor, rounds)
     if len(sys.argv) >= 5 and sys.argv[1] == "syscalls":
         return syscalls(sys.argv[2], sys.argv[3], Path(sys.argv[4]))
     if len(sys.argv) >= 4 and sys.argv[1] == "cycle-cost":

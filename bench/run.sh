@@ -17,7 +17,7 @@ cmake --preset release "${launcher[@]}" >/dev/null
 # redlock_worker: the safety suite's worker, which scenario (g) runs as four processes; delay_proxy:
 # the delaying proxy that (d)'s two slow masters sit behind, one process each.
 cmake --build --preset release --target redlock_bench redlock_worker delay_proxy keep_alive_bench connection_bench \
-  cycle_cost_bench floor_bench kinds_bench tls_bench cluster_bench
+  cycle_cost_bench floor_bench kinds_bench tls_bench tls_floor_bench cluster_bench
 mkdir -p bench/results
 out=bench/results
 

@@ -18,8 +18,12 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/buffer.hpp>
+#include <boost/asio/execution/blocking.hpp>
+#include <boost/asio/execution/context.hpp>
+#include <boost/asio/execution_context.hpp>
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/query.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/strand.hpp>
@@ -43,6 +47,32 @@ class read_target {
 
  protected:
   ~read_target() = default;
+};
+
+/// The executor of TLS completion handlers: the stream's strand, entered through `dispatch` as the
+/// plain path's completions enter it. Asio's SSL stream runs its intermediate steps (OpenSSL calls)
+/// on the handler's executor, so they stay on the strand; but `strand::execute`, which binding to
+/// the strand itself would use, costs a heap allocation per completion in Boost 1.81 (see
+/// `stream::read_some`), and a TLS lock+unlock has twenty of them.
+class tls_executor {
+ public:
+  using strand_type = boost::asio::strand<boost::asio::any_io_executor>;
+  explicit tls_executor(const strand_type& s) noexcept : strand_(&s) {}
+  boost::asio::execution_context& query(boost::asio::execution::context_t) const noexcept {
+    return boost::asio::query(*strand_, boost::asio::execution::context);
+  }
+  static constexpr boost::asio::execution::blocking_t query(boost::asio::execution::blocking_t) noexcept {
+    return boost::asio::execution::blocking.possibly;
+  }
+  template <class F>
+  void execute(F&& f) const {
+    strand_->dispatch(std::forward<F>(f), std::allocator<void>{});
+  }
+  friend bool operator==(const tls_executor& a, const tls_executor& b) noexcept { return a.strand_ == b.strand_; }
+  friend bool operator!=(const tls_executor& a, const tls_executor& b) noexcept { return a.strand_ != b.strand_; }
+
+ private:
+  const strand_type* strand_;
 };
 
 class stream final : private read_poller::reader {
@@ -99,15 +129,17 @@ class stream final : private read_poller::reader {
   /// strand here (inline when it is free). Binding them to the strand instead costs a heap
   /// allocation per completion in Boost 1.81 (strand<any_io_executor>::execute queries its inner
   /// executor's blocking property, and any_executor returns the result through `new`). TLS's are
-  /// bound: its reads and writes share OpenSSL state that two threads must not touch at once.
+  /// bound (to `tls_executor`, which enters the strand the same way): its reads and writes share
+  /// OpenSSL state that two threads must not touch at once.
   template <class Handler>
   void read_some(boost::asio::mutable_buffer b, Handler&& h) {
     if (tls_) {
       tls_->async_read_some(
-          b, boost::asio::bind_executor(strand_, [this, g = generation_, keep = tls_, h = std::forward<Handler>(h)](
-                                                     error_code ec, std::size_t n) mutable {
-            if (g == generation_) h(ec, n);
-          }));
+          b, boost::asio::bind_executor(tls_executor{strand_},
+                                        [this, g = generation_, keep = tls_, h = std::forward<Handler>(h)](
+                                            error_code ec, std::size_t n) mutable {
+                                          if (g == generation_) h(ec, n);
+                                        }));
       return;
     }
     socket_.async_read_some(
@@ -155,13 +187,14 @@ class stream final : private read_poller::reader {
       ++tls_writes_;
       boost::asio::async_write(
           *tls_, boost::asio::buffer(bytes),
-          boost::asio::bind_executor(strand_, [this, g = generation_, keep = tls_, done = std::forward<Done>(done)](
-                                                  error_code ec, std::size_t n) mutable {
-            if (--tls_writes_ == 0) drained_.cancel();
-            if (g != generation_) return;
-            writing_ = false;
-            done(ec, n);
-          }));
+          boost::asio::bind_executor(tls_executor{strand_},
+                                     [this, g = generation_, keep = tls_, done = std::forward<Done>(done)](
+                                         error_code ec, std::size_t n) mutable {
+                                       if (--tls_writes_ == 0) drained_.cancel();
+                                       if (g != generation_) return;
+                                       writing_ = false;
+                                       done(ec, n);
+                                     }));
       return;
     }
     boost::asio::async_write(
