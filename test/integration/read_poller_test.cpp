@@ -108,6 +108,21 @@ bool run_until(asio::io_context& ctx, Done done, std::chrono::milliseconds limit
   return done();
 }
 
+// `n` readers of `chunk` bytes each on `poller`, started on `strand` once the io_context runs;
+// none when a socket pair cannot be made.
+template <typename Strand>
+std::vector<std::unique_ptr<pair_reader>> started_readers(const Strand& strand,
+                                                          const std::shared_ptr<read_poller>& poller, int n,
+                                                          std::size_t chunk) {
+  std::vector<std::unique_ptr<pair_reader>> rs;
+  for (int i = 0; i < n; ++i) {
+    rs.push_back(std::make_unique<pair_reader>(poller, chunk));
+    if (!rs.back()->open()) return {};
+  }
+  for (auto& r : rs) asio::post(strand, [p = r.get()] { p->start(); });
+  return rs;
+}
+
 // Bytes left behind by a read that filled its buffer bring no new edge: the next wait must see
 // them, or the reader waits for data that is already there.
 TEST(read_poller, bytes_left_by_a_full_read_are_told_again_without_new_data) {
@@ -132,14 +147,8 @@ TEST(read_poller, every_ready_socket_is_told_and_later_bytes_too) {
   asio::io_context ctx;
   auto strand = asio::make_strand(ctx.get_executor());
   auto poller = std::make_shared<read_poller>(strand);
-  std::vector<std::unique_ptr<pair_reader>> rs;
-  for (int i = 0; i < 5; ++i) {
-    rs.push_back(std::make_unique<pair_reader>(poller, 4096));
-    ASSERT_TRUE(rs.back()->open());
-  }
-  asio::post(strand, [&] {
-    for (auto& r : rs) r->start();
-  });
+  auto rs = started_readers(strand, poller, 5, 4096);
+  ASSERT_EQ(rs.size(), 5u);
   for (auto& r : rs) r->send("+OK\r\n");
   auto all = [&](std::size_t n) {
     return [&rs, n] {
@@ -170,21 +179,15 @@ TEST(read_poller, every_ready_socket_is_told_and_later_bytes_too) {
       2000ms));
 }
 
-// The wait is performed on whichever thread runs the reactor and completes on the strand: with
+// The wait completes on whichever thread runs the reactor and enters the strand from there: with
 // a pool of threads and a writer racing the re-arms, every byte arrives (the thread sanitizer
 // build runs this one).
 TEST(read_poller, threaded_pool_and_a_racing_writer_lose_no_bytes) {
   asio::io_context ctx;
   auto strand = asio::make_strand(ctx.get_executor());
   auto poller = std::make_shared<read_poller>(strand);
-  std::vector<std::unique_ptr<pair_reader>> rs;
-  for (int i = 0; i < 4; ++i) {
-    rs.push_back(std::make_unique<pair_reader>(poller, 3));  // reads smaller than the messages
-    ASSERT_TRUE(rs.back()->open());
-  }
-  asio::post(strand, [&] {
-    for (auto& r : rs) r->start();
-  });
+  auto rs = started_readers(strand, poller, 4, 3);  // reads smaller than the messages
+  ASSERT_EQ(rs.size(), 4u);
   constexpr std::size_t messages = 2000;
   std::thread writer([&] {
     for (std::size_t i = 0; i < messages; ++i) {
