@@ -2,8 +2,8 @@
 // The lock benchmark: scenarios a-e and g of docs/benchmarks.md against five local masters (two
 // of them reachable through delaying proxies, each a process of its own, for the slow-minority
 // scenario), next to the round-trip floor and the masters' ceiling measured in the same run.
-// Peers are run by bench/run.sh against the same masters (this program prints their ports and
-// waits when asked to).
+// Peers are run by bench/run.sh against the same masters (this program runs them after each of
+// its scenarios when asked to).
 //
 // Usage: redlock_bench [--json FILE] [--cycles N] [--seconds S] [--contention-runs R]
 //                      [--only a,b,c,c_no_fair,c_poll_2ms,d,e,g,floor,ceiling] [--hold-for-peers CMD]
@@ -14,9 +14,11 @@
 // Git ignores bench/results/local/: the committed results are the ones bench/run.sh writes.
 // --only c runs (c) in its three configurations (c: the library's defaults, fair hand-over on;
 // c_no_fair: default retry, fairness off; c_poll_2ms: fairness off, 0-2 ms retry, the setting of
-// this benchmark before fair hand-over), each also selectable alone. Right before each, the
-// floor's quorum round trip (PING to all five until three answered) is measured again, 2,000
-// times: the unit in which that configuration's hand-over latency is also reported.
+// this benchmark before fair hand-over), each also selectable alone. The configurations take
+// turns run by run (run 1 of each, then run 2 of each, ...), so that a busy moment of the machine
+// does not fall on one configuration only. Right before each run, the floor's quorum round trip
+// (PING to all five until three answered) is measured again, 2,000 times: the unit in which that
+// run's hand-over latency is also reported.
 // --c-hold-ms H: (c)'s contenders hold the lock H ms before releasing (a diagnosis: with a hold,
 // the releaser's next attempt and the masters' work of the last hand-over are off the path of the
 // next one). The JSON records it; the default, 0, is what docs/benchmarks.md reports.
@@ -34,9 +36,10 @@
 // default is the one CMake builds (REDLOCK_DELAY_PROXY_PATH).
 // --ceiling-runs R: the ceiling (redis-benchmark against all five masters at once, see
 // ceiling_settings) is measured R times at each setting; the best of all runs is taken.
-// --hold-for-peers CMD: after our scenarios, runs the shell command CMD with the environment
-// variables REDLOCK_BENCH_MASTERS and REDLOCK_BENCH_SLOW_MASTERS (host:port lists) set, so other
-// programs measure against the very same masters in the same run.
+// --hold-for-peers CMD: runs the shell command CMD right after each of our scenarios a, b, c and
+// d, with REDLOCK_BENCH_SCENARIO set to that scenario and REDLOCK_BENCH_MASTERS (and, for d,
+// REDLOCK_BENCH_SLOW_MASTERS, through the same delaying proxies as ours) set to host:port lists,
+// so other programs measure the same scenario against the very same masters right after ours.
 
 #include "bench_util.hpp"
 #include <redlock/client.hpp>
@@ -336,7 +339,8 @@ sequential_result sequential(asio::io_context& ioc, redlock::client& c, int cycl
 
 // PING floor through our connection class (library code, so not independent; floor_bench is):
 // one PING to one master, and one PING to all five at once until a majority answered.
-std::pair<stats, stats> floor_rtt(asio::io_context& ioc, const redlock::client_config& cfg, int cycles) {
+std::pair<stats, stats> floor_rtt(asio::io_context& ioc, const redlock::client_config& cfg, int cycles,
+                                  bool one_master = true) {
   std::vector<std::unique_ptr<redlock::connection>> conns;
   for (const auto& m : cfg.masters) {
     conns.push_back(std::make_unique<redlock::connection>(ioc.get_executor(), m));
@@ -347,7 +351,7 @@ std::pair<stats, stats> floor_rtt(asio::io_context& ioc, const redlock::client_c
   }
   std::vector<double> one, quorum;
   run(ioc, [&]() -> asio::awaitable<void> {
-    for (int i = 0; i < cycles + 500; ++i) {
+    for (int i = 0; one_master && i < cycles + 500; ++i) {
       redlock::resp::request r;
       r.push("PING");
       const auto s = clock_type::now();
@@ -796,8 +800,8 @@ int run_bench(int argc, char** argv) {
     fmt::print(stderr, "(g) needs the worker: --worker PATH (test/safety/worker.cpp)\n");
     return 2;
   }
-  if ((want("d") || !peers_cmd.empty()) && proxy_bin.empty()) {
-    fmt::print(stderr, "(d) and the peers need the delaying proxy: --delay-proxy PATH (bench/delay_proxy.cpp)\n");
+  if (want("d") && proxy_bin.empty()) {
+    fmt::print(stderr, "(d) and the peers' (d) need the delaying proxy: --delay-proxy PATH (bench/delay_proxy.cpp)\n");
     return 2;
   }
 
@@ -805,6 +809,21 @@ int run_bench(int argc, char** argv) {
   asio::io_context ioc{1};
   std::vector<std::string> json;
   fmt::print("redlock-asio benchmark: 5 local masters, one client thread\n\n");
+  setenv("REDLOCK_BENCH_MASTERS", s.list(false).c_str(), 1);
+  // The peers measure each scenario right after ours, so that a ratio of ours to theirs is not
+  // taken across minutes of a shared machine's drift.
+  auto run_peers = [&](const char* scenario) {
+    if (peers_cmd.empty()) return;
+    setenv("REDLOCK_BENCH_SCENARIO", scenario, 1);
+    if (!s.slow_ports.empty()) setenv("REDLOCK_BENCH_SLOW_MASTERS", s.list(true).c_str(), 1);
+    fmt::print("\nthe peers' ({}) against the same masters: {}\n", scenario, peers_cmd);
+    std::fflush(stdout);
+    const int rc = std::system(peers_cmd.c_str());
+    if (rc != 0) fmt::print("peers command exited with {}\n", rc);
+    unsetenv("REDLOCK_BENCH_SCENARIO");
+    unsetenv("REDLOCK_BENCH_SLOW_MASTERS");
+    fmt::print("\n");
+  };
 
   if (want("floor")) {
     auto [one, quorum] = floor_rtt(ioc, s.config(false), cycles);
@@ -873,49 +892,51 @@ int run_bench(int argc, char** argv) {
     if (const int rc = std::system(cmd.c_str()); rc != 0) fmt::print("floor_bench exited with {}\n", rc);
     std::tie(floor_p50, floor_mean) = floor_bench_p50_mean(floor_json);
   }
-  {
+  if (want("a")) {
     redlock::client c{ioc.get_executor(), s.config(false)};
     wait_up(ioc, c, 5);
-    if (want("a")) {
-      auto r = sequential(ioc, c, cycles, "bench:a");
-      fmt::print(
-          "(a)       lock+unlock p50 {:.1f} p90 {:.1f} p99 {:.1f} p99.9 {:.1f} max {:.1f} us; {:.0f} cycles/s; CPU "
-          "{:.1f} us/cycle\n",
-          r.lock_unlock.p50, r.lock_unlock.p90, r.lock_unlock.p99, r.lock_unlock.p999, r.lock_unlock.max,
-          r.cycles_per_s, r.cpu_us_per_cycle);
+    auto r = sequential(ioc, c, cycles, "bench:a");
+    fmt::print(
+        "(a)       lock+unlock p50 {:.1f} p90 {:.1f} p99 {:.1f} p99.9 {:.1f} max {:.1f} us; {:.0f} cycles/s; CPU "
+        "{:.1f} us/cycle\n",
+        r.lock_unlock.p50, r.lock_unlock.p90, r.lock_unlock.p99, r.lock_unlock.p999, r.lock_unlock.max, r.cycles_per_s,
+        r.cpu_us_per_cycle);
+    json.push_back(fmt::format(
+        "\"a\": {{\"lock_unlock_us\": {}, \"lock_us\": {}, \"mean_us\": {:.1f}, \"cycles_per_s\": "
+        "{:.0f}, \"cpu_us_per_cycle\": {:.2f}, \"failures\": {}}}",
+        json_stats(r.lock_unlock), json_stats(r.lock_only), r.mean_us, r.cycles_per_s, r.cpu_us_per_cycle, r.failures));
+    if (floor_p50 > 0) {
+      fmt::print("(a)/floor ours ÷ independent floor: p50 {:.1f} / {:.1f} = {:.2f}; mean {:.1f} / {:.1f} = {:.2f}\n",
+                 r.lock_unlock.p50, floor_p50, r.lock_unlock.p50 / floor_p50, r.mean_us, floor_mean,
+                 r.mean_us / floor_mean);
       json.push_back(
-          fmt::format("\"a\": {{\"lock_unlock_us\": {}, \"lock_us\": {}, \"mean_us\": {:.1f}, \"cycles_per_s\": "
-                      "{:.0f}, \"cpu_us_per_cycle\": {:.2f}, \"failures\": {}}}",
-                      json_stats(r.lock_unlock), json_stats(r.lock_only), r.mean_us, r.cycles_per_s, r.cpu_us_per_cycle,
-                      r.failures));
-      if (floor_p50 > 0) {
-        fmt::print("(a)/floor ours ÷ independent floor: p50 {:.1f} / {:.1f} = {:.2f}; mean {:.1f} / {:.1f} = {:.2f}\n",
-                   r.lock_unlock.p50, floor_p50, r.lock_unlock.p50 / floor_p50, r.mean_us, floor_mean,
-                   r.mean_us / floor_mean);
-        json.push_back(
-            fmt::format("\"a_vs_floor_bench\": {{\"floor_p50_us\": {:.1f}, \"floor_mean_us\": {:.1f}, \"ratio_p50\": "
-                        "{:.3f}, \"ratio_mean\": {:.3f}}}",
-                        floor_p50, floor_mean, r.lock_unlock.p50 / floor_p50, r.mean_us / floor_mean));
-      }
-    }
-    if (want("b")) {
-      std::vector<std::string> rows;
-      for (int conc : {1, 16, 64, 256, 1024}) {
-        auto r = throughput(ioc, c, conc, seconds);
-        fmt::print(
-            "(b) C={:<5} {:>8.0f} cycles/s  p50 {:>8.1f} us  p99 {:>8.1f} us  CPU {:.1f} us/cycle  failures {}\n", conc,
-            r.cycles_per_s, r.latency.p50, r.latency.p99, r.cpu_us_per_cycle, r.failures);
-        rows.push_back(
-            fmt::format("{{\"concurrency\": {}, \"cycles_per_s\": {:.0f}, \"latency_us\": {}, \"cpu_us_per_cycle\": "
-                        "{:.2f}, \"failures\": {}}}",
-                        conc, r.cycles_per_s, json_stats(r.latency), r.cpu_us_per_cycle, r.failures));
-      }
-      std::string arr;
-      for (const auto& row : rows) arr += (arr.empty() ? "" : ", ") + row;
-      json.push_back("\"b\": [" + arr + "]");
+          fmt::format("\"a_vs_floor_bench\": {{\"floor_p50_us\": {:.1f}, \"floor_mean_us\": {:.1f}, \"ratio_p50\": "
+                      "{:.3f}, \"ratio_mean\": {:.3f}}}",
+                      floor_p50, floor_mean, r.lock_unlock.p50 / floor_p50, r.mean_us / floor_mean));
     }
     c.close();
     pump_for(ioc, 50ms);
+    run_peers("a");
+  }
+  if (want("b")) {
+    redlock::client c{ioc.get_executor(), s.config(false)};
+    wait_up(ioc, c, 5);
+    std::vector<std::string> rows;
+    for (int conc : {1, 16, 64, 256, 1024}) {
+      auto r = throughput(ioc, c, conc, seconds);
+      fmt::print("(b) C={:<5} {:>8.0f} cycles/s  p50 {:>8.1f} us  p99 {:>8.1f} us  CPU {:.1f} us/cycle  failures {}\n",
+                 conc, r.cycles_per_s, r.latency.p50, r.latency.p99, r.cpu_us_per_cycle, r.failures);
+      rows.push_back(
+          fmt::format("{{\"concurrency\": {}, \"cycles_per_s\": {:.0f}, \"latency_us\": {}, \"cpu_us_per_cycle\": "
+                      "{:.2f}, \"failures\": {}}}",
+                      conc, r.cycles_per_s, json_stats(r.latency), r.cpu_us_per_cycle, r.failures));
+    }
+    std::string arr;
+    for (const auto& row : rows) arr += (arr.empty() ? "" : ", ") + row;
+    json.push_back("\"b\": [" + arr + "]");
+    c.close();
+    pump_for(ioc, 50ms);
+    run_peers("b");
   }
   // (c) in three configurations, each with its own client: the library's defaults (fair
   // hand-over on, retry 50-150 ms), fairness off with the default retry, and the 0-2 ms polling
@@ -931,21 +952,29 @@ int run_bench(int argc, char** argv) {
       {"c_no_fair", false, defaults.base_delay, defaults.jitter, defaults.max_wait},
       {"c_poll_2ms", false, 0ms, 2ms, 10s},
   };
-  for (const auto& cc : c_configs) {
-    if (!want("c") && !want(cc.key)) continue;
-    auto cfg = s.config(false);
-    cfg.fairness.enabled = cc.fair;
-    cfg.retry.base_delay = cc.base;
-    cfg.retry.jitter = cc.jitter;
-    cfg.retry.max_wait = cc.max_wait;
-    // The quorum round trip again right before this configuration (the machine's load drifts):
-    // the unit of its hand-over latency.
-    const double rtt = floor_rtt(ioc, cfg, 2000).second.p50;
-    redlock::client c{ioc.get_executor(), cfg};
-    wait_up(ioc, c, 5);
+  // What each configuration gathered over its runs.
+  struct c_runs {
     std::vector<std::string> rows;
-    std::vector<double> pooled, rates, fairness;
-    for (int run_no = 0; run_no < contention_runs; ++run_no) {
+    std::vector<double> pooled, rates, fairness, rtts;
+  };
+  std::map<std::string, c_runs> c_done;
+  bool any_c = false;
+  // Run by run, each configuration in turn, with a client of its own for the run.
+  for (int run_no = 0; run_no < contention_runs; ++run_no) {
+    for (const auto& cc : c_configs) {
+      if (!want("c") && !want(cc.key)) continue;
+      any_c = true;
+      auto cfg = s.config(false);
+      cfg.fairness.enabled = cc.fair;
+      cfg.retry.base_delay = cc.base;
+      cfg.retry.jitter = cc.jitter;
+      cfg.retry.max_wait = cc.max_wait;
+      // The quorum round trip again right before this run (the machine's load drifts): the unit
+      // of its hand-over latency.
+      const double rtt = floor_rtt(ioc, cfg, 2000, false).second.p50;
+      redlock::client c{ioc.get_executor(), cfg};
+      wait_up(ioc, c, 5);
+      auto& done = c_done[cc.key];
       auto r = contention(ioc, c, s, std::min(seconds, 2.0), fmt::format("contended:{}:{}", cc.key, run_no), c_hold);
       const auto h = summarize(r.handover_us);
       const auto u = summarize(r.unlock_us);
@@ -962,45 +991,54 @@ int run_bench(int argc, char** argv) {
       }
       fmt::print(
           "({}) run {:<2} {:>6.0f} hand-overs/s  fairness {:.2f}  release->grant p50 {:.0f} p99 {:.0f} us  "
-          "(unlock p50 {:.0f} us)  wake-ups {} queued {} self {} failures {}\n"
+          "(unlock p50 {:.0f} us, quorum RTT {:.0f} us)  wake-ups {} queued {} self {} failures {}\n"
           "     per grant: CPU client {:.0f} us, masters {:.0f} us; master calls:{}; in-command us:{}\n",
-          cc.key, run_no, r.handovers_per_s, r.fairness, h.p50, h.p99, u.p50, r.wakeups, r.queued, r.self_regrants,
+          cc.key, run_no, r.handovers_per_s, r.fairness, h.p50, h.p99, u.p50, rtt, r.wakeups, r.queued, r.self_regrants,
           r.failures, r.client_cpu_us, r.masters_cpu_us, calls, usec);
       std::string shares;
       for (long v : r.shares) shares += fmt::format("{}{}", shares.empty() ? "" : ", ", v);
-      rows.push_back(fmt::format(
+      done.rows.push_back(fmt::format(
           "{{\"handovers_per_s\": {:.0f}, \"fairness\": {:.3f}, \"failures\": {}, \"handover_us\": {}, "
           "\"handover_mean_us\": {:.1f}, \"unlock_us\": {}, \"handovers\": {}, \"self_regrants\": {}, "
           "\"handovers_after_deadline\": {}, \"wall_s\": {:.3f}, \"lock_wakeups\": {}, \"locks_queued\": {}, "
-          "\"client_cpu_us_per_grant\": {:.1f}, \"masters_cpu_us_per_grant\": {:.1f}, "
+          "\"client_cpu_us_per_grant\": {:.1f}, \"masters_cpu_us_per_grant\": {:.1f}, \"quorum_rtt_p50_us\": {:.1f}, "
           "\"master_calls_per_grant\": {{{}}}, \"master_usec_per_grant\": {{{}}}, \"shares\": [{}]}}",
           r.handovers_per_s, r.fairness, r.failures, json_stats(h), mean_of(r.handover_us), json_stats(u),
           r.handover_us.size(), r.self_regrants, r.after_deadline, r.wall_s, r.wakeups, r.queued, r.client_cpu_us,
-          r.masters_cpu_us, calls_json, usec_json, shares));
-      pooled.insert(pooled.end(), r.handover_us.begin(), r.handover_us.end());
-      rates.push_back(r.handovers_per_s);
-      fairness.push_back(r.fairness);
+          r.masters_cpu_us, rtt, calls_json, usec_json, shares));
+      done.pooled.insert(done.pooled.end(), r.handover_us.begin(), r.handover_us.end());
+      done.rates.push_back(r.handovers_per_s);
+      done.fairness.push_back(r.fairness);
+      done.rtts.push_back(rtt);
+      c.close();
+      pump_for(ioc, 50ms);
     }
-    const auto all = summarize(pooled);
+  }
+  for (const auto& cc : c_configs) {
+    const auto it = c_done.find(cc.key);
+    if (it == c_done.end()) continue;
+    const auto& done = it->second;
+    const auto all = summarize(done.pooled);
+    const double rtt = median_of(done.rtts);
     fmt::print(
         "({}) median {:.0f} hand-overs/s, fairness {:.2f}; release->grant over all runs p50 {:.0f} p99 {:.0f} us{}\n",
-        cc.key, median_of(rates), median_of(fairness), all.p50, all.p99,
-        rtt > 0 ? fmt::format(" = {:.2f} / {:.2f} quorum round trips ({:.0f} us)", all.p50 / rtt, all.p99 / rtt, rtt)
-                : std::string{});
+        cc.key, median_of(done.rates), median_of(done.fairness), all.p50, all.p99,
+        rtt > 0
+            ? fmt::format(" = {:.2f} / {:.2f} quorum round trips (median {:.0f} us)", all.p50 / rtt, all.p99 / rtt, rtt)
+            : std::string{});
     std::string arr;
-    for (const auto& row : rows) arr += (arr.empty() ? "" : ", ") + row;
+    for (const auto& row : done.rows) arr += (arr.empty() ? "" : ", ") + row;
     json.push_back(
         fmt::format("\"{}\": {{\"config\": {{\"fairness\": {}, \"retry\": {{\"base_ms\": {}, \"jitter_ms\": {}, "
                     "\"max_wait_ms\": {}}}}}, "
                     "\"contenders\": 16, \"hold_ms\": {:.3f}, \"seconds\": {:.1f}, \"handover_us\": {}, "
                     "\"quorum_rtt_p50_us\": {:.1f}, \"handover_p50_in_rtt\": {:.2f}, \"handover_p99_in_rtt\": {:.2f}, "
-                    "\"runs\": [{}]}}",
+                    "\"interleaved\": true, \"runs\": [{}]}}",
                     cc.key, cc.fair, cc.base.count(), cc.jitter.count(), cc.max_wait.count(),
                     std::chrono::duration<double, std::milli>(c_hold).count(), std::min(seconds, 2.0), json_stats(all),
                     rtt, rtt > 0 ? all.p50 / rtt : 0, rtt > 0 ? all.p99 / rtt : 0, arr));
-    c.close();
-    pump_for(ioc, 50ms);
   }
+  if (any_c) run_peers("c");
   // (g) four processes with default-configured clients, fair hand-over on, then off.
   if (want("g")) {
     const auto slash = json_path.rfind('/');
@@ -1056,6 +1094,7 @@ int run_bench(int argc, char** argv) {
         r.cpu_us_per_cycle));
     c.close();
     pump_for(ioc, 50ms);
+    run_peers("d");  // through the same proxies
   }
   if (want("e")) {
     redlock::client c{ioc.get_executor(), s.config(false)};
@@ -1070,15 +1109,6 @@ int run_bench(int argc, char** argv) {
     c.close();
     pump_for(ioc, 50ms);
     s.servers[4].restart();
-  }
-  if (!peers_cmd.empty()) {
-    slow_minority slow{s, proxy_bin};  // the same delaying proxies as (d), for the peers' (d)
-    setenv("REDLOCK_BENCH_MASTERS", s.list(false).c_str(), 1);
-    setenv("REDLOCK_BENCH_SLOW_MASTERS", s.list(true).c_str(), 1);
-    fmt::print("\nrunning the peers against the same masters: {}\n", peers_cmd);
-    std::fflush(stdout);
-    const int rc = std::system(peers_cmd.c_str());
-    if (rc != 0) fmt::print("peers command exited with {}\n", rc);
   }
 
   std::ofstream out{json_path};

@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSL-1.0
-"""Benchmark report: ratios of ours to the peers, the floor and the ceiling, from one run's JSON.
+"""Benchmark report: ratios of ours to the peers, the floor and the ceiling, from bench/run.sh's runs.
 
-  report.py RESULTS_DIR                  print the comparison, write RESULTS_DIR/summary.md and plots
+  report.py RESULTS_DIR                  print every table of docs/benchmarks.md that bench/run.sh
+                                            measures, each figure the median of the runs
+                                            (RESULTS_DIR/run1, run2, ...; or RESULTS_DIR itself as
+                                            one run, the layout before) with its range, ratios
+                                            taken run by run; write RESULTS_DIR/summary.md and plots
   report.py cycle-cost BINARY RESULTS_DIR   instructions (callgrind), allocations and scheduler passes
                                             per lock+unlock
   report.py cycle-cost-kinds BINARY RESULTS_DIR   the same per lock kind, next to the plain
@@ -14,9 +18,10 @@
                                             plain and TLS (RESULTS_DIR/tls_latency.json if there
                                             and no R given, else R rounds of tls_bench latency,
                                             3 by default); writes tls_cost.json
-  report.py syscalls COST_BINARY FLOOR_BINARY RESULTS_DIR   syscalls per lock+unlock on the client
-                                            thread, ours next to the independent floor (perf stat,
-                                            strace -c without perf); writes syscalls.json
+  report.py syscalls COST_BINARY FLOOR_BINARY RESULTS_DIR [--runs N=3]   syscalls per lock+unlock
+                                            on the client thread, ours next to the independent floor
+                                            (perf stat, strace -c without perf), N interleaved runs;
+                                            writes syscalls.json
 """
 
 import json
@@ -267,10 +272,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def syscalls(cost_binary: str, floor_binary: str, out: Path) -> int:
+def syscalls(cost_binary: str, floor_binary: str, out: Path, n_runs: int = 3) -> int:
     """Syscalls per lock+unlock (5 masters) on the client thread: ours (cycle_cost_bench) and the
     independent floor (floor_bench, on five masters started here), by the two-length method, the
-    median of three interleaved runs."""
+    median of N_RUNS interleaved runs (every run is kept in syscalls.json)."""
     out.mkdir(parents=True, exist_ok=True)
     perf = perf_usable()
     if not perf and not shutil.which("strace"):
@@ -290,7 +295,7 @@ def syscalls(cost_binary: str, floor_binary: str, out: Path) -> int:
         masters = ",".join(f"127.0.0.1:{p}" for p in ports)
         lengths = (1000, 4000)
         runs = {"ours": [], "floor": []}
-        for _ in range(3):
+        for _ in range(n_runs):
             for who in ("ours", "floor"):
                 at = {}
                 for n in lengths:
@@ -304,11 +309,11 @@ def syscalls(cost_binary: str, floor_binary: str, out: Path) -> int:
             s.terminate()
         for s in servers:
             s.wait()
-    result = {"tool": "perf stat" if perf else "strace -c", "runs": 3}
+    result = {"tool": "perf stat" if perf else "strace -c", "runs": n_runs, "per_run": runs}
     for who, rs in runs.items():
         result[who] = {k: median([r[k] for r in rs]) for k in rs[0]}
         result[who + "_range"] = {k: [min(r[k] for r in rs), max(r[k] for r in rs)] for k in rs[0]}
-    print(f"syscalls per lock+unlock, client thread, 5 masters ({result['tool']}, median of 3):")
+    print(f"syscalls per lock+unlock, client thread, 5 masters ({result['tool']}, median of {n_runs}):")
     print(f"  {'':18}{'ours':>8}{'floor':>8}")
     for k in ("total",) + SYSCALLS + ("recvfrom_failed",):
         print(f"  {k:18}{result['ours'][k]:8.1f}{result['floor'][k]:8.1f}")
@@ -320,170 +325,359 @@ def fmt_ratio(a, b):
     return f"{a / b:.2f}" if a and b else "n/a"
 
 
-def report(out: Path) -> int:
-    ours = load(out / "redlock_bench.json") or {}
-    peers = {lib: {} for lib in LIBS}
+def num(v, spec: str) -> str:
+    text = format(v, spec)
+    return text[1:] if text.startswith("-") and not text.strip("-0.,") else text  # no "-0.0"
+
+
+def mr(vals, spec: str = ".0f") -> str:
+    """The median of a figure's runs with their range: "170 (160–185)"; one run: "170"."""
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return "n/a"
+    text = num(median(vals), spec)
+    if len(vals) > 1:
+        text += f" ({num(min(vals), spec)}–{num(max(vals), spec)})"
+    return text
+
+
+def runs_of(n: int) -> str:
+    return f"{n} run{'' if n == 1 else 's'}"
+
+
+def ratios(pairs):
+    """Per-run ratios a / b of the runs where both are there."""
+    return [a / b for a, b in pairs if a and b]
+
+
+def get(d, *keys):
+    """d[k1][k2]..., None where any is missing."""
+    for k in keys:
+        if not isinstance(d, (dict, list)):
+            return None
+        try:
+            d = d[k]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return d
+
+
+def run_dirs(out: Path) -> list:
+    """RESULTS_DIR/run1, run2, ... (bench/run.sh), or RESULTS_DIR itself: one run's results."""
+    dirs = [d for d in out.glob("run*") if d.is_dir() and d.name[3:].isdigit()]
+    return sorted(dirs, key=lambda d: int(d.name[3:])) or [out]
+
+
+def load_run(d: Path) -> dict:
+    peers = {}
     for lib in LIBS:
-        peers[lib]["a"] = load(out / "peers" / f"{lib}_a.json")
-        peers[lib]["d"] = load(out / "peers" / f"{lib}_d.json")
-        peers[lib]["b"] = {}
+        p = {"a": load(d / "peers" / f"{lib}_a.json"), "d": load(d / "peers" / f"{lib}_d.json"), "b": {}}
         for c in (1, 16, 64, 256, 1024):
             for ap in ("0", "1"):
-                peers[lib]["b"][(c, ap)] = load(out / "peers" / f"{lib}_b_{c}_{ap}.json")
-        peers[lib]["c"] = [load(out / "peers" / f"{lib}_c_{r}.json") for r in range(3)]
-    ka = load(out / "keep_alive_bench.json") or {}
-    conn = load(out / "connection_bench.json") or {}
+                p["b"][(c, ap)] = load(d / "peers" / f"{lib}_b_{c}_{ap}.json")
+        p["c"] = [load(f) for f in sorted((d / "peers").glob(f"{lib}_c_*.json"))]
+        peers[lib] = p
+    return {"ours": load(d / "redlock_bench.json") or {}, "floor_bench": load(d / "floor_bench.json") or {},
+            "peers": peers, "ka": load(d / "keep_alive_bench.json") or {}, "conn": load(d / "connection_bench.json") or {},
+            "kinds": load(d / "kinds_bench.json") or {}, "cluster": load(d / "cluster_bench.json") or {}}
+
+
+KIND_LABELS = {"plain": "plain (`SET NX PX`)", "fence": "fenced", "reentrant": "reentrant", "read": "reader",
+               "write": "writer", "semaphore": "semaphore, P = {p} (quorum {q} of 5)",
+               "multi1": "`async_lock_all`, 1 resource", "multi4": "`async_lock_all`, 4 resources",
+               "multi16": "`async_lock_all`, 16 resources"}
+
+
+def report(out: Path) -> int:
+    dirs = run_dirs(out)
+    runs = [load_run(d) for d in dirs]
+    n = len(runs)
     cost = load(out / "cycle_cost.json") or {}
 
     lines = []
     w = lines.append
-    floor_q = ours.get("floor", {}).get("ping_quorum_us", {}).get("p50")
-    indep = (load(out / "floor_bench.json") or {}).get("lock_unlock_us", {})
-    ceiling = ours.get("ceiling", {}).get("lock_cycles_per_s")
-    a = ours.get("a", {}).get("lock_unlock_us", {})
+    w(f"{runs_of(n).capitalize()} ({', '.join(d.name for d in dirs)}); every figure is the median of the runs with their range "
+      "(min–max) in brackets, ratios taken run by run; callgrind's counts are one run (they are deterministic).\n")
+
+    def ours(r, *keys):
+        return get(r["ours"], *keys)
+
+    def peer(r, lib, scen, *keys):
+        return get(r["peers"][lib][scen], *keys)
+
+    # (a), the floors
     w("## (a) uncontended lock+unlock, sequential (µs)\n")
     w("| library | p50 | p90 | p99 | p99.9 | max | ours ÷ it (p50) |")
     w("| --- | --- | --- | --- | --- | --- | --- |")
-    if a:
-        w(f"| redlock-asio | {a['p50']:.0f} | {a['p90']:.0f} | {a['p99']:.0f} | {a['p99_9']:.0f} | {a['max']:.0f} | 1.00 |")
+    pct = ("p50", "p90", "p99", "p99_9", "max")
+    a_p50 = [ours(r, "a", "lock_unlock_us", "p50") for r in runs]
+    if any(a_p50):
+        w("| redlock-asio | " + " | ".join(mr([ours(r, "a", "lock_unlock_us", k) for r in runs]) for k in pct) +
+          " | 1.00 |")
     for lib in LIBS:
-        p = (peers[lib]["a"] or {}).get("lock_unlock_us")
-        if p:
-            w(f"| {lib} | {p['p50']:.0f} | {p['p90']:.0f} | {p['p99']:.0f} | {p['p99_9']:.0f} | {p['max']:.0f} | "
-              f"{fmt_ratio(a.get('p50'), p['p50'])} |")
-    if floor_q and a:
-        w(f"\nFloor (one quorum round trip = PING to all 5 until 3 answered) p50 {floor_q:.0f} µs; "
-          f"lock+unlock is about two: ours ÷ (2 × floor) = {a['p50'] / (2 * floor_q):.2f}.")
-    if indep and a:
-        mean = ours.get("a", {}).get("mean_us")
+        if any(peer(r, lib, "a", "lock_unlock_us", "p50") for r in runs):
+            w(f"| {lib} | " + " | ".join(mr([peer(r, lib, "a", "lock_unlock_us", k) for r in runs]) for k in pct) +
+              f" | {mr(ratios((ours(r, 'a', 'lock_unlock_us', 'p50'), peer(r, lib, 'a', 'lock_unlock_us', 'p50')) for r in runs), '.2f')} |")
+    floor_q = [ours(r, "floor", "ping_quorum_us", "p50") for r in runs]
+    if any(floor_q) and any(a_p50):
+        w(f"\nFloor (one quorum round trip = PING to all 5 until 3 answered) p50 {mr(floor_q)} µs; "
+          f"lock+unlock is about two: ours ÷ (2 × floor) = "
+          f"{mr(ratios((a, 2 * f if f else None) for a, f in zip(a_p50, floor_q)), '.2f')}.")
+    indep_p50 = [ours(r, "a_vs_floor_bench", "floor_p50_us") or get(r["floor_bench"], "lock_unlock_us", "p50")
+                 for r in runs]
+    indep_mean = [ours(r, "a_vs_floor_bench", "floor_mean_us") or get(r["floor_bench"], "lock_unlock_us", "mean")
+                  for r in runs]
+    if any(indep_p50) and any(a_p50):
+        a_mean = [ours(r, "a", "mean_us") for r in runs]
         w(f"\nIndependent floor (`bench/floor_bench`: the same SET NX PX + EVALSHA release to a majority of the "
-          f"same masters over raw sockets and epoll, no redlock code) p50 {indep['p50']:.0f} µs, mean "
-          f"{indep['mean']:.0f} µs: ours ÷ floor = {a['p50'] / indep['p50']:.2f} (p50)"
-          + (f", {mean / indep['mean']:.2f} (mean)." if mean else "."))
+          f"same masters over raw sockets and epoll, no redlock code) p50 {mr(indep_p50)} µs, mean "
+          f"{mr(indep_mean)} µs: ours ÷ floor = {mr(ratios(zip(a_p50, indep_p50)), '.2f')} (p50)"
+          + (f", {mr(ratios(zip(a_mean, indep_mean)), '.2f')} (mean)." if any(a_mean) else "."))
 
+    # (b), the ceiling
     w("\n## (b) throughput, C coroutines / async loops on distinct resources (lock cycles/s)\n")
     w("| C | redlock-asio | CPU µs/cycle | " + " | ".join(f"{lib} (autopipeline off / on)" for lib in LIBS) +
       " | ours ÷ best peer | ours ÷ ceiling |")
     w("| --- | --- | --- | " + " | ".join("---" for _ in LIBS) + " | --- | --- |")
+    ceilings = [ours(r, "ceiling", "lock_cycles_per_s") for r in runs]
     plot_tp = []
-    for row in ours.get("b", []):
-        c = row["concurrency"]
-        best = 0
+    for c in (1, 16, 64, 256, 1024):
+        rows = [next((x for x in ours(r, "b") or [] if x["concurrency"] == c), None) for r in runs]
+        if not any(rows):
+            continue
+        tp = [x["cycles_per_s"] if x else None for x in rows]
         cells = []
         for lib in LIBS:
-            vals = []
-            for ap in ("0", "1"):
-                r = peers[lib]["b"].get((c, ap)) or {}
-                v = r.get("cycles_per_s")
-                vals.append(f"{v:.0f}" if v else "n/a")
-                best = max(best, v or 0)
-            cells.append(" / ".join(vals))
-        w(f"| {c} | {row['cycles_per_s']:.0f} | {row['cpu_us_per_cycle']:.1f} | " + " | ".join(cells) +
-          f" | {fmt_ratio(row['cycles_per_s'], best)} | {fmt_ratio(row['cycles_per_s'], ceiling)} |")
-        plot_tp.append((c, row["cycles_per_s"],
-                        *[(peers[lib]["b"].get((c, ap)) or {}).get("cycles_per_s", 0) or 0 for lib in LIBS for ap in ("0", "1")]))
-    if ceiling:
-        w(f"\nCeiling: redis-benchmark pipelined on all 5 masters ⇒ {ceiling:.0f} lock cycles/s.")
+            cells.append(" / ".join(mr([peer(r, lib, "b", (c, ap), "cycles_per_s") for r in runs]) for ap in ("0", "1")))
+        best = [max([peer(r, lib, "b", (c, ap), "cycles_per_s") or 0 for lib in LIBS for ap in ("0", "1")]) for r in runs]
+        w(f"| {c} | {mr(tp)} | {mr([x['cpu_us_per_cycle'] if x else None for x in rows], '.1f')} | " +
+          " | ".join(cells) + f" | {mr(ratios(zip(tp, best)), '.2f')} | {mr(ratios(zip(tp, ceilings)), '.2f')} |")
+        plot_tp.append((c, median([v for v in tp if v]),
+                        *[median([peer(r, lib, "b", (c, ap), "cycles_per_s") or 0 for r in runs])
+                          for lib in LIBS for ap in ("0", "1")]))
+    if any(ceilings):
+        w(f"\nCeiling: redis-benchmark pipelined on all 5 masters ⇒ {mr(ceilings)} lock cycles/s.")
 
+    # (c)
     w("\n## (c) 16 contenders on one resource\n")
-    w("Each contender locks, releases at once and locks again, for 2 s per run. Release → next grant: from a "
-      "contender calling `async_unlock` to the next successful `async_lock` of any contender (itself included), "
-      "over all runs of the configuration; also in quorum round trips: the floor's PING to all 5 until 3 answered, "
-      "p50 of 2,000 measured right before the configuration.\n")
-    w("| library | configuration | runs | hand-overs/s (median, range) | fairness min ÷ mean (median, range) | "
+    w("Each contender locks, releases at once and locks again, for 2 s per run; the configurations take turns run by "
+      "run. Release → next grant: from a contender calling `async_unlock` to the next successful `async_lock` of any "
+      "contender (itself included), the p50 and p99 of each run; also in quorum round trips: the floor's PING to all "
+      "5 until 3 answered, p50 of 2,000 measured right before each run. Medians of the runs, range in brackets.\n")
+    w("| library | configuration | runs | hand-overs/s | fairness min ÷ mean | "
       "release → next grant p50 / p99 (µs) | p50 / p99 in quorum round trips | self re-grants | "
       "CPU µs per grant: client / masters | failures |")
     w("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    rtt = floor_q
+    per_run = []
     for key in C_CONFIGS:
-        c = ours.get(key)
-        if not c or "runs" not in c:
+        confs = [ours(r, key) for r in runs if ours(r, key) and ours(r, key).get("runs")]
+        if not confs:
             continue
-        runs = c["runs"]
-        rates = [r["handovers_per_s"] for r in runs]
-        fair = [r["fairness"] for r in runs]
-        h = c.get("handover_us")
-        lat = f"{h['p50']:.0f} / {h['p99']:.0f}" if h else "n/a"
-        rtt_c = c.get("quorum_rtt_p50_us") or rtt
-        in_rtt = f"{h['p50'] / rtt_c:.2f} / {h['p99'] / rtt_c:.2f} (RTT {rtt_c:.0f} µs)" if h and rtt_c else "n/a"
-        grants = sum(r.get("handovers", 0) for r in runs)
-        selfs = sum(r.get("self_regrants", 0) for r in runs)
-        self_share = f"{selfs / grants:.0%}" if grants and "self_regrants" in runs[0] else "n/a"
-        cpu = (f"{median([r['client_cpu_us_per_grant'] for r in runs]):.0f} / "
-               f"{median([r['masters_cpu_us_per_grant'] for r in runs]):.0f}"
-               if "client_cpu_us_per_grant" in runs[0] else "n/a")
-        w(f"| redlock-asio | {c_config_name(key, c)} | {len(runs)} | {median(rates):.0f} ({min(rates):.0f}–{max(rates):.0f}) | "
-          f"{median(fair):.2f} ({min(fair):.2f}–{max(fair):.2f}) | {lat} | {in_rtt} | {self_share} | {cpu} | "
-          f"{sum(r['failures'] for r in runs)} |")
+        cr = [(x, conf.get("quorum_rtt_p50_us") or None) for conf in confs for x in conf["runs"]]
+        rs = [x for x, _ in cr]
+        rtts = [x.get("quorum_rtt_p50_us") or rtt for x, rtt in cr]
+        p50 = [get(x, "handover_us", "p50") for x in rs]
+        p99 = [get(x, "handover_us", "p99") for x in rs]
+        lat = f"{mr(p50)} / {mr(p99)}" if any(p50) else "n/a"
+        in_rtt = (f"{mr(ratios(zip(p50, rtts)), '.2f')} / {mr(ratios(zip(p99, rtts)), '.2f')} "
+                  f"(RTT {mr(rtts)} µs)" if any(p50) and any(rtts) else "n/a")
+        selfs = [x["self_regrants"] / x["handovers"] * 100 for x in rs if x.get("handovers") and "self_regrants" in x]
+        self_share = mr(selfs) + " %" if selfs else "n/a"
+        cpu = (f"{mr([x.get('client_cpu_us_per_grant') for x in rs])} / "
+               f"{mr([x.get('masters_cpu_us_per_grant') for x in rs])}" if "client_cpu_us_per_grant" in rs[0] else "n/a")
+        w(f"| redlock-asio | {c_config_name(key, confs[0])} | {len(rs)} | {mr([x['handovers_per_s'] for x in rs])} | "
+          f"{mr([x['fairness'] for x in rs], '.2f')} | {lat} | {in_rtt} | {self_share} | {cpu} | "
+          f"{sum(x['failures'] for x in rs)} |")
+        per_run.append((key, rs))
     for lib in LIBS:
-        runs = [r for r in peers[lib]["c"] if r and "handovers_per_s" in r]
-        if not runs:
+        rs = [x for r in runs for x in r["peers"][lib]["c"] if x and "handovers_per_s" in x]
+        if not rs:
             continue
-        rates = [r["handovers_per_s"] for r in runs]
-        fair = [r["fairness"] for r in runs]
-        retry = runs[0].get("retry") or {}
+        retry = rs[0].get("retry") or {}
         jitter = retry.get("retryJitter")
         conf = ("its defaults" if "retryDelay" not in retry else
                 f"retry {retry['retryDelay']} ms" + (f" ± {jitter} ms" if jitter else " (no jitter)"))
-        w(f"| {lib} | {conf} | {len(runs)} | {median(rates):.0f} ({min(rates):.0f}–{max(rates):.0f}) | "
-          f"{median(fair):.2f} ({min(fair):.2f}–{max(fair):.2f}) | n/a | n/a | n/a | "
-          f"{median([r['cpu_us_per_handover'] for r in runs]):.0f} / n/a | {sum(r['failures'] for r in runs)} |")
-    per_run = [(key, ours[key]["runs"]) for key in C_CONFIGS if ours.get(key, {}).get("runs")]
+        w(f"| {lib} | {conf} | {len(rs)} | {mr([x['handovers_per_s'] for x in rs])} | "
+          f"{mr([x['fairness'] for x in rs], '.2f')} | n/a | n/a | n/a | "
+          f"{mr([x.get('cpu_us_per_handover') for x in rs])} / n/a | {sum(x['failures'] for x in rs)} |")
     if per_run:
         w("\nPer run, hand-overs/s (fairness): " + "; ".join(
-            f"`{key}` " + ", ".join(f"{r['handovers_per_s']:.0f} ({r['fairness']:.2f})" for r in runs)
-            for key, runs in per_run) + ".")
+            f"`{key}` " + ", ".join(f"{x['handovers_per_s']:.0f} ({x['fairness']:.2f})" for x in rs)
+            for key, rs in per_run) + ".")
 
-    g_rows = [(key, ours[key]) for key in ("g", "g_no_fair") if key in ours]
-    if g_rows:
+    # (g)
+    g_keys = [key for key in ("g", "g_no_fair") if any(ours(r, key) for r in runs)]
+    if g_keys:
         w("\n## (g) 4 processes, one resource, default-configured clients\n")
         w("Four `redlock_worker --defaults --hold-ms 20-300` processes (ttl 10 s), each with its own client, "
           "contending for one resource. Longest wait: the longest single `async_lock` call (a call gives up after "
           "`retry.max_wait`, 2 s); longest without the lock: the longest time a process went without a critical "
-          "section (start to first, between two of its own, last to end).\n")
-        w("| fair hand-over | seconds | sections per process | min ÷ mean | longest wait (ms) | "
+          "section (start to first, between two of its own, last to end). Sections per process: each run's, "
+          "separated by semicolons; the rest: medians of the runs, range in brackets; overlaps: all runs'.\n")
+        w("| fair hand-over | seconds | runs | sections per process | min ÷ mean | longest wait (ms) | "
           "longest without the lock (ms) | queued / wake-ups (all processes) | not acquired | overlaps |")
-        w("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-        for key, g in g_rows:
-            procs = g.get("per_process", [])
-            w(f"| {'on' if g.get('fairness_enabled') else 'off'} | {g['seconds']:.0f} | "
-              f"{' / '.join(str(p['sections']) for p in procs)} | {g['fairness']:.2f} | {g['longest_wait_ms']} | "
-              f"{g['longest_gap_ms']:.0f} | {sum(p['queued'] for p in procs)} / {sum(p['wakeups'] for p in procs)} | "
-              f"{sum(p['not_acquired'] for p in procs)} | {g['overlaps']} |")
+        w("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for key in g_keys:
+            gs = [ours(r, key) for r in runs if ours(r, key)]
+            procs = [g.get("per_process", []) for g in gs]
+            w(f"| {'on' if gs[0].get('fairness_enabled') else 'off'} | {gs[0]['seconds']:.0f} | {len(gs)} | "
+              + "; ".join(" / ".join(str(p["sections"]) for p in ps) for ps in procs) +
+              f" | {mr([g['fairness'] for g in gs], '.2f')} | {mr([g['longest_wait_ms'] for g in gs])} | "
+              f"{mr([g['longest_gap_ms'] for g in gs])} | {mr([sum(p['queued'] for p in ps) for ps in procs])} / "
+              f"{mr([sum(p['wakeups'] for p in ps) for ps in procs])} | "
+              f"{mr([sum(p['not_acquired'] for p in ps) for ps in procs])} | {sum(g['overlaps'] for g in gs)} |")
 
+    # (d), (e)
     w("\n## (d) 2 of 5 masters +50 ms, and (e) 1 of 5 down: lock+unlock (µs)\n")
     w("| library | (d) p50 | (d) p99 | (d) p50 ÷ no-fault p50 | (e) p50 | (e) p99 |")
     w("| --- | --- | --- | --- | --- | --- |")
-    d = ours.get("d", {}).get("lock_unlock_us", {})
-    e = ours.get("e", {}).get("lock_unlock_us", {})
-    if d:
-        w(f"| redlock-asio | {d['p50']:.0f} | {d['p99']:.0f} | {fmt_ratio(d['p50'], a.get('p50'))} | "
-          f"{e.get('p50', 0):.0f} | {e.get('p99', 0):.0f} |")
+    d_p50 = [ours(r, "d", "lock_unlock_us", "p50") for r in runs]
+    if any(d_p50):
+        w(f"| redlock-asio | {mr(d_p50)} | {mr([ours(r, 'd', 'lock_unlock_us', 'p99') for r in runs])} | "
+          f"{mr(ratios(zip(d_p50, a_p50)), '.2f')} | {mr([ours(r, 'e', 'lock_unlock_us', 'p50') for r in runs])} | "
+          f"{mr([ours(r, 'e', 'lock_unlock_us', 'p99') for r in runs])} |")
     for lib in LIBS:
-        pd = (peers[lib]["d"] or {}).get("lock_unlock_us")
-        pa = (peers[lib]["a"] or {}).get("lock_unlock_us")
-        if pd:
-            w(f"| {lib} | {pd['p50']:.0f} | {pd['p99']:.0f} | {fmt_ratio(pd['p50'], (pa or {}).get('p50'))} | | |")
+        pd = [peer(r, lib, "d", "lock_unlock_us", "p50") for r in runs]
+        if any(pd):
+            pa = [peer(r, lib, "a", "lock_unlock_us", "p50") for r in runs]
+            w(f"| {lib} | {mr(pd)} | {mr([peer(r, lib, 'd', 'lock_unlock_us', 'p99') for r in runs])} | "
+              f"{mr(ratios(zip(pd, pa)), '.2f')} | | |")
 
-    if ka:
+    # (f)
+    kas = [r["ka"] for r in runs if r["ka"]]
+    if kas:
+        ka = kas[0]
         w("\n## (f) auto-extension cost\n")
-        w(f"{ka['locks']} locks, ttl {ka['ttl_ms']} ms, held {ka['seconds']:.0f} s: {ka['kib_per_lock']:.2f} KiB heap per lock, "
-          f"{ka['cpu_us_per_lock_second']:.2f} µs CPU per lock per second, {ka['cpu_us_per_extension']:.1f} µs CPU per "
-          f"extension, {ka['extend_commands_per_s']:.0f} extend commands/s to the masters; lost: {ka['lost']}.")
+        w(f"{ka['locks']} locks, ttl {ka['ttl_ms']} ms, held {ka['seconds']:.0f} s, {runs_of(len(kas))}: "
+          f"{mr([k['kib_per_lock'] for k in kas], '.2f')} KiB heap per lock, "
+          f"{mr([k['cpu_us_per_lock_second'] for k in kas], '.2f')} µs CPU per lock per second, "
+          f"{mr([k['cpu_us_per_extension'] for k in kas], '.1f')} µs CPU per extension, "
+          f"{mr([k['extend_commands_per_s'] for k in kas])} extend commands/s to the masters; "
+          f"lost: {sum(k['lost'] for k in kas)}.")
     if cost:
         w("\n## Noise-free cost of one lock+unlock (callgrind)\n")
         w(f"{cost['instructions_per_cycle']:.0f} instructions and {cost['allocations_per_cycle']:.1f} heap allocations "
-          "per cycle in the client (5 masters, sequential).")
+          "per cycle in the client (5 masters, sequential; callgrind, one run: the counts are deterministic).")
         if "scheduler_passes_per_cycle" in cost:
             w(f"Scheduler passes (handlers the io_context runs): {cost['scheduler_passes_per_cycle']:.1f} per cycle, "
               f"{cost['scheduler_passes_per_reply']:.2f} per reply (native run; "
               f"{cost['scheduler_passes_per_cycle_callgrind']:.1f} per cycle under callgrind).")
-    if conn:
+
+    # System calls
+    sc = load(out / "syscalls.json")
+    if sc and "ours" in sc:
+        w("\n## System calls per lock+unlock\n")
+        w(f"Client thread, 5 masters, sequential, by two run lengths ({sc.get('tool', '?')}), the median of "
+          f"{sc.get('runs', '?')} interleaved runs with their range:\n")
+        w("| per cycle | ours | floor |")
+        w("| --- | --- | --- |")
+        for k, label in (("total", "all"), ("sendto", "`sendto`"), ("recvfrom", "`recvfrom`"),
+                         ("recvfrom_failed", "`recvfrom` failed (`EAGAIN`)"), ("epoll_wait", "`epoll_wait`"),
+                         ("epoll_ctl", "`epoll_ctl`"), ("getrandom", "`getrandom`")):
+            cells = []
+            for who in ("ours", "floor"):
+                m, rg = get(sc, who, k), get(sc, who + "_range", k)
+                cells.append("n/a" if m is None else num(m, ".1f") +
+                             (f" ({num(rg[0], '.1f')}–{num(rg[1], '.1f')})" if rg else ""))
+            w(f"| {label} | " + " | ".join(cells) + " |")
+
+    # One connection
+    conns = [r["conn"] for r in runs if r["conn"]]
+    if conns:
+        c64 = [next((x["requests_per_s"] for x in c.get("set", []) if x["concurrency"] == 64), None) for c in conns]
+        rb = [c.get("redis_benchmark_set_P16_c1") for c in conns]
         w("\n## One connection\n")
-        c64 = next((r for r in conn.get("set", []) if r["concurrency"] == 64), None)
-        if c64:
-            w(f"SET through one connection with 64 coroutines: {c64['requests_per_s']:.0f}/s; redis-benchmark -P 16 -c 1: "
-              f"{conn['redis_benchmark_set_P16_c1']:.0f}/s; ratio {conn['ratio_c64_vs_redis_benchmark']:.2f}.")
+        w(f"SET through one connection with 64 coroutines: {mr(c64)}/s; redis-benchmark -P 16 -c 1: {mr(rb)}/s; "
+          f"ratio {mr(ratios(zip(c64, rb)), '.2f')} ({runs_of(len(conns))}).")
+
+    # Lock kinds
+    kinds = [r["kinds"] for r in runs if r["kinds"]]
+    if kinds:
+        kc = load(out / "kinds_cost.json") or {}
+        k3 = [k["k3"] for k in kinds if "k3" in k]
+        permits, quorum = (k3[0].get("permits", 4), k3[0].get("quorum", 5)) if k3 else (4, 5)
+        rounds = [get(k, "k1", "rounds") for k in kinds]
+        w("\n## Lock kinds\n")
+        w(f"**Uncontended acquire+release** ({runs_of(len(kinds))} of {'/'.join(str(x) for x in rounds)} rounds × "
+          f"{get(kinds[0], 'k1', 'cycles')} cycles per kind; instructions and allocations: callgrind, one run):\n")
+        w("| kind | p50 µs | p90 µs | p99 µs | p50 ÷ plain | instructions per lock+unlock | ÷ plain | heap allocations |")
+        w("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        for kind, label in KIND_LABELS.items():
+            vals = [get(k, "k1", "kinds", kind) for k in kinds]
+            if not any(vals):
+                continue
+            instr = get(kc, kind, "instructions_per_cycle")
+            vs = get(kc, kind, "instructions_vs_plain")
+            allocs = get(kc, kind, "allocations_per_cycle")
+            w(f"| {label.format(p=permits, q=quorum)} | {mr([get(v, 'p50_us') for v in vals])} | "
+              f"{mr([get(v, 'p90_us') for v in vals])} | {mr([get(v, 'p99_us') for v in vals])} | "
+              f"{mr([get(v, 'vs_plain') for v in vals], '.2f')} | "
+              f"{f'{instr:,.0f}' if instr else 'n/a'} | {f'{vs:.2f}' if vs else 'n/a'} | "
+              f"{f'{allocs:.1f}' if allocs is not None else 'n/a'} |")
+        if k3:
+            w(f"\n**Contention** ({k3[0].get('contenders')} contenders, each lock held {k3[0].get('hold_us', 0) / 1000:g} "
+              f"ms, {k3[0].get('seconds')} s per configuration, {runs_of(len(k3))}):\n")
+            w("| configuration | hand-overs/s | most holders at once |")
+            w("| --- | --- | --- |")
+            w(f"| semaphore, P = {permits} (quorum {quorum} of 5) | {mr([k.get('semaphore_per_s') for k in k3])} | "
+              f"{max(k.get('semaphore_most_holders', 0) for k in k3)} |")
+            w(f"| exclusive lock | {mr([k.get('exclusive_per_s') for k in k3])} | "
+              f"{max(k.get('exclusive_most_holders', 0) for k in k3)} |")
+            if any(k.get("fenced_per_s") for k in k3):
+                conf = [k["fenced_confirmations"] / k["fenced_acquired"] * 100 for k in k3 if k.get("fenced_acquired")]
+                w(f"| fenced exclusive lock | {mr([k.get('fenced_per_s') for k in k3])} ({mr(conf)} % of them needed "
+                  f"the fence confirmed) | 1 |")
+
+    # TLS
+    tl = load(out / "tls_latency.json")
+    tc = load(out / "tls_cost.json") or {}
+    if tl and "p50_plain_us" in tl:
+        w("\n## TLS\n")
+        w(f"{tl['rounds']} rounds × {tl['cycles']} cycles, plain and TLS alternating which goes first; medians of "
+          "the rounds, range in brackets; instructions and allocations: callgrind, one run.\n")
+        w("| | plain TCP | TLS | TLS ÷ plain |")
+        w("| --- | --- | --- | --- |")
+        w(f"| lock+unlock p50 µs | {mr(tl['p50_plain_us'])} | {mr(tl['p50_tls_us'])} | "
+          f"{mr(tl['tls_over_plain_p50'], '.2f')} (paired per round) |")
+        w(f"| lock+unlock p99 µs | {mr(tl['p99_plain_us'])} | {mr(tl['p99_tls_us'])} | "
+          f"{mr(ratios(zip(tl['p99_tls_us'], tl['p99_plain_us'])), '.2f')} |")
+        ip, it = get(tc, "plain", "instructions_per_cycle"), get(tc, "tls", "instructions_per_cycle")
+        if ip and it:
+            w(f"| client instructions per lock+unlock | {ip:,.0f} | {it:,.0f} | {it / ip:.1f} |")
+        ap = get(tc, "plain", "counted_allocations_per_cycle") or get(tc, "plain", "allocations_per_cycle")
+        at = get(tc, "tls", "counted_allocations_per_cycle") or get(tc, "tls", "allocations_per_cycle")
+        if ap and at:
+            w(f"| client heap allocations per lock+unlock | {ap:.1f} | {at:.1f} | {at / ap:.1f} |")
+    if get(tc, "floor", "instructions_per_cycle"):
+        p, t, f = tc["plain"], tc["tls"], tc["floor"]
+        w("\n### Against a bare OpenSSL floor (callgrind, one run)\n")
+        w("| | plain TCP | TLS | bare OpenSSL floor |")
+        w("| --- | --- | --- | --- |")
+        w(f"| client instructions | {p['instructions_per_cycle']:,.0f} | {t['instructions_per_cycle']:,.0f} | "
+          f"{f['instructions_per_cycle']:,.0f} |")
+        w(f"| TLS's addition (TLS − plain) | | {t['added_instructions']:,.0f} | |")
+        w(f"| addition ÷ floor | | {t['added_vs_floor']:.2f} | 1 |")
+        w(f"| heap allocations, operator new | {p['counted_allocations_per_cycle']:.1f} | "
+          f"{t['counted_allocations_per_cycle']:.1f} | 0 |")
+        w(f"| calls into the C allocator | {p['allocations_per_cycle']:.1f} | {t['allocations_per_cycle']:.1f} | "
+          f"{f['allocations_per_cycle']:.1f} |")
+
+    # Cluster masters
+    cls = [r["cluster"] for r in runs if r["cluster"].get("fleets")]
+    if cls:
+        w("\n## Cluster masters: scale-out\n")
+        w(f"{runs_of(len(cls))} of {cls[0].get('seconds')} s per fleet, {cls[0].get('workers')} coroutines; medians, "
+          "range in brackets.\n")
+        w("| fleet | cycles/s | client µs/cycle | per shard µs/cycle | evenness | uncontended p50 µs |")
+        w("| --- | --- | --- | --- | --- | --- |")
+        for fleet in cls[0]["fleets"]:
+            fs = [x for c in cls for x in c["fleets"] if x["name"] == fleet["name"]]
+            shards = " / ".join(mr([x["shard_us_per_cycle"][i] for x in fs if len(x["shard_us_per_cycle"]) > i], ".1f")
+                                for i in range(len(fleet["shard_us_per_cycle"])))
+            name = fleet["name"].replace(" x ", " × ").replace("× 1 shards", "× 1 shard")
+            w(f"| {name} | {mr([x['cycles_per_s'] for x in fs])} | "
+              f"{mr([x['client_us_per_cycle'] for x in fs], '.1f')} | {shards} | "
+              f"{mr([x['evenness'] for x in fs], '.2f')} | {mr([x['p50_us'] for x in fs])} |")
 
     text = "\n".join(lines) + "\n"
     print(text)
@@ -495,12 +689,13 @@ def report(out: Path) -> int:
         lat = out / "latency.dat"
         rows = []
         for q, key in ((1, "p50"), (2, "p90"), (3, "p99"), (4, "p99_9")):
-            rows.append([q, a.get(key, 0)] + [((peers[lib]["a"] or {}).get("lock_unlock_us") or {}).get(key, 0) for lib in LIBS])
+            rows.append([q, median([ours(r, "a", "lock_unlock_us", key) or 0 for r in runs])] +
+                        [median([peer(r, lib, "a", "lock_unlock_us", key) or 0 for r in runs]) for lib in LIBS])
         lat.write_text("".join(" ".join(str(x) for x in r) + "\n" for r in rows))
         script = f"""
 set terminal pngcairo size 900,520
 set output '{out}/throughput.png'
-set title 'Lock cycles/s vs concurrency, 5 local masters'
+set title 'Lock cycles/s vs concurrency, 5 local masters (median of the runs)'
 set logscale x 2
 set xlabel 'concurrent lockers (distinct resources)'
 set ylabel 'lock+unlock cycles/s'
@@ -509,7 +704,7 @@ plot '{data}' u 1:2 w lp lw 2 t 'redlock-asio', \\
      '' u 1:3 w lp t 'node-redlock', '' u 1:4 w lp t 'node-redlock autopipeline', \\
      '' u 1:5 w lp t 'redlock-universal', '' u 1:6 w lp t 'redlock-universal autopipeline'
 set output '{out}/latency.png'
-set title 'Uncontended lock+unlock latency percentiles (sequential)'
+set title 'Uncontended lock+unlock latency percentiles (sequential, median of the runs)'
 unset logscale x
 set logscale y
 set xlabel 'percentile'
@@ -531,7 +726,9 @@ def main() -> int:
         floor = extra[extra.index("--floor") + 1] if "--floor" in extra else ""
         return tls_cost(sys.argv[2], Path(sys.argv[3]), floor, rounds)
     if len(sys.argv) >= 5 and sys.argv[1] == "syscalls":
-        return syscalls(sys.argv[2], sys.argv[3], Path(sys.argv[4]))
+        extra = sys.argv[5:]
+        n_runs = int(extra[extra.index("--runs") + 1]) if "--runs" in extra else 3
+        return syscalls(sys.argv[2], sys.argv[3], Path(sys.argv[4]), max(1, n_runs))
     if len(sys.argv) >= 4 and sys.argv[1] == "cycle-cost":
         return cycle_cost(sys.argv[2], Path(sys.argv[3]))
     return report(Path(sys.argv[1]))

@@ -2,9 +2,11 @@
 # SPDX-License-Identifier: BSL-1.0
 """Runs the peer drivers against the masters redlock_bench started (same masters, same run).
 
-redlock_bench calls this with REDLOCK_BENCH_MASTERS and REDLOCK_BENCH_SLOW_MASTERS set (host:port
-lists; in the slow list, two of the five go through +50 ms proxies). Results go to OUT/peers/.
-Usage: run_peers.py OUT_DIR [--quick] [--only a,b,c,d]
+redlock_bench calls this right after each of its scenarios a, b, c and d, with
+REDLOCK_BENCH_SCENARIO set to that scenario (only it is run then) and REDLOCK_BENCH_MASTERS set
+(and, for d, REDLOCK_BENCH_SLOW_MASTERS, in which two of the five go through +50 ms proxies);
+host:port lists. Results go to OUT_DIR/peers/.
+Usage: run_peers.py OUT_DIR [--quick] [--only a,b,c,d] [--c-runs R=3]
 """
 
 import os
@@ -25,26 +27,37 @@ def run(driver: str, scenario: str, out: Path, masters: str, *extra: str) -> Non
     subprocess.run(cmd, check=False, timeout=600)
 
 
+def option(name: str, default: str) -> str:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv[:-1] else default
+
+
 def main() -> int:
     out = Path(sys.argv[1]) / "peers"
     quick = "--quick" in sys.argv
-    only = set(sys.argv[sys.argv.index("--only") + 1].split(",")) if "--only" in sys.argv[:-1] else {"a", "b", "c", "d"}
+    only = set(option("--only", "a,b,c,d").split(","))
+    if os.environ.get("REDLOCK_BENCH_SCENARIO"):
+        only &= {os.environ["REDLOCK_BENCH_SCENARIO"]}
+    c_runs = int(option("--c-runs", "3"))
     masters = os.environ["REDLOCK_BENCH_MASTERS"]
-    slow = os.environ["REDLOCK_BENCH_SLOW_MASTERS"]
     cycles = "2000" if quick else "5000"
     seconds = "2" if quick else "3"
-    for lib in DRIVERS:
-        if "a" in only:
+    # The libraries take turns scenario by scenario, so that neither gets all of a busy moment.
+    if "a" in only:
+        for lib in DRIVERS:
             run(lib, "a", out / f"{lib}_a.json", masters, "--cycles", cycles)
-        for c in (1, 16, 64, 256, 1024) if "b" in only else ():
+    for c in (1, 16, 64, 256, 1024) if "b" in only else ():
+        for lib in DRIVERS:
             for ap in ("0", "1"):
                 run(lib, "b", out / f"{lib}_b_{c}_{ap}.json", masters, "--concurrency", str(c), "--seconds", seconds,
                     "--autopipeline", ap)
-        for r in range(3) if "c" in only else ():
+    for r in range(c_runs) if "c" in only else ():
+        for lib in DRIVERS:
             run(lib, "c", out / f"{lib}_c_{r}.json", masters, "--seconds", "2")
-        if "d" in only:
+    if "d" in only:
+        slow = os.environ["REDLOCK_BENCH_SLOW_MASTERS"]
+        for lib in DRIVERS:
             # A peer that waits for every master pays the +50 ms on every cycle: fewer cycles suffice.
-            d_cycles = cycles if lib == "node-redlock" else "300"
+            d_cycles = cycles if lib == "node-redlock" else ("100" if quick else "300")
             run(lib, "d", out / f"{lib}_d.json", slow, "--cycles", d_cycles, "--warmup", "50")
     return 0
 
