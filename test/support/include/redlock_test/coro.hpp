@@ -59,15 +59,16 @@ inline boost::asio::awaitable<bool> until(const std::function<bool()>& pred,
   co_return true;
 }
 
-/// Waits (2 s at most) until every master of `c` is connected; a test failure when not.
-inline boost::asio::awaitable<void> wait_connected(redlock::client& c) {
+/// Waits (`limit` at most) until every master of `c` is connected; a test failure when not.
+inline boost::asio::awaitable<void> wait_connected(redlock::client& c,
+                                                   redlock::clock::duration limit = std::chrono::seconds{2}) {
   const bool up = co_await until(
       [&] {
         for (const auto& s : c.masters())
           if (s.state != redlock::connection_state::up) return false;
         return true;
       },
-      std::chrono::seconds{2});
+      limit);
   if (!up) ADD_FAILURE() << "client did not connect to every master";
 }
 
