@@ -100,7 +100,8 @@ struct lock_op final : started_op {
     }
     if (st->spec->claims) st->waiter = st->token;  // names a writer's claim: stable across rounds
     c.enroll(*this);
-    act(fsm.start(clock_type::now(), c.fair() && c.recently_contended(st->key)));
+    act(fsm.start(clock_type::now(), c.fair() && c.recently_contended(st->key),
+                  st->spec->fence ? c.fence_hint(st->key) : 0));
   }
 
   void act(const core::lock_action& a) {
@@ -169,6 +170,7 @@ struct lock_op final : started_op {
                       format_duration(fsm.validity_deadline() - clock_type::now()),
                       describe_masters(fsm.table().results(), st->token));
         }
+        if (st->spec->fence) c.note_fence_hint(st->key, std::max(fsm.fence(), fsm.fence_floor()));
         if (!a.ec) {
           st->holders.granted(fsm.table().results());
           st->fence = fsm.fence();

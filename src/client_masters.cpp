@@ -52,7 +52,17 @@ void client_impl::release_everywhere(lock_state& st, const std::vector<master_re
   if (round && !core::any_may_have_set(*round, links_.size())) return;  // nothing to release, nothing to encode
   const auto deadline = clock_type::now() + cfg_.release_timeout;
   const auto ttl = std::max(st.ttl, st.longest_ttl);
-  auto job = std::make_shared<release_job>(weak_from_this(), st.background_release_payload(), ttl);
+  // A failed or cancelled round is released with the kind's abandon step where it has one (a
+  // fenced round gives its counter step back); it is rare enough to be encoded each time.
+  std::string payload;
+  if (round && st.spec->abandon.exists()) {
+    resp::request req;
+    (void)core::encode_step(req, st.spec->abandon, st.values(), false);
+    payload = std::move(req).take_payload();
+  } else {
+    payload = st.background_release_payload();
+  }
+  auto job = std::make_shared<release_job>(weak_from_this(), std::move(payload), ttl);
   // A held lock (no `round`): a master where its granting round's request did not set the key
   // holds no key of this token; the release still goes there, but is not worth keeping if lost.
   job->settled.resize(links_.size(), false);
@@ -66,6 +76,19 @@ void client_impl::release_everywhere(lock_state& st, const std::vector<master_re
       if (!job->settled[i]) defer_release(i, job->payload, ttl);
     }
   }
+}
+
+std::int64_t client_impl::fence_hint(const std::string& key) const {
+  const auto it = fence_hints_.find(key);
+  return it == fence_hints_.end() ? 0 : it->second;
+}
+
+void client_impl::note_fence_hint(const std::string& key, std::int64_t counter) {
+  if (counter <= 0) return;
+  // Bounded like the contention hints: all of them go (rarely) when full.
+  if (fence_hints_.size() >= 1024 && !fence_hints_.contains(key)) fence_hints_.clear();
+  auto& h = fence_hints_[key];
+  h = std::max(h, counter);
 }
 
 bool client_impl::is_release(std::uint64_t tag) noexcept { return round_of(tag) == release_round; }

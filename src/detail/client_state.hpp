@@ -377,6 +377,10 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   void note_confirm() noexcept { bump<true>(counters_.confirmations); }
   // A fenced lock granted with a fence that rests on the masters' clocks alone (logged).
   void note_unverified_fence(const lock_state& st, const std::vector<master_result>& round);
+  // The largest fencing counter this client saw on `key` (0: none): the next fenced acquisition
+  // of `key` counts on from it (core::lock_fsm::start). A lost hint costs a confirmation only.
+  std::int64_t fence_hint(const std::string& key) const;
+  void note_fence_hint(const std::string& key, std::int64_t counter);
   // Sends `payload` again on the master of `tag` (queued after whatever was sent before it), as
   // the EVAL of a request whose EVALSHA met NOSCRIPT; false when it was refused.
   bool resend_eval(std::uint64_t tag, std::string_view payload, std::chrono::milliseconds timeout,
@@ -474,6 +478,7 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   std::uint64_t next_waiter_ = 0;
   std::unordered_map<std::uint64_t, op_base*> waiters_;                // waiting lock operations by number
   std::unordered_map<std::string, clock_type::time_point> contended_;  // lock key -> hint's end
+  std::unordered_map<std::string, std::int64_t> fence_hints_;          // lock key -> counter seen
   std::chrono::milliseconds entry_timeout_{0};
 
   // Hazard guards: one per master (strand), and a copy for hazards() (any thread).

@@ -32,12 +32,14 @@
 #include <redlock_test/broken_scripts.hpp>
 #include <redlock_test/master_clock.hpp>
 #include <redlock_test/master_set.hpp>
+#include <redlock_test/raw_reply.hpp>
 
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -103,6 +105,8 @@ struct holding {
 struct overrides {
   const scripts::script* plain_extend = nullptr;
   const scripts::script* fence_acquire = nullptr;
+  const scripts::script* fence_abandon = nullptr;
+  bool held_release_abandons = false;  // a lock handed out is released as a failed round is
   const scripts::script* read_acquire = nullptr;
   const scripts::script* read_release = nullptr;
   const scripts::script* read_extend = nullptr;
@@ -314,6 +318,7 @@ class fleet {
       }
     }
     for (auto& [c, w] : lost) answer(c, w, error::connection_lost, {});
+    kept_[m].clear();
     return fmt::format("master {} restarted empty; down for the longest ttl", m);
   }
 
@@ -349,6 +354,8 @@ class fleet {
       row.script = o_.semaphore_extend;
     if (s == step::acquire && row.script == &scripts::fence_acquire_script && o_.fence_acquire)
       row.script = o_.fence_acquire;
+    if (s == step::abandon && row.script == &scripts::fence_abandon_script && o_.fence_abandon)
+      row.script = o_.fence_abandon;
     if (s == step::acquire && row.script == &scripts::read_acquire_script && o_.read_acquire)
       row.script = o_.read_acquire;
     if (s == step::release && row.script == &scripts::read_release_script && o_.read_release)
@@ -403,7 +410,12 @@ class fleet {
     cl.lock = std::make_unique<core::lock_fsm>(rules);
     cl.token = new_token();
     cl.waiter = cl.token;
-    act(c, cl.lock->start(now_));
+    // As the library's client: a fenced acquisition counts on from the largest counter this client
+    // saw on the resource before (client_impl::fence_hint). Only the even clients keep hints, as
+    // long-lived processes; the odd ones start afresh each time, as new processes do (and a hint
+    // makes its own client's fences increase whatever the scripts do, hiding faults).
+    const auto hint = r.spec->fence && c % 2 == 0 ? hints_[{c, r.resources.front()}] : 0;
+    act(c, cl.lock->start(now_, false, hint));
     return fmt::format("c{} locks {} as {} for {} ms (op {})", c, r.resources.front(), r.spec->name, cl.ttl, cl.op);
   }
 
@@ -438,6 +450,10 @@ class fleet {
           std::printf("   c%d round failed: %s\n", c, cl.lock->last_error().message().c_str());
         return;
       case core::lock_action::type::complete:
+        if (r.spec->fence) {
+          auto& h = hints_[{c, r.resources.front()}];
+          h = std::max({h, cl.lock->fence(), cl.lock->fence_floor()});
+        }
         if (r.spec->claims &&
             (cl.lock->queued_seen() || ((a.ec || cl.lock->attempts() > 1) && cl.lock->stragglers_possible()))) {
           send_all(c, 0, 0, encode(c, step::leave, values(c, r)), now_ + 1s);
@@ -454,7 +470,7 @@ class fleet {
   // A failed or cancelled round: released where its request may have set our key.
   void release_round(int c, const std::vector<redlock::master_result>& results) {
     const auto& r = wants_[static_cast<std::size_t>(c)];
-    send(c, 0, 0, encode(c, step::release, values(c, r)), now_ + 1s,
+    send(c, 0, 0, encode(c, step::abandon, values(c, r)), now_ + 1s,
          [&](std::size_t m) { return m >= results.size() || core::may_have_set(results[m].status); });
   }
 
@@ -481,6 +497,7 @@ class fleet {
     }
     if (r.spec->fence) {
       if (!h.verified) ++unverified_;
+      if (h.verified) note_kept(r.resources.front(), cl.token, h.fence);
       // Fences that increase: a checked fence is above every checked fence granted before it.
       for (const auto& e : holdings_) {
         if (e.spec->fence && e.verified && h.verified && e.resources == h.resources && e.fence >= h.fence)
@@ -498,7 +515,8 @@ class fleet {
     auto& cl = clients_[static_cast<std::size_t>(c)];
     const auto& r = wants_[static_cast<std::size_t>(c)];
     holdings_[cl.holding].released = true;
-    if (pick(8) != 0) send_all(c, 0, 0, encode(c, step::release, values(c, r)), now_ + 1s);  // else lost (it died)
+    const auto s = o_.held_release_abandons ? step::abandon : step::release;
+    if (pick(8) != 0) send_all(c, 0, 0, encode(c, s, values(c, r)), now_ + 1s);  // else lost (it died)
     cl.p = phase::idle;
     return fmt::format("c{} lets go ({})", c, why);
   }
@@ -572,6 +590,37 @@ class fleet {
     for (const auto* h : live)
       if (h->spec->semaphore_quorum && ++permits_used[h->resources.front()] > h->permits)
         fail(fmt::format("{} holders of a semaphore of {} permits", permits_used[h->resources.front()], h->permits));
+    // Every 8th step (five reads each): a counter lowered below a kept fence stays low until a grant
+    // on that master raises it again, which takes more steps than that.
+    if (step_ % 8 == 0) check_kept();
+  }
+
+  // Counters that must not go below a fence handed out: the fence proof needs every master that
+  // held the fence (or more) with no key or the holder's key on it to keep at least that much
+  // until it restarts empty, whoever acquires or gives up after. Checked directly, so that a
+  // script that lowers a counter is found even when no later fence happens to repeat one (the
+  // clients' hints make their own fences increase regardless).
+  void note_kept(const string& key, const string& token, int64_t fence) {
+    const string counter = key + string{scripts::fence_suffix};
+    for (std::size_t m = 0; m < masters; ++m) {
+      if (!up(m)) continue;
+      const auto k = redlock::test::bulk_of(sessions_[m].command({"GET", key}));
+      const auto v = redlock::test::bulk_of(sessions_[m].command({"GET", counter}));
+      if ((k && *k != token) || !v || std::stoll(*v) < fence) continue;
+      auto& kept = kept_[m][counter];
+      kept = std::max(kept, fence);
+    }
+  }
+  void check_kept() {
+    for (std::size_t m = 0; m < masters; ++m) {
+      if (!up(m)) continue;
+      for (const auto& [counter, fence] : kept_[m]) {
+        const auto v = redlock::test::bulk_of(sessions_[m].command({"GET", counter}));
+        if (!v || std::stoll(*v) < fence)
+          fail(fmt::format("master {}'s {} went down to {} below the fence {} handed out", m, counter,
+                           v.value_or("none"), fence));
+      }
+    }
   }
 
   void fail(string why) {
@@ -597,6 +646,8 @@ class fleet {
   std::vector<client_state> clients_;
   std::map<std::pair<std::size_t, std::size_t>, std::deque<wire>> to_run_, replies_;
   std::vector<holding> holdings_;
+  std::map<std::pair<int, string>, int64_t> hints_;      // (client, resource) -> fence hint
+  std::array<std::map<string, int64_t>, masters> kept_;  // per master: counter -> fence kept
   std::uint64_t ops_ = 0;
   int tokens_ = 0;
   int step_ = 0;
@@ -710,6 +761,13 @@ TEST(fleet_sim_twins, each_fault_of_the_review_put_back_is_found) {
   o = {};
   o.fence_acquire = &b::old_fence_acquire;
   twins.push_back({"fence counters seeded from each master's clock", all.at("fenced"), o, many_restarts});
+  o = {};
+  o.fence_abandon = &b::unchecked_fence_abandon;
+  twins.push_back(
+      {"a failed fenced round that takes back a counter step not its own", all.at("fenced"), o, no_restarts});
+  o = {};
+  o.held_release_abandons = true;
+  twins.push_back({"a fenced lock handed out, released as a failed round", all.at("fenced"), o, no_restarts});
   // Names the client refuses today, let through: the simulation drives the machines directly.
   twins.push_back({"a plain lock named like a semaphore's permit count",
                    {want(k::semaphore, {"s"}, {}, 2), want(k::plain, {"s:redlock-permits"}),

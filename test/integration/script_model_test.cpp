@@ -284,6 +284,17 @@ string m_fence_confirm(keyspace& db, const string& k, const string& c, const str
   }
   return r_int(1);
 }
+// A failed round's release: the plain release, and where the key held the token, the counter one
+// step down (only a counter as the grants write it: canonical digits, not 0, below the limit).
+string m_fence_abandon(keyspace& db, const string& k, const string& q, const string& e, const string& c,
+                       const string& tok) {
+  if (db.get(k) != tok) return r_int(0);
+  if (const auto cv = db.get(c)) {
+    const bool digits = !cv->empty() && cv->front() != '0' && cv->find_first_not_of("0123456789") == string::npos;
+    if (digits && cv->size() < 17 && std::stoll(*cv) < 9007199254740000) db.set(c, std::to_string(std::stoll(*cv) - 1));
+  }
+  return m_release(db, k, q, e, tok);
+}
 
 // ---- reentrant ----
 string m_re_acquire(keyspace& db, const string& k, const string& h, const string& owner, int64_t ttl,
@@ -728,10 +739,10 @@ class model_run {
   string fenced_call(int c, int roll) {
     auto& h = hold_of(c);
     const string k = "res", f = "res:redlock-fence";
-    release_now_fn = [this, k](int, const core::step_values& v) {
-      const auto real = send(core::kinds::fenced.release, v);
+    release_now_fn = [this, k, f](int, const core::step_values& v) {
+      const auto real = send(core::kinds::fenced.of(core::step::abandon), v);
       expect_reply("release after cancel", real,
-                   m_release(db_, k, "res:redlock-queue", "res:redlock-expiry", string{v.token}));
+                   m_fence_abandon(db_, k, "res:redlock-queue", "res:redlock-expiry", f, string{v.token}));
     };
     const auto what = choose(roll, h);
     switch (what) {

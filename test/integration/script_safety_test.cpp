@@ -45,6 +45,7 @@ using redlock::test::run_test;
 using redlock::test::sleep_for;
 using redlock::test::until;
 using redlock::test::use_tuple;
+using redlock::test::wait_connected;
 using clock_type = redlock::clock;
 using ms = std::chrono::milliseconds;
 
@@ -69,7 +70,8 @@ struct script_safety : ::testing::Test {
   // Each master's wall clock can be shifted or stopped (master_clock); it runs real unless told.
   redlock::test::master_set servers{5, redlock::test::with_clock_shim()};
 
-  // One attempt per lock: a refusal shows at once.
+  // One attempt per lock: a refusal shows at once. (So each test waits for its clients' connections
+  // first: under load a first lock could otherwise time out on a connection still coming up.)
   redlock::client_config config() {
     auto cfg = redlock::test::client_config_for(servers);
     cfg.retry.max_attempts = 1;
@@ -168,6 +170,8 @@ TEST_F(script_safety, no_extend_script_moves_an_expiry_earlier) {
 TEST_F(script_safety, a_cancelled_extension_to_a_shorter_ttl_lets_no_one_else_in) {
   run_test([&](asio::io_context& io) -> asio::awaitable<void> {
     redlock::client a{io.get_executor(), config()}, b{io.get_executor(), config()};
+    co_await wait_connected(a);
+    co_await wait_connected(b);
     auto [ea, la] = co_await a.async_lock("cx", 10s, use_tuple);
     EXPECT_FALSE(ea) << ea.message();
     const auto deadline = la.validity_deadline();
@@ -194,6 +198,7 @@ TEST_F(script_safety, a_cancelled_extension_to_a_shorter_ttl_lets_no_one_else_in
 TEST_F(script_safety, an_extension_to_a_shorter_ttl_keeps_the_expiry_and_the_deadline) {
   run_test([&](asio::io_context& io) -> asio::awaitable<void> {
     redlock::client a{io.get_executor(), config()};
+    co_await wait_connected(a);
     auto [ea, la] = co_await a.async_lock("sx", 10s, use_tuple);
     EXPECT_FALSE(ea) << ea.message();
     const auto deadline = la.validity_deadline();
@@ -215,6 +220,7 @@ TEST_F(script_safety, an_extension_to_a_shorter_ttl_keeps_the_expiry_and_the_dea
 TEST_F(script_safety, keep_alive_with_a_shorter_ttl_never_shortens_the_lock) {
   run_test([&](asio::io_context& io) -> asio::awaitable<void> {
     redlock::client a{io.get_executor(), config()};
+    co_await wait_connected(a);
     auto [ea, la] = co_await a.async_lock("kx", 10s, use_tuple);
     EXPECT_FALSE(ea) << ea.message();
     const auto deadline = la.validity_deadline();
@@ -238,6 +244,8 @@ TEST_F(script_safety, keep_alive_with_a_shorter_ttl_never_shortens_the_lock) {
 TEST_F(script_safety, a_cancelled_shorter_semaphore_extension_admits_no_extra_holder) {
   run_test([&](asio::io_context& io) -> asio::awaitable<void> {
     redlock::client a{io.get_executor(), config()}, b{io.get_executor(), config()};
+    co_await wait_connected(a);
+    co_await wait_connected(b);
     auto [ea, la] = co_await a.async_lock("sem", 10s, of_kind(lock_kind::semaphore), use_tuple);
     EXPECT_FALSE(ea) << ea.message();
     asio::cancellation_signal cancel;
@@ -258,6 +266,9 @@ TEST_F(script_safety, a_cancelled_shorter_semaphore_extension_admits_no_extra_ho
 TEST_F(script_safety, a_cancelled_shorter_reader_extension_lets_no_writer_in) {
   run_test([&](asio::io_context& io) -> asio::awaitable<void> {
     redlock::client a{io.get_executor(), config()}, b{io.get_executor(), config()}, w{io.get_executor(), config()};
+    co_await wait_connected(a);
+    co_await wait_connected(b);
+    co_await wait_connected(w);
     auto [ea, la] = co_await a.async_lock("rw", 10s, of_kind(lock_kind::read), use_tuple);
     auto [eb, lb] = co_await b.async_lock("rw", 10s, of_kind(lock_kind::read), use_tuple);
     EXPECT_FALSE(ea) << ea.message();
@@ -280,6 +291,8 @@ TEST_F(script_safety, a_cancelled_shorter_reader_extension_lets_no_writer_in) {
 TEST_F(script_safety, a_cancelled_shorter_multi_extension_lets_no_one_take_a_resource) {
   run_test([&](asio::io_context& io) -> asio::awaitable<void> {
     redlock::client a{io.get_executor(), config()}, b{io.get_executor(), config()};
+    co_await wait_connected(a);
+    co_await wait_connected(b);
     const std::vector<std::string> set{"ma", "mb"};
     auto [ea, la] = co_await a.async_lock_all(set, 10s, use_tuple);
     EXPECT_FALSE(ea) << ea.message();
@@ -313,6 +326,7 @@ TEST_F(script_safety, fences_increase_after_a_restart_when_another_masters_clock
   std::uint64_t fence_a = 0;
   run_test([&](asio::io_context& io) -> asio::awaitable<void> {
     redlock::client a{io.get_executor(), config()};
+    co_await wait_connected(a);
     auto [e0, l0] = co_await a.async_lock(key, 5s, fenced(), use_tuple);
     EXPECT_FALSE(e0) << e0.message();
     EXPECT_GT(l0.fence(), static_cast<std::uint64_t>(ahead)) << "the first use fences above every clock";
@@ -353,6 +367,7 @@ TEST_F(script_safety, a_fence_that_rests_on_clocks_is_counted_and_creates_no_cou
   const std::string counter = suffixed("new-2", scripts::fence_suffix);
   run_test([&](asio::io_context& io) -> asio::awaitable<void> {
     redlock::client a{io.get_executor(), config()};
+    co_await wait_connected(a);
     auto [e1, l1] = co_await a.async_lock("new-1", 5s, fenced(), use_tuple);
     EXPECT_FALSE(e1) << e1.message();
     EXPECT_EQ(a.stats().fences_unverified, 0u) << "a first use with every master heard";
@@ -420,6 +435,113 @@ TEST_F(script_safety, a_confirmation_creates_a_counter_only_for_a_checked_fence)
   }
 }
 
+// A failed fenced round's release takes back the one counter step its grant made, only where the
+// key still holds its token; it never creates a counter, leaves one that is not a counter as the
+// grants write them alone, reads the counter before it writes anything, and wakes the first waiter
+// as the plain release does.
+TEST_F(script_safety, a_failed_fenced_round_gives_back_only_its_own_counter_step) {
+  const std::vector<std::string> k{"fa", suffixed("fa", scripts::queue_suffix), suffixed("fa", scripts::expiry_suffix),
+                                   suffixed("fa", scripts::fence_suffix)};
+  const auto abandon = [&](const std::string& token) { return eval(0, scripts::fence_abandon_script, k, {token}); };
+  run(0, {"SET", k[3], "41"});
+  EXPECT_EQ(eval(0, scripts::fence_acquire_script, {k[0], k[3]}, {"tok", "10000", "0"}), "*2\r\n:1\r\n:42\r\n");
+  EXPECT_EQ(abandon("other"), ":0\r\n") << "not our key";
+  EXPECT_EQ(get(0, k[3]), "42") << "the counter step of whoever holds the key is not ours to take";
+  EXPECT_EQ(get(0, k[0]), "tok");
+  EXPECT_EQ(abandon("tok"), ":1\r\n");
+  EXPECT_EQ(get(0, k[3]), "41") << "back to where the grant found it";
+  EXPECT_EQ(get(0, k[0]), std::nullopt);
+  EXPECT_EQ(abandon("tok"), ":0\r\n") << "sent again: the key is gone";
+  EXPECT_EQ(get(0, k[3]), "41") << "a release sent twice takes one step back, not two";
+  // From a floor above the counter: back to the floor, not below it.
+  EXPECT_EQ(eval(0, scripts::fence_acquire_script, {k[0], k[3]}, {"tok2", "10000", "90"}), "*2\r\n:1\r\n:91\r\n");
+  EXPECT_EQ(abandon("tok2"), ":1\r\n");
+  EXPECT_EQ(get(0, k[3]), "90");
+  // No counter: none is made. One the grants never write stays as it is.
+  run(0, {"DEL", k[3]});
+  run(0, {"SET", k[0], "tok", "PX", "10000"});
+  EXPECT_EQ(abandon("tok"), ":1\r\n");
+  EXPECT_EQ(get(0, k[3]), std::nullopt);
+  for (const std::string odd : {"0", "007", " 5", "5.0", "abc", "-5", "9007199254740000", "9007199254740993"}) {
+    run(0, {"SET", k[3], odd});
+    run(0, {"SET", k[0], "tok", "PX", "10000"});
+    EXPECT_EQ(abandon("tok"), ":1\r\n") << odd;
+    EXPECT_EQ(get(0, k[3]), odd);
+    EXPECT_EQ(get(0, k[0]), std::nullopt) << odd;
+  }
+  run(0, {"SET", k[3], "9007199254739999"});
+  run(0, {"SET", k[0], "tok", "PX", "10000"});
+  EXPECT_EQ(abandon("tok"), ":1\r\n");
+  EXPECT_EQ(get(0, k[3]), "9007199254739998") << "the largest counter a grant can write";
+  // A counter key of another type: an error reply, and nothing was written (the key is still ours).
+  run(0, {"DEL", k[3]});
+  run(0, {"HSET", k[3], "f", "1"});
+  run(0, {"SET", k[0], "tok", "PX", "10000"});
+  EXPECT_EQ(abandon("tok").substr(0, 1), "-");
+  EXPECT_EQ(get(0, k[0]), "tok");
+  run(0, {"DEL", k[3]});
+  // A queued waiter is woken, as by the plain release.
+  run(0, {"SET", k[3], "7"});
+  run(0, {"SET", k[0], "tok", "PX", "10000"});
+  run(0, {"ZADD", k[1], "1", "0123456789abcdef:1"});
+  run(0, {"ZADD", k[2], std::to_string(server_ms(0) + 60000), "0123456789abcdef:1"});
+  EXPECT_EQ(abandon("tok"), ":2\r\n");
+  EXPECT_EQ(get(0, k[3]), "6");
+}
+
+// Masters 1-3 hold someone else's key; a fenced attempt is granted by masters 4 and 5 only, and
+// fails. Its release gives their counter step back: the counters are as before, and the next
+// holder's masters agree on its fence at once. Kept, the step would leave masters 4 and 5 one
+// ahead, and the next lock would need a confirmation round to raise the others to its fence.
+TEST_F(script_safety, a_failed_fenced_round_leaves_the_counters_as_it_found_them) {
+  const std::string key = "fr", counter = suffixed("fr", scripts::fence_suffix);
+  for (std::size_t i = 0; i < servers.size(); ++i) run(i, {"SET", counter, "100"});
+  for (std::size_t i : {0u, 1u, 2u}) run(i, {"SET", key, "someone-else", "PX", "60000"});
+  run_test([&](asio::io_context& io) -> asio::awaitable<void> {
+    redlock::client a{io.get_executor(), config()};
+    co_await wait_connected(a);
+    auto [e1, l1] = co_await a.async_try_lock(key, 5s, fenced(), use_tuple);
+    EXPECT_EQ(e1, error::not_acquired) << e1.message();
+    // The release goes in the background: wait until masters 4 and 5 no longer hold the key.
+    const bool released = co_await until([&] { return !get(3, key) && !get(4, key); }, 2s);
+    EXPECT_TRUE(released);
+    for (std::size_t i = 0; i < servers.size(); ++i) EXPECT_EQ(get(i, counter), "100") << "master " << i + 1;
+    for (std::size_t i : {0u, 1u, 2u}) run(i, {"DEL", key});
+    auto [e2, l2] = co_await a.async_try_lock(key, 5s, fenced(), use_tuple);
+    EXPECT_FALSE(e2) << e2.message();
+    // Counted on from the largest number the failed attempt heard: 100 (refusals), or 101 if the
+    // grants of masters 4 and 5 came before it failed.
+    EXPECT_TRUE(l2.fence() == 101u || l2.fence() == 102u) << l2.fence();
+    EXPECT_EQ(a.stats().fence_confirmations, 0u) << "the masters agreed on the fence without a confirmation";
+    co_await l2.async_unlock(use_tuple);
+  });
+}
+
+// A holder granted by masters 1-3 left masters 4 and 5 one behind. The client remembers the fence
+// it last saw on the resource; its next attempt, granted by masters 3-5 (1 and 2 hold someone
+// else's key), counts on from it, so the three agree and no confirmation round is needed. Counting
+// from each master's own counter gives 101, 100, 100: the fence 101 is held by one master, and
+// the other two must be raised to it first.
+TEST_F(script_safety, a_client_counts_on_from_the_last_fence_it_saw) {
+  const std::string key = "fh", counter = suffixed("fh", scripts::fence_suffix);
+  for (std::size_t i = 0; i < servers.size(); ++i) run(i, {"SET", counter, "99"});
+  run_test([&](asio::io_context& io) -> asio::awaitable<void> {
+    redlock::client a{io.get_executor(), config()};
+    co_await wait_connected(a);
+    auto [e1, l1] = co_await a.async_lock(key, 5s, fenced(), use_tuple);
+    EXPECT_FALSE(e1) << e1.message();
+    EXPECT_EQ(l1.fence(), 100u);
+    co_await l1.async_unlock(redlock::unlock_options{.wait_for_all = true}, use_tuple);
+    for (std::size_t i : {3u, 4u}) run(i, {"SET", counter, "99"});
+    for (std::size_t i : {0u, 1u}) run(i, {"SET", key, "someone-else", "PX", "60000"});
+    auto [e2, l2] = co_await a.async_lock(key, 5s, fenced(), use_tuple);
+    EXPECT_FALSE(e2) << e2.message();
+    EXPECT_EQ(l2.fence(), 101u);
+    EXPECT_EQ(a.stats().fence_confirmations, 0u) << "granted 101, 100, 100: the fence needed confirming";
+    co_await l2.async_unlock(use_tuple);
+  });
+}
+
 // ==== 3. Helper keys are not the users' to name ======================================================
 
 // A plain lock on "x:redlock-holds" would be overwritten by a reentrant lock on "x" (and its holder
@@ -442,6 +564,7 @@ TEST_F(script_safety, resource_names_that_end_like_a_helper_key_are_refused) {
   EXPECT_FALSE(redlock::validate_lock(cfg, "fenc", 10s, {}, &what)) << what;
   run_test([&](asio::io_context& io) -> asio::awaitable<void> {
     redlock::client c{io.get_executor(), config()};
+    co_await wait_connected(c);
     auto [e1, l1] = co_await c.async_lock("x:redlock-holds", 10s, use_tuple);
     EXPECT_EQ(e1, error::invalid_argument);
     const std::vector<std::string> set{"a", "b:redlock-queue"};

@@ -30,6 +30,9 @@ enum class step : std::uint8_t {
   extend,        ///< an extension (`async_extend`, keep-alive)
   confirm,       ///< the fence confirmation (`lock_action::type::confirm`)
   leave,         ///< a writer's acquisition ended: drop its claim
+  /// The release of a round that failed or was cancelled: `kind_spec::abandon` where the kind has
+  /// one (a fenced round gives back its counter step), else the release.
+  abandon,
 };
 
 /// A key a step names (KEYS), relative to the lock.
@@ -64,7 +67,7 @@ enum class arg_ref : std::uint8_t {
 struct step_spec {
   const detail::script* script = nullptr;  ///< null: `set_nx`, or the kind has no such step
   bool set_nx = false;                     ///< the plain acquire: `SET lock token NX PX ttl`
-  std::array<key_ref, 3> keys{};           ///< the script's KEYS, in order (the first `key_count`)
+  std::array<key_ref, 4> keys{};           ///< the script's KEYS, in order (the first `key_count`)
   std::uint8_t key_count = 0;              ///< how many of `keys`
   std::array<arg_ref, 5> args{};           ///< the script's ARGV, in order (the first `arg_count`)
   std::uint8_t arg_count = 0;              ///< how many of `args`
@@ -87,6 +90,8 @@ struct kind_spec {
   step_spec extend;        ///< an extension (`async_extend`, keep-alive)
   step_spec confirm;       ///< the fence confirmation (only with `fence`)
   step_spec leave;         ///< dropping a claim when the acquisition ends (only with `claims`)
+  /// The release of a failed or cancelled round, when it must differ from `release` (`step::abandon`).
+  step_spec abandon;
   /// Whether grants need more than a majority: `semaphore_quorum(N, permits)` instead.
   bool semaphore_quorum = false;
   /// Rounds after the first queue with `fair_acquire` (when the client's fairness is on).
@@ -116,6 +121,8 @@ struct kind_spec {
         return confirm;
       case step::leave:
         return leave;
+      case step::abandon:
+        return abandon.exists() ? abandon : release;
     }
     return acquire;
   }
@@ -184,6 +191,7 @@ REDLOCK_API inline constexpr kind_spec fenced{
     .release = plain_release,
     .extend = plain_extend,
     .confirm = script_step(detail::fence_confirm_script, {K::lock, K::fence}, {A::token, A::fence, A::create}),
+    .abandon = script_step(detail::fence_abandon_script, {K::lock, K::queue, K::expiry, K::fence}, {A::token}),
     .fence = true,
     .resend_after_grant = true,
 };

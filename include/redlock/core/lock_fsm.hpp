@@ -118,10 +118,16 @@ class lock_fsm {
 
   /// Begins the first attempt at `now`. With `queue_first` (and fair rules), the first round
   /// queues too: waiters were seen on this lock lately, and a plain `SET NX` could jump their queue.
-  lock_action start(clock::time_point now, bool queue_first = false) {
+  /// `fence_floor` (fenced rules): a counter this client saw on the resource before (its last
+  /// fence, say), from which the first round's grants count on, as later rounds' do from what
+  /// their masters answered: masters a holder left behind are then raised to the same number as the
+  /// others, and the fence needs no confirmation. Any number is safe here: a grant only ever counts
+  /// on from the larger of its counter and the floor.
+  lock_action start(clock::time_point now, bool queue_first = false, std::int64_t fence_floor = 0) {
     if (state_ != state::idle) return {};
     first_start_ = now;
     queue_first_ = queue_first;
+    if (rules_.fence && fence_floor > 0 && fence_floor + 1 < script_counter_limit) fence_floor_ = fence_floor;
     return begin_round(now);
   }
 
@@ -271,6 +277,8 @@ class lock_fsm {
   std::size_t wakeups() const noexcept { return wakeups_; }
   /// The lock's fencing token after success with `lock_rules::fence` (0 otherwise).
   std::int64_t fence() const noexcept { return fence_; }
+  /// The largest counter any master answered so far, or the floor `start` was given (fenced rules).
+  std::int64_t fence_floor() const noexcept { return fence_floor_; }
   /// Fence confirmations sent (rounds whose granting masters disagreed on the fence).
   std::size_t confirm_rounds() const noexcept { return confirm_rounds_; }
   /// After a fenced success: false when the fence rests on the masters' clocks alone: a granting
@@ -292,6 +300,8 @@ class lock_fsm {
 
   // Counters and clocks stay below 2^53 (the scripts count in doubles).
   static constexpr std::int64_t max_counter = std::int64_t{1} << 53;
+  // The scripts refuse a counter from here on: a floor must leave its grant (floor + 1) below.
+  static constexpr std::int64_t script_counter_limit = 9007199254740000;
 
   // Where a fenced round's answers stand (granting masters answer their bumped counter, or the
   // negated clock when they have none; refusing masters answer their counter, 0 for none).

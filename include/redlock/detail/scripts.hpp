@@ -155,6 +155,36 @@ end
 return 1)",
     "91769d181b052bb317e68778cfc9ca3d5475cebd"};
 
+/// The release of a fenced round that failed or was cancelled (its fence was never handed to anyone).
+/// KEYS as for `release_script`, then KEYS[4] = the fencing counter; ARGV[1] = token. Does what
+/// `release_script` does and, when the key still held our token, takes back the one step our grant
+/// moved the counter up: nothing else can have changed the counter while the key was ours (a grant
+/// needs the key absent, a confirmation needs the key to hold its caller's token), and our grant
+/// raised it by at least one, so it stays at or above what it was before that grant, and no fence
+/// anyone was given can be handed again (docs/safety.md, "Fencing tokens"). Failed rounds then
+/// leave the counters where they found them (or at the floor they were sent with), and the next
+/// holder's masters agree on its fence without a confirmation. The counter is read before anything
+/// is written (a key of another type is an error reply that changed nothing); one that is not a
+/// counter as the grants write them (canonical decimal digits, not 0) is left alone.
+REDLOCK_API inline constexpr script fence_abandon_script{
+    R"(if redis.call("get",KEYS[1]) ~= ARGV[1] then return 0 end
+local c = redis.call("get",KEYS[4])
+redis.call("del",KEYS[1])
+if c and string.match(c,"^[1-9]%d*$") and tonumber(c) < 9007199254740000 then redis.call("decr",KEYS[4]) end
+local h = redis.call("zrange",KEYS[2],0,0)[1]
+if not h then return 1 end
+local t = redis.call("time")
+local gone = redis.call("zrangebyscore",KEYS[3],"-inf",t[1]*1000+math.floor(t[2]/1000),"limit",0,100)
+if #gone > 0 then
+  redis.call("zrem",KEYS[2],unpack(gone))
+  redis.call("zrem",KEYS[3],unpack(gone))
+  h = redis.call("zrange",KEYS[2],0,0)[1]
+  if not h then return 1 end
+end
+redis.call("publish","redlock:wake:"..string.sub(h,1,16),h)
+return 2)",
+    "73e02ddb46300ffa73afa7e085de4c83c06c2568"};
+
 /// KEYS = the keys of every resource; ARGV[1] = token, ARGV[2] = ttl in ms. Sets every key or none:
 /// {1, count} when none existed, else {0, the first existing key's index}.
 REDLOCK_API inline constexpr script multi_acquire_script{
@@ -389,14 +419,14 @@ inline constexpr std::string_view helper_suffixes[] = {queue_suffix,   expiry_su
 inline constexpr const script* all_scripts[] = {
     &release_script,           &extend_script,
     &fair_acquire_script,      &fence_acquire_script,
-    &fence_confirm_script,     &multi_acquire_script,
-    &multi_release_script,     &multi_extend_script,
-    &reentrant_acquire_script, &reentrant_release_script,
-    &reentrant_extend_script,  &read_acquire_script,
-    &read_release_script,      &read_extend_script,
-    &write_acquire_script,     &write_leave_script,
-    &semaphore_acquire_script, &semaphore_release_script,
-    &semaphore_extend_script,
+    &fence_confirm_script,     &fence_abandon_script,
+    &multi_acquire_script,     &multi_release_script,
+    &multi_extend_script,      &reentrant_acquire_script,
+    &reentrant_release_script, &reentrant_extend_script,
+    &read_acquire_script,      &read_release_script,
+    &read_extend_script,       &write_acquire_script,
+    &write_leave_script,       &semaphore_acquire_script,
+    &semaphore_release_script, &semaphore_extend_script,
 };
 
 }  // namespace redlock::detail

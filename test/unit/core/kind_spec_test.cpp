@@ -82,6 +82,8 @@ TEST(kind_spec, plain_lock_requests_are_redlocks_byte_for_byte) {
                   "p:res:redlock-expiry", v.token, "30000", "fedcba9876543210:2a", "41", "550"}));
   EXPECT_EQ(encoded(kinds::plain, step::confirm, v), "(none)");
   EXPECT_EQ(encoded(kinds::plain, step::leave, v), "(none)");
+  // A failed round is released as a held lock is.
+  EXPECT_EQ(encoded(kinds::plain, step::abandon, v), encoded(kinds::plain, step::release, v));
 }
 
 // ---- every other kind, every step -------------------------------------------------------------------
@@ -104,6 +106,10 @@ TEST(kind_spec, fenced_steps) {
   EXPECT_EQ(encoded(kinds::fenced, step::extend, v), encoded(kinds::plain, step::extend, v));
   EXPECT_EQ(encoded(kinds::fenced, step::fair_acquire, v), "(none)");
   EXPECT_EQ(encoded(kinds::fenced, step::leave, v), "(none)");
+  // A failed round also gives its counter step back (the release's keys, then the counter).
+  EXPECT_EQ(encoded(kinds::fenced, step::abandon, v, false),
+            resp({"EVAL", scripts::fence_abandon_script.body, "4", "p:res", "p:res:redlock-queue",
+                  "p:res:redlock-expiry", "p:res:redlock-fence", v.token}));
 }
 
 TEST(kind_spec, reentrant_steps) {
@@ -240,7 +246,8 @@ TEST(kind_spec, every_step_sends_what_its_script_reads) {
     return top;
   };
   for (const auto* k : kinds::all) {
-    for (const auto s : {step::acquire, step::fair_acquire, step::release, step::extend, step::confirm, step::leave}) {
+    for (const auto s :
+         {step::acquire, step::fair_acquire, step::release, step::extend, step::confirm, step::leave, step::abandon}) {
       const auto& row = k->of(s);
       if (!row.script) continue;
       SCOPED_TRACE(std::string{k->name} + " step " + std::to_string(static_cast<int>(s)));

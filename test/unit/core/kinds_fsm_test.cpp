@@ -402,6 +402,27 @@ TEST(fenced_lock, granting_masters_that_agree_give_the_fence_at_once) {
   EXPECT_EQ(m.f.validity_deadline(), at(usable));
 }
 
+// The client's hint (its last fence on the resource) is where the first round's grants count on
+// from, and stays the floor of later rounds unless a master answers more; out of a counter's range,
+// or for a lock without fencing, it is not used.
+TEST(fenced_lock, the_first_round_counts_on_from_the_floor_start_was_given) {
+  lock_fsm f{fence_rules(3)};
+  EXPECT_EQ(f.start(at(0ms), false, 41).fence, 41);
+  EXPECT_EQ(f.fence_floor(), 41);
+  (void)f.on_reply(f.round(), 0, {}, script(0, 12), at(1ms), 0.5);
+  EXPECT_EQ(f.fence_floor(), 41) << "a smaller counter does not lower the floor";
+  (void)f.on_reply(f.round(), 1, {}, script(0, 50), at(2ms), 0.5);
+  (void)f.on_reply(f.round(), 2, {}, script(0, 50), at(3ms), 0.5);
+  EXPECT_EQ(f.on_timer(at(1s)).fence, 50) << "the next round counts on from the largest answered";
+  // The scripts refuse counters from 9007199254740000 on: a grant from the floor must stay below.
+  lock_fsm top{fence_rules(3)};
+  EXPECT_EQ(top.start(at(0ms), false, 9007199254739998).fence, 9007199254739998);
+  lock_fsm huge{fence_rules(3)};
+  EXPECT_EQ(huge.start(at(0ms), false, 9007199254739999).fence, 0);
+  lock_fsm plain{kind_rules(3)};
+  EXPECT_EQ(plain.start(at(0ms), false, 41).fence, 0);
+}
+
 TEST(fenced_lock, a_lock_without_fencing_has_no_fence) {
   machine m{kind_rules(3)};
   m.start(0ms);

@@ -77,6 +77,14 @@ local f = math.max(tonumber(c),tonumber(ARGV[3]))+1
 redis.call("set",KEYS[2],string.format("%d",f))
 return {1,f})",
                                                    ""};
+// A failed fenced round's release that takes the counter step back whoever holds the key: the
+// step it takes back may be another holder's grant, whose fence the next grant hands out again.
+inline constexpr scripts::script unchecked_fence_abandon{R"(local c = redis.call("get",KEYS[4])
+if c and tonumber(c) > 0 then redis.call("decr",KEYS[4]) end
+if redis.call("get",KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call("del",KEYS[1])
+return 1)",
+                                                         ""};
 // A fair master that orders a waiter by the ticket it stored, not the one sent.
 inline constexpr scripts::script old_fair{R"(local q, e, me = KEYS[2], KEYS[3], ARGV[3]
 local t = redis.call("time")
