@@ -46,9 +46,10 @@ void watch::keep(const keep_alive_options& opts) {
 watch* client_impl::watcher_of(const std::shared_ptr<lock_state>& st) {
   if (st->watcher) return st->watcher->fsm.finished() ? nullptr : st->watcher.get();
   if (!st->held || closed_) return nullptr;
-  st->watcher = std::make_shared<watch>(st, cfg_.request_timeout, cfg_);
+  st->watcher = std::make_shared<watch>(st, cfg_.request_timeout);
   enroll(*st->watcher);
-  schedule(*st->watcher);
+  // Not scheduled yet: the caller does (keep() with its first wake-up), so that a kept-alive lock
+  // never has a second entry in the timer queue for the loss point.
   return st->watcher.get();
 }
 
@@ -66,7 +67,7 @@ void client_impl::deadline_moved(lock_state& st, const std::vector<master_result
   auto& w = *st.watcher;
   const bool was_finished = w.fsm.finished();
   w.fsm.deadline_moved(st.get_deadline());
-  if (!was_finished && w.events_wanted) {
+  if (!was_finished && w.events_wanted()) {
     auto e = w.make_event(st, lock_event::type::extended);
     if (round) e.masters = *round;
     w.post_event(std::move(e));
@@ -81,23 +82,29 @@ void client_impl::add_event_waiter(const std::shared_ptr<lock_state>& st, event_
     const auto ec = closed_ ? make_error_code(asio::error::operation_aborted) : make_error_code(error::not_locked);
     return complete_handler(std::move(h), st->ex, ec, lock_event{});
   }
-  w->events_wanted = true;
-  if (w->event_waiters.empty() && !w->events.empty()) {
-    auto e = w->events.next();
+  schedule(*w);
+  auto& l = w->listen();
+  l.events_wanted = true;
+  if (l.event_waiters.empty() && !l.events.empty()) {
+    auto e = l.events.next();
     return complete_handler(std::move(h), st->ex, error_code{}, std::move(*e));
   }
-  if (w->fsm.finished() && w->events.empty()) {
+  if (w->fsm.finished() && l.events.empty()) {
     // Stopped without a final event (the handle was dropped, or the client closed).
     return complete_handler(std::move(h), st->ex, make_error_code(asio::error::operation_aborted), lock_event{});
   }
-  w->event_waiters.add(std::move(h), strand_, std::weak_ptr<watch>(st->watcher), &watch::event_waiters, ex_);
+  l.event_waiters.add(std::move(h), strand_, std::weak_ptr<watch_listeners>(w->listeners),
+                      &watch_listeners::event_waiters, ex_);
 }
 
 void client_impl::add_waiter(const std::shared_ptr<lock_state>& st, lost_handler h) {
   if (st->lost) return complete_handler(std::move(h), st->ex, error_code{});
   watch* w = watcher_of(st);
   if (!w) return complete_handler(std::move(h), st->ex, make_error_code(asio::error::operation_aborted));
-  w->waiters.add(std::move(h), strand_, std::weak_ptr<watch>(st->watcher), &watch::waiters, ex_);
+  schedule(*w);
+  w->listen();
+  w->listeners->waiters.add(std::move(h), strand_, std::weak_ptr<watch_listeners>(w->listeners),
+                            &watch_listeners::waiters, ex_);
 }
 
 // The keep-alive queue (detail::wake_queue) decides when the one timer fires.
@@ -136,10 +143,12 @@ void watch::wake(clock_type::time_point now) {
   auto& c = *st->owner;
   const auto a = fsm.on_timer(now);
   if (a.what == core::keep_alive_action::type::extend) {
-    ext.reset(a.ttl, fsm.deadline());
+    const auto& cfg = c.config();
+    ext =
+        std::make_unique<core::extend_fsm>(c.size(), a.ttl, cfg.request_timeout, cfg.drift, fsm.deadline(), st->quorum);
     ++ext_round;
     ext_ttl = a.ttl;
-    const auto e = ext.start(now);
+    const auto e = ext->start(now);
     if (e.what == core::extend_action::type::extend) {
       // Encoded into the client's scratch buffer (the connections copy it): nothing per lock.
       ext_sent = now;
@@ -160,12 +169,12 @@ void watch::wake(clock_type::time_point now) {
 
 void watch::on_reply(std::uint64_t tag, error_code ec, const resp::response& r) {
   auto st = state.lock();
-  if (!st || round_of(tag) != ext_round || ext.done()) return;
+  if (!st || round_of(tag) != ext_round || !ext || ext->done()) return;
   auto& c = *st->owner;
   ec = c.vote_reply(master_of(tag), ec, r, ext_sent);
   if (c.eval_instead(tag, ec, r, *st, step::extend, values(c, *st), shared_from_this())) return;
   const auto now = clock_type::now();
-  const auto e = ext.on_reply(master_of(tag), ec, r, now, c.down_cause(master_of(tag)));
+  const auto e = ext->on_reply(master_of(tag), ec, r, now, c.down_cause(master_of(tag)));
   if (e.what == core::extend_action::type::complete) {
     on_extension_done(*st, e.ec, now);
     c.schedule(*this);
@@ -174,18 +183,20 @@ void watch::on_reply(std::uint64_t tag, error_code ec, const resp::response& r) 
 
 void watch::on_extension_done(lock_state& st, error_code ec, clock_type::time_point now) {
   auto& c = *st.owner;
+  // The machine is dropped here: between extensions the watcher keeps none of it.
+  const auto done = std::move(ext);
   if (!ec && !fsm.finished()) {
-    st.set_deadline(ext.validity_deadline());
+    st.set_deadline(done->validity_deadline());
     ++st.extensions;
   }
-  if (!fsm.finished()) c.note_extension(st, ec, ext_ttl, ext, true);
+  if (!fsm.finished()) c.note_extension(st, ec, ext_ttl, *done, true);
   std::vector<master_result> round;  // for the event, copied only when somebody reads events
-  if (ext.decided()) {
-    if (events_wanted) round = ext.table().results();
+  if (done->decided()) {
+    if (events_wanted()) round = done->table().results();
     // Moved, not copied: between extensions the watcher keeps no second copy of the results.
-    st.set_results(ext.table().take_results());
+    st.set_results(done->table().take_results());
   }
-  const auto a = fsm.on_extended(ec, ext.validity_deadline(), now);
+  const auto a = fsm.on_extended(ec, done->validity_deadline(), now);
   if (a.what == core::keep_alive_action::type::lost) {
     declare_lost(st, a.reason);
     return;
@@ -252,28 +263,35 @@ lock_event watch::make_event(const lock_state& st, lock_event::type t, error_cod
 
 void watch::post_event(lock_event e) {
   // Until somebody reads events, only the final one is kept: a lock nobody observes pays nothing.
-  if (!events_wanted && !e.is_final()) return;
-  events.push(std::move(e));
+  if (!events_wanted() && !e.is_final()) return;
+  listen().events.push(std::move(e));
   deliver_events();
 }
 
 void watch::deliver_events() {
-  while (!event_waiters.empty() && !events.empty()) {
-    auto e = events.next();
+  if (!listeners) return;
+  auto& l = *listeners;
+  while (!l.event_waiters.empty() && !l.events.empty()) {
+    auto e = l.events.next();
     // The final event goes to every reader.
-    if (e->is_final()) return event_waiters.complete_all(owner->executor(), error_code{}, *e);
-    event_waiters.complete_front(owner->executor(), error_code{}, std::move(*e));
+    if (e->is_final()) return l.event_waiters.complete_all(owner->executor(), error_code{}, *e);
+    l.event_waiters.complete_front(owner->executor(), error_code{}, std::move(*e));
   }
 }
 
-void watch::finish_waiters(error_code ec) { waiters.complete_all(owner->executor(), ec); }
+void watch::finish_waiters(error_code ec) {
+  if (listeners) listeners->waiters.complete_all(owner->executor(), ec);
+}
 
 watch::~watch() { owner->retire(*this); }
 
 void watch::cancel() {
   fsm.stop();
   finish_waiters(asio::error::operation_aborted);
-  event_waiters.complete_all(owner->executor(), make_error_code(asio::error::operation_aborted), lock_event{});
+  if (listeners) {
+    listeners->event_waiters.complete_all(owner->executor(), make_error_code(asio::error::operation_aborted),
+                                          lock_event{});
+  }
   owner->retire(*this);
   owner->schedule(*this);
 }

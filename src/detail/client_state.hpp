@@ -193,31 +193,42 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override;
 };
 
+// Whoever listens to a watched lock: made by the first listener (or for the final event), so that
+// a lock kept alive with nobody waiting on it pays for none of this.
+struct watch_listeners {
+  waiter_list<void(error_code)> waiters;  // lock::async_wait_lost
+  // Events (lock::async_wait_event): recorded once somebody asked for one; the final event always.
+  core::event_queue<lock_event> events;
+  waiter_list<void(error_code, lock_event)> event_waiters;
+  bool events_wanted = false;
+};
+
 // Watches one held lock: its keep-alive machine, the extension it may be running, and whoever
 // waits for the loss. Woken by the client's single keep-alive timer.
 struct watch final : op_base {
-  watch(const std::shared_ptr<lock_state>& st, std::chrono::milliseconds request_timeout, const client_config& cfg)
-      : owner(st->owner),
-        state(st),
-        fsm(st->ttl, st->get_deadline(), request_timeout),
-        ext(cfg.masters.size(), st->ttl, request_timeout, cfg.drift, st->get_deadline(), st->quorum) {}
+  watch(const std::shared_ptr<lock_state>& st, std::chrono::milliseconds request_timeout)
+      : owner(st->owner), state(st), fsm(st->ttl, st->get_deadline(), request_timeout) {}
 
   ~watch() override;
 
   std::shared_ptr<client_impl> owner;
   std::weak_ptr<lock_state> state;  // weak: the state owns the watcher
   core::keep_alive_fsm fsm;
-  core::extend_fsm ext;  // reused by every extension
+  // The extension in progress: made when one starts, dropped when it ends (held locks spend
+  // almost all their time between extensions).
+  std::unique_ptr<core::extend_fsm> ext;
   std::uint64_t ext_round = 0;
   std::chrono::milliseconds ext_ttl{0};                              // of the extension in progress
   clock_type::time_point ext_sent{};                                 // when it was sent
   clock_type::time_point scheduled = clock_type::time_point::max();  // in the client's timer queue
   bool cap_logged = false;
-  waiter_list<void(error_code)> waiters;  // lock::async_wait_lost
-  // Events (lock::async_wait_event): recorded once somebody asked for one; the final event always.
-  core::event_queue<lock_event> events;
-  waiter_list<void(error_code, lock_event)> event_waiters;
-  bool events_wanted = false;
+  std::shared_ptr<watch_listeners> listeners;  // null until somebody listens
+
+  watch_listeners& listen() {
+    if (!listeners) listeners = std::make_shared<watch_listeners>();
+    return *listeners;
+  }
+  bool events_wanted() const noexcept { return listeners && listeners->events_wanted; }
 
   void keep(const keep_alive_options& opts);
   void wake(clock_type::time_point now);
