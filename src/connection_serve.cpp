@@ -257,6 +257,13 @@ void connection::impl::on_written(error_code ec, std::size_t n) {
   if (ec) return write_failed(ec);
   start_write();
   flushed();
+  trim_if_idle();
+}
+
+void connection::impl::trim_if_idle() {
+  // A burst's queue and buffers are given back once it is over (nothing queued, no write whose
+  // bytes are still in use).
+  if (mux_.empty() && !stream_.writing()) mux_.trim();
 }
 
 void connection::impl::write_failed(error_code ec) {
@@ -305,6 +312,7 @@ void connection::impl::on_read(error_code ec, std::size_t n) {
       notify_up();
     }
     if (!ec && !fsm_.closing()) {
+      trim_if_idle();
       start_read();
       return;
     }

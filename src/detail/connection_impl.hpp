@@ -230,6 +230,7 @@ class connection::impl final : public std::enable_shared_from_this<impl>,
   void start_write(bool wake_end = false);
 
   void on_written(error_code ec, std::size_t n);
+  void trim_if_idle();
 
   void write_failed(error_code ec);
 

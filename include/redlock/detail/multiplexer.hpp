@@ -226,6 +226,25 @@ class multiplexer {
   /// Forgets buffered bytes and any partial reply (the stream was reset).
   void reset_read() noexcept { reader_.reset(); }
 
+  // ---- memory -------------------------------------------------------------------------------
+
+  /// Entries the queue keeps room for, and the byte buffers' sizes, that `trim` leaves alone.
+  static constexpr std::size_t kept_entries = 64;
+  static constexpr std::size_t kept_buffer_bytes = 64 * 1024;
+  /// Gives back what a burst left: with no request queued, the queue's room beyond `kept_entries`
+  /// and byte buffers beyond `kept_buffer_bytes` are freed (the next burst grows them again; steady
+  /// traffic below those sizes never reaches this, so it still allocates nothing per request).
+  /// Only between writes: the bytes of the last `prepare_write` must no longer be in use.
+  void trim() {
+    if (!queue_.empty()) return;
+    queue_.release_above(kept_entries);
+    if (waiting_bytes_.capacity() > kept_buffer_bytes) std::string{}.swap(waiting_bytes_);
+    if (write_buffer_.capacity() > kept_buffer_bytes) std::string{}.swap(write_buffer_);
+  }
+  /// The queue's room, in entries, and the byte buffers' capacity (for tests).
+  std::size_t queue_capacity() const noexcept { return queue_.capacity(); }
+  std::size_t bytes_capacity() const noexcept { return waiting_bytes_.capacity() + write_buffer_.capacity(); }
+
   /// The read side itself, for a handshake that reads replies before any request is queued.
   reply_reader& reader() noexcept { return reader_; }
 
@@ -391,8 +410,9 @@ class multiplexer {
     std::optional<Completion> completion;  // empty once abandoned
   };
 
-  // The queue's storage: a ring of entries that grows by doubling and never shrinks, so that a
-  // connection's steady state allocates nothing (a deque allocates a block every few requests).
+  // The queue's storage: a ring of entries that grows by doubling, so that a connection's steady
+  // state allocates nothing (a deque allocates a block every few requests); it shrinks only when
+  // emptied after a burst (`trim`).
   class ring {
    public:
     std::size_t size() const noexcept { return count_; }
@@ -424,6 +444,14 @@ class multiplexer {
       for (; i + 1 < count_; ++i) (*this)[i] = std::move((*this)[i + 1]);
       (*this)[count_ - 1] = entry{};
       --count_;
+    }
+    std::size_t capacity() const noexcept { return slots_.size(); }
+    // Frees the storage of an empty ring larger than `n` entries.
+    void release_above(std::size_t n) noexcept {
+      if (count_ == 0 && slots_.size() > n) {
+        std::vector<entry>{}.swap(slots_);
+        head_ = 0;
+      }
     }
     void swap(ring& other) noexcept {
       slots_.swap(other.slots_);

@@ -688,3 +688,32 @@ TEST(multiplexer_push, refuse_waiting_removes_the_push_confirmed_requests_only) 
 }
 
 }  // namespace
+
+// After a burst the queue gives its room back once it is empty (a connection that once carried
+// 10,000 requests would otherwise keep room for them for good); steady traffic below the kept
+// sizes keeps its room, so that it still allocates nothing per request.
+TEST(multiplexer, trim_gives_back_what_a_burst_left_and_keeps_steady_room) {
+  harness h;
+  for (int i = 0; i < 10; ++i) h.mux.add(i, "PING", 1, h.t0 + 1s, i);
+  (void)h.mux.prepare_write();
+  for (int i = 0; i < 10; ++i) (void)h.feed("PONG");
+  const auto steady = h.mux.queue_capacity();
+  h.mux.trim();
+  EXPECT_EQ(h.mux.queue_capacity(), steady) << "room below the kept size stays";
+  const std::string payload(100, 'x');
+  for (int i = 0; i < 2000; ++i) h.mux.add(i, payload, 1, h.t0 + 1s, i);
+  EXPECT_GE(h.mux.queue_capacity(), 2000u);
+  h.mux.trim();
+  EXPECT_GE(h.mux.queue_capacity(), 2000u) << "nothing is given back while requests are queued";
+  while (h.mux.has_waiting()) (void)h.mux.prepare_write();
+  for (int i = 0; i < 2000; ++i) (void)h.feed("PONG");
+  ASSERT_TRUE(h.mux.empty());
+  EXPECT_GE(h.mux.bytes_capacity(), 200'000u);
+  h.mux.trim();
+  EXPECT_LE(h.mux.queue_capacity(), multiplexer<int>::kept_entries);
+  EXPECT_LE(h.mux.bytes_capacity(), 2 * multiplexer<int>::kept_buffer_bytes);
+  // And it still works: the queue grows again.
+  h.mux.add(1, "PING", 1, h.t0 + 1s, 1);
+  EXPECT_EQ(h.mux.prepare_write(), "PING");
+  EXPECT_EQ(h.feed("PONG"), redlock::detail::reply_outcome::completed);
+}
