@@ -568,6 +568,13 @@ TEST_F(client_test, cancelled_unlock_still_releases) {
     redlock::client c{ioc.get_executor(), cfg};
     auto [ec, l] = co_await c.async_lock("unlock-cancel", 10s, use_tuple);
     EXPECT_FALSE(ec);
+    // Every master has answered the lock: the lock is decided by the fastest three, and a SET still
+    // in flight when its master is paused becomes overdue (the same refusal as a probe's).
+    EXPECT_TRUE(co_await until([&] {
+      for (const auto& m : c.stats().masters)
+        if (m.in_progress() != 0) return false;
+      return true;
+    }));
     for (std::size_t i = 0; i < 5; ++i) servers[i].pause();  // the release cannot be answered yet
     asio::cancellation_signal sig;
     error_code got;
