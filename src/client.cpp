@@ -77,7 +77,7 @@ struct lock_op final : started_op {
     // refused, not ignored.
     if (!ec && !st->spec) {
       ec = error::invalid_argument;
-      what = st->kind_problem;
+      what = st->extras().kind_problem;
     }
     if (!ec) ec = c.check_kind_args(*st, what);
     if (ec) {
@@ -92,13 +92,14 @@ struct lock_op final : started_op {
     }
     const auto& prefix = c.config().key_prefix;
     if (st->multi()) {
-      st->all_keys.reserve(st->resources.size());
-      for (const auto& r : st->resources) st->all_keys.push_back(prefix + r);
-      st->key = st->all_keys.front();
+      auto& x = st->set_extras();
+      x.all_keys.reserve(x.resources.size());
+      for (const auto& r : x.resources) x.all_keys.push_back(prefix + r);
+      st->key = x.all_keys.front();
     } else {
       st->key = prefix + st->resource;
     }
-    if (st->spec->claims) st->waiter = st->token;  // names a writer's claim: stable across rounds
+    if (st->spec->claims) st->set_extras().waiter = st->token;  // names a writer's claim: stable across rounds
     c.enroll(*this);
     act(fsm.start(clock_type::now(), c.fair() && c.recently_contended(st->key),
                   st->spec->fence ? c.fence_hint(st->key) : 0));
@@ -189,7 +190,7 @@ struct lock_op final : started_op {
           c.forget_waiter(member);
           member.clear();
         }
-        st->set_results(fsm.table().take_results());
+        st->set_results(fsm.table().results());
         return finish(a.ec);
     }
   }
@@ -440,13 +441,12 @@ lock::clock::time_point lock::validity_deadline() const noexcept {
 
 std::vector<master_result> lock::masters() const {
   if (!state_) return {};
-  std::lock_guard guard{state_->mutex};
-  return state_->results;
+  return state_->results_copy();
 }
 
 std::vector<std::string> lock::resources() const {
   if (!state_) return {};
-  if (state_->multi()) return state_->resources;
+  if (state_->multi()) return state_->extras().resources;
   return {state_->resource};
 }
 
@@ -558,7 +558,7 @@ void client::start_lock(lock_handler h, std::vector<std::string> resources, std:
   auto st = std::make_shared<detail::lock_state>(impl_, c.executor());
   if (multi) {
     st->resource = resources.empty() ? std::string{} : resources.front();
-    st->resources = std::move(resources);
+    st->set_extras().resources = std::move(resources);
   } else if (!resources.empty()) {
     st->resource = std::move(resources.front());
   }
@@ -566,11 +566,13 @@ void client::start_lock(lock_handler h, std::vector<std::string> resources, std:
   st->kind = opts.kind;
   st->permits = opts.permits;
   // Its row of the kinds' table, chosen once here: nothing after branches on the kind.
-  st->spec = detail::check_kind(opts.kind, opts.permits, opts.fence, opts.owner, multi, &st->kind_problem);
-  st->owner_id = std::move(opts.owner);
+  std::string problem;
+  st->spec = detail::check_kind(opts.kind, opts.permits, opts.fence, opts.owner, multi, &problem);
+  if (!problem.empty()) st->set_extras().kind_problem = std::move(problem);
+  if (!opts.owner.empty()) st->set_extras().owner_id = std::move(opts.owner);
   if (st->spec && st->spec->semaphore_quorum) st->quorum = st->spec->quorum(c.size(), st->permits);
   // An empty list must not look like the plain lock of resource "": the kind's checks refuse it.
-  if (multi && st->resources.empty()) st->resource = "-";
+  if (multi && st->extras().resources.empty()) st->resource = "-";
   auto rules = st->spec ? c.lock_rules(*st, retry) : c.lock_rules(ttl, retry);
   auto op = std::make_shared<detail::lock_op>(impl_, std::move(st), std::move(h), rules);
   detail::bind_cancellation(*op->handler, op, c.strand());

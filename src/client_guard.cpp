@@ -289,11 +289,10 @@ void client_impl::tell_holders(std::size_t i, hazard_cause cause, clock_type::ti
     std::size_t still = 0;  // granting masters whose votes still count
     {
       std::lock_guard guard{st->mutex};
-      if (i >= st->results.size() || st->results[i].status != master_status::granted) continue;
-      st->results[i].error = error::master_quarantined;
-      st->results[i].server_text = words;
+      if (i >= st->results.size() || st->results.status(i) != master_status::granted) continue;
+      st->results.annotate(i, error::master_quarantined, words);
       for (std::size_t k = 0; k < st->results.size() && k < guards_.size(); ++k) {
-        if (st->results[k].status == master_status::granted && guards_[k].counts(now)) ++still;
+        if (st->results.status(k) == master_status::granted && guards_[k].counts(now)) ++still;
       }
     }
     // A jumped master's key expires early by the jump: when the lock's quorum rested on it, so

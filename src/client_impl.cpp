@@ -29,6 +29,8 @@ namespace detail {
 
 void lock_state::on_reply(std::uint64_t, error_code, const resp::response&) {}
 
+const lock_extras lock_state::no_extras{};
+
 const std::string& lock_state::background_release_payload() {
   if (background_release_.empty()) {
     resp::request req;
@@ -186,13 +188,14 @@ error_code client_impl::check_kind_args(const lock_state& st, std::string& what)
       what = std::move(w);
       return make_error_code(error::invalid_argument);
     };
-    if (st.resources.empty()) return bad("no resources");
-    if (st.resources.size() > cfg_.max_resources)
-      return bad(fmt::format("{} resources, more than max_resources ({})", st.resources.size(), cfg_.max_resources));
-    for (const auto& r : st.resources) {
+    const auto& resources = st.extras().resources;
+    if (resources.empty()) return bad("no resources");
+    if (resources.size() > cfg_.max_resources)
+      return bad(fmt::format("{} resources, more than max_resources ({})", resources.size(), cfg_.max_resources));
+    for (const auto& r : resources) {
       if (auto ec = check_resource(cfg_, r, &what)) return ec;
     }
-    std::vector<std::string_view> sorted(st.resources.begin(), st.resources.end());
+    std::vector<std::string_view> sorted(resources.begin(), resources.end());
     std::sort(sorted.begin(), sorted.end());
     if (const auto twice = std::adjacent_find(sorted.begin(), sorted.end()); twice != sorted.end())
       return bad(fmt::format("resource \"{}\" is named twice", printable(*twice, 64)));

@@ -133,7 +133,7 @@ void client_impl::on_timer() {
 
 core::step_values watch::values(const client_impl& c, const lock_state& st) const {
   auto v = c.values(st);
-  v.ttl_ms = ext_ttl.count();
+  v.ttl_ms = ext ? ext->ttl().count() : 0;
   return v;
 }
 
@@ -147,11 +147,9 @@ void watch::wake(clock_type::time_point now) {
     ext =
         std::make_unique<core::extend_fsm>(c.size(), a.ttl, cfg.request_timeout, cfg.drift, fsm.deadline(), st->quorum);
     ++ext_round;
-    ext_ttl = a.ttl;
     const auto e = ext->start(now);
     if (e.what == core::extend_action::type::extend) {
       // Encoded into the client's scratch buffer (the connections copy it): nothing per lock.
-      ext_sent = now;
       c.send_votes(c.scratch_step(step::extend, *st, values(c, *st)), e.at, shared_from_this(), ext_round);
     } else {
       on_extension_done(*st, e.ec, now);
@@ -171,7 +169,7 @@ void watch::on_reply(std::uint64_t tag, error_code ec, const resp::response& r) 
   auto st = state.lock();
   if (!st || round_of(tag) != ext_round || !ext || ext->done()) return;
   auto& c = *st->owner;
-  ec = c.vote_reply(master_of(tag), ec, r, ext_sent);
+  ec = c.vote_reply(master_of(tag), ec, r, ext->sent());
   if (c.eval_instead(tag, ec, r, *st, step::extend, values(c, *st), shared_from_this())) return;
   const auto now = clock_type::now();
   const auto e = ext->on_reply(master_of(tag), ec, r, now, c.down_cause(master_of(tag)));
@@ -189,12 +187,12 @@ void watch::on_extension_done(lock_state& st, error_code ec, clock_type::time_po
     st.set_deadline(done->validity_deadline());
     ++st.extensions;
   }
-  if (!fsm.finished()) c.note_extension(st, ec, ext_ttl, *done, true);
+  if (!fsm.finished()) c.note_extension(st, ec, done->ttl(), *done, true);
   std::vector<master_result> round;  // for the event, copied only when somebody reads events
   if (done->decided()) {
     if (events_wanted()) round = done->table().results();
-    // Moved, not copied: between extensions the watcher keeps no second copy of the results.
-    st.set_results(done->table().take_results());
+    // Kept compact (detail::compact_results): the round's own table goes with the machine.
+    st.set_results(done->table().results());
   }
   const auto a = fsm.on_extended(ec, done->validity_deadline(), now);
   if (a.what == core::keep_alive_action::type::lost) {

@@ -5,6 +5,7 @@
 // counters, logging), and the per-lock watcher. The operations themselves are in src/client.cpp;
 // client_impl's members are defined by concern in src/client_*.cpp.
 
+#include "compact_results.hpp"
 #include "master_link.hpp"
 #include "read_poller.hpp"
 #include "timer.hpp"
@@ -109,6 +110,15 @@ error_code check_ttl_of(const client_config& cfg, std::chrono::milliseconds ttl,
 const core::kind_spec* check_kind(lock_kind kind, std::size_t permits, bool fence, std::string_view owner, bool multi,
                                   std::string* what);
 
+// The parts of a lock's state that only some kinds use (lock_state::extras()).
+struct lock_extras {
+  std::string kind_problem;            // why no kind has these options (lock_state::spec is null)
+  std::string owner_id;                // reentrant: the identity the key holds (token: this hold)
+  std::vector<std::string> resources;  // async_lock_all: every resource
+  std::vector<std::string> all_keys;   // async_lock_all: their keys
+  std::string waiter;                  // write: the waiting writer's claim, stable across rounds
+};
+
 // The state behind a lock handle, shared by the handle and the operations on it. Fields set
 // before the handle is returned are read-only afterwards; the rest are atomics or under `mutex`.
 struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
@@ -123,26 +133,22 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   // The kind (docs/design.md, "Lock kinds"): its row of the table, chosen once before the
   // acquisition starts; nothing else branches on it. `kind` is what the caller asked for.
   const core::kind_spec* spec = &core::kinds::plain;  // null: no kind has these options
-  std::string kind_problem;                           // why, when `spec` is null
   lock_kind kind = lock_kind::exclusive;
   std::size_t permits = 1;
-  std::string owner_id;                // reentrant: the identity the key holds (token: this hold)
-  std::vector<std::string> resources;  // async_lock_all: every resource
-  std::vector<std::string> all_keys;   // async_lock_all: their keys
-  std::string waiter;                  // write: the waiting writer's claim, stable across rounds
-  std::size_t quorum = 0;              // masters that must grant (0: a majority)
-  std::int64_t fence = 0;              // after a fenced acquisition
-  std::int64_t fence_floor = 0;        // sent with a fenced round (lock_action::fence)
-  bool fence_create = false;           // sent with a confirmation (lock_action::create)
+  std::size_t quorum = 0;        // masters that must grant (0: a majority)
+  std::int64_t fence = 0;        // after a fenced acquisition
+  std::int64_t fence_floor = 0;  // sent with a fenced round (lock_action::fence)
+  bool fence_create = false;     // sent with a confirmation (lock_action::create)
   bool multi() const noexcept { return spec == &core::kinds::multi; }
   // The values every request of this lock carries; the caller adds the round's (ttl, ticket...).
   core::step_values values() const noexcept {
     core::step_values v;
     v.key = key;
-    v.all_keys = all_keys;
+    const auto& x = extras();
+    v.all_keys = x.all_keys;
     v.token = token;
-    v.owner = owner_id;
-    v.waiter = waiter;
+    v.owner = x.owner_id;
+    v.waiter = x.waiter;
     v.ttl_ms = ttl.count();
     v.permits = static_cast<std::int64_t>(permits);
     v.fence_floor = fence_floor;
@@ -150,13 +156,20 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
     v.create = fence_create;
     return v;
   }
+  // What only some kinds use, made for them alone (a plain lock, the common case, pays 8 bytes).
+  // Set before the handle is returned (start_lock, then the acquisition's start), read-only after.
+  const lock_extras& extras() const noexcept { return extras_ ? *extras_ : no_extras; }
+  lock_extras& set_extras() {
+    if (!extras_) extras_ = std::make_unique<lock_extras>();
+    return *extras_;
+  }
   std::size_t attempts = 0;
   std::atomic<clock_type::rep> deadline{0};
   std::atomic<bool> held{false};
   std::atomic<bool> lost{false};
   std::atomic<std::size_t> extensions{0};
   mutable std::mutex mutex;  // guards results, loss_reason and loss_detail
-  std::vector<master_result> results;
+  compact_results results;   // the last decided round's
   error_code loss_reason;
   std::string loss_detail;          // the reason in words (lock::loss_description)
   std::shared_ptr<watch> watcher;   // on the strand only; made on demand
@@ -168,13 +181,13 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   // worth sending again.
   core::key_holders holders;
 
-  void set_results(std::vector<master_result> r) {
+  void set_results(const std::vector<master_result>& r) {
     std::lock_guard guard{mutex};
-    results = std::move(r);
+    results.assign(r);
   }
   std::vector<master_result> results_copy() const {
     std::lock_guard guard{mutex};
-    return results;
+    return results.expand();
   }
   void set_deadline(clock_type::time_point tp) noexcept {
     deadline.store(tp.time_since_epoch().count(), std::memory_order_release);
@@ -191,6 +204,10 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   bool new_token(error_code& ec);
   // Background releases: nobody waits for their answers (this only keeps the state alive).
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override;
+
+ private:
+  static const lock_extras no_extras;
+  std::unique_ptr<lock_extras> extras_;
 };
 
 // Whoever listens to a watched lock: made by the first listener (or for the final event), so that
@@ -218,8 +235,6 @@ struct watch final : op_base {
   // almost all their time between extensions).
   std::unique_ptr<core::extend_fsm> ext;
   std::uint64_t ext_round = 0;
-  std::chrono::milliseconds ext_ttl{0};                              // of the extension in progress
-  clock_type::time_point ext_sent{};                                 // when it was sent
   clock_type::time_point scheduled = clock_type::time_point::max();  // in the client's timer queue
   bool cap_logged = false;
   std::shared_ptr<watch_listeners> listeners;  // null until somebody listens

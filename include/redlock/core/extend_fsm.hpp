@@ -116,6 +116,10 @@ class extend_fsm {
 
   /// Whether the extension has completed (a `complete` action was returned).
   bool done() const noexcept { return state_ == state::done; }
+  /// The ttl the extension sets.
+  std::chrono::milliseconds ttl() const noexcept { return ttl_; }
+  /// When its round was sent (`start`'s `now`).
+  clock::time_point sent() const noexcept { return table_.start(); }
   /// Whether a round was sent and decided by the masters (not refused up front, not cancelled).
   bool decided() const noexcept { return decided_; }
   /// After success the later of the old deadline and start + ttl - drift; the old one otherwise.

@@ -185,8 +185,6 @@ class round_table {
   std::size_t needed() const noexcept { return votes_.needed(); }
   /// Each master's answer, in master order (`pending` for a master that has not answered yet).
   const std::vector<master_result>& results() const noexcept { return results_; }
-  /// Moves the results out (the table is empty after; `begin` makes it usable again).
-  std::vector<master_result> take_results() noexcept { return std::move(results_); }
 
   /// Number of masters whose answer has status `s`.
   std::size_t count(master_status s) const noexcept {

@@ -10,7 +10,9 @@
 #include <boost/asio/error.hpp>
 #include <boost/system/error_code.hpp>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace redlock::core {
@@ -48,18 +50,24 @@ class key_holders {
  public:
   /// The granting round's answers.
   void granted(const std::vector<master_result>& round) {
-    possible_.assign(round.size(), true);
-    for (std::size_t i = 0; i < round.size(); ++i) possible_[i] = may_have_set(round[i].status);
+    ruled_out_.clear();
+    for (std::size_t i = 0; i < round.size(); ++i) {
+      if (!may_have_set(round[i].status)) ruled_out_.push_back(static_cast<std::uint16_t>(i));
+    }
   }
   /// Whether master `i` may hold a key of the lock (true for a master the round did not cover).
-  bool may_hold(std::size_t i) const noexcept { return i >= possible_.size() || possible_[i]; }
+  bool may_hold(std::size_t i) const noexcept {
+    return std::find(ruled_out_.begin(), ruled_out_.end(), i) == ruled_out_.end();
+  }
   /// Whether a release that completed with `ec` on master `i` must be sent again.
   bool resend(std::size_t i, const boost::system::error_code& ec) const noexcept {
     return release_in_doubt(ec) && may_hold(i);
   }
 
  private:
-  std::vector<bool> possible_;
+  // The masters whose answer proves no key was set there (at most 65535 masters: client_config's
+  // check), in master order. Usually none: a granted lock keeps no storage for this.
+  std::vector<std::uint16_t> ruled_out_;
 };
 
 }  // namespace redlock::core

@@ -359,6 +359,44 @@ TEST(keep_alive_fsm, given_options_set_the_extension_ttl_and_the_schedule) {
       .run();
 }
 
+// Renewals fall on a grid (rounded down), so that locks coming due close together are extended in
+// one batch: the step is the largest power of two of milliseconds at most renew_below / 128, at most
+// 32 ms, none under 8 ms (a 1 s lock's 500 ms renew_below above keeps the exact point).
+TEST(keep_alive_fsm, the_renewal_grid_grows_with_renew_below_up_to_32_ms) {
+  using redlock::core::extension_step;
+  EXPECT_EQ(extension_step(500ms), clock::duration::zero());
+  EXPECT_EQ(extension_step(1023ms), clock::duration::zero());
+  EXPECT_EQ(extension_step(1024ms), clock::duration{8ms});
+  EXPECT_EQ(extension_step(2047ms), clock::duration{8ms});
+  EXPECT_EQ(extension_step(2048ms), clock::duration{16ms});
+  EXPECT_EQ(extension_step(4096ms), clock::duration{32ms});
+  EXPECT_EQ(extension_step(5000ms), clock::duration{32ms});
+  EXPECT_EQ(extension_step(std::chrono::hours{1}), clock::duration{32ms});
+}
+
+// A 10 s lock renews below 5 s on a 32 ms grid: at most 32 ms early, never late, and two locks whose
+// exact renewal points lie in one step ask for the same wake-up (one timer pass extends both).
+TEST(keep_alive_fsm, renewals_fall_on_the_grid_never_late_and_shared_by_nearby_locks) {
+  keep_script{10s, 10000ms + 5ms}
+      .keep(opts(), 0ms)
+      .wakes(4992ms)  // exact 5005 ms, rounded down to 32 ms (156 steps)
+      .timer(4991ms)
+      .none()
+      .timer(4992ms)
+      .extend(10000ms)
+      .extended(15000ms, 5000ms)
+      .wakes(9984ms)  // exact 10000 ms: 312.5 steps, rounded down
+      .run();
+  keep_alive_fsm a{10s, at(10000ms + 1ms), 100ms}, b{10s, at(10000ms + 20ms), 100ms};
+  a.keep(opts(), t0);
+  b.keep(opts(), t0);
+  EXPECT_EQ(describe(a.next_wake()), describe(b.next_wake()));
+  EXPECT_EQ(describe(a.next_wake()), describe(at(4992ms)));
+  // Each stays before its own exact point by less than one step.
+  EXPECT_LE(a.next_wake(), at(5001ms));
+  EXPECT_GT(a.next_wake() + 32ms, at(5001ms));
+}
+
 // An extension never shortens the lock, so a keep-alive whose ttl is shorter than `renew_below`
 // (here 200 ms against 900 ms) leaves the deadline where it was: the next extension would be due
 // at once, again and again. It waits its retry interval (a tenth of 200 ms) instead.

@@ -414,13 +414,4 @@ TEST(round_table, begin_starts_a_fresh_round) {
   EXPECT_EQ(table.state(), quorum_state::reached);
 }
 
-TEST(round_table, take_results_moves_them_out) {
-  round_table table;
-  table.begin(command::acquire, 3, at(0ms));
-  table.record(0, answer(G), at(1ms));
-  const auto results = table.take_results();
-  ASSERT_EQ(results.size(), 3u);
-  EXPECT_EQ(results[0].status, G);
-}
-
 }  // namespace
