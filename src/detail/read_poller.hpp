@@ -8,15 +8,26 @@
 // not there yet, which is nearly always, since the connection re-arms right after a reply), and
 // an `async_wait` re-registers the socket with `epoll_ctl`. That is one call per reply beyond the
 // read itself. Here the sockets sit in an epoll set of our own (level-triggered, each added once
-// per connection), and one Asio wait on that set stands for all of them: a wake-up costs the
-// reactor's wait, one `epoll_wait` on the set and one re-arm, however many replies it brings, and
-// every read it triggers finds data. docs/benchmarks.md, "System calls per lock+unlock".
+// per connection), registered with Asio's reactor like a socket, and one wait on that set stands
+// for all of them. The wait is a reactor operation of our own whose "read" is the `epoll_wait` on
+// the set: the reactor runs it when the set turns readable, and re-arming it after a wake-up that
+// found everything costs no system call (Asio's speculative-read rule, which a socket read cannot
+// use without failing with EAGAIN). A wake-up costs the reactor's wait and one `epoll_wait` on the
+// set, however many replies it brings, and every read it triggers finds data.
+// docs/benchmarks.md, "System calls per lock+unlock".
 //
 // Level-triggered, so a socket with unread bytes keeps the set readable: a reader that is told
-// its socket is ready must read it or be removed (`remove`), or the wait would spin.
+// its socket is ready must read it or be removed (`remove`), or the wait would spin. The reactor
+// watches the set edge-triggered, so what a wake-up left unread brings no new edge (every new
+// arrival does): bytes a full read left behind (the reader says so), and a hang-up or error that
+// came with the bytes the read took (the event says so; a master killed right after its reply).
+// Then the next arm asks the kernel to look again (`epoll_ctl`).
+//
+// The operation uses Asio's reactor interface (boost::asio::detail), which is not a public API:
+// it is built for the Boost version the project requires (1.81) with its epoll reactor; with any
+// other Boost, or the io_uring backend, the poller is not usable and the sockets read through Asio.
 
 #include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/strand.hpp>
 
 #include <cstddef>
@@ -33,7 +44,8 @@ class read_poller : public std::enable_shared_from_this<read_poller> {
   /// Told that its socket is readable (or hung up, or failed), on the strand.
   class reader {
    public:
-    virtual void on_readable() = 0;
+    /// Returns true if bytes may be left unread (the read filled its buffer).
+    virtual bool on_readable() = 0;
 
    protected:
     ~reader() = default;
@@ -84,15 +96,21 @@ class read_poller : public std::enable_shared_from_this<read_poller> {
     std::uint64_t key;
     reader* r;
   };
+  struct wait_op;     // the reactor operation that waits for the set (read_poller.cpp)
+  struct reactor_of;  // the reactor's registration of the set
   void arm();
-  void on_wake(const boost::system::error_code& ec);
+  void cancel() noexcept;
+  void on_wake(std::unique_ptr<wait_op> op);
 
   strand_type strand_;
-  boost::asio::posix::stream_descriptor set_;  // the epoll set, waited for through Asio
+  int set_ = -1;  // the epoll set
+  std::unique_ptr<reactor_of> reactor_;
+  std::unique_ptr<wait_op> spare_;  // the operation, between two waits
   std::vector<entry> entries_;
   std::uint64_t next_key_ = 0;
   bool usable_ = false;
   bool armed_ = false;
+  bool look_again_ = false;     // bytes may be left unread: the next arm makes the kernel look
   bool waking_ = false;         // on_wake() is telling readers: it re-arms once it has told them all
   bool running_tasks_ = false;  // see takes_tasks()
   std::vector<std::shared_ptr<deferred>> tasks_, flushes_;  // see defer()

@@ -164,19 +164,21 @@ void stream::read_polled(asio::mutable_buffer b, std::shared_ptr<read_target> t)
   poller_->want();
 }
 
-void stream::on_readable() {
+bool stream::on_readable() {
   const auto t = polled_.lock();
   if (!t) {
     // Nobody reads now (the connection stopped reading, at an error or while closing): the
     // level-triggered set would stay readable for these bytes, so the socket leaves it.
     leave_set();
-    return;
+    return false;
   }
   error_code ec;
-  const std::size_t n = socket_.read_some(polled_buf_, ec);                    // non-blocking since start_serving()
-  if (ec == asio::error::would_block || ec == asio::error::try_again) return;  // woken for nothing
+  const std::size_t n = socket_.read_some(polled_buf_, ec);  // non-blocking since start_serving()
+  if (ec == asio::error::would_block || ec == asio::error::try_again) return false;  // woken for nothing
   polled_.reset();
+  const bool filled = !ec && n == polled_buf_.size();
   t->on_stream_read(ec, n);
+  return filled;
 }
 
 void stream::leave_set() noexcept {

@@ -224,7 +224,7 @@ class stream final : private read_poller::reader {
 
  private:
   struct probe_race;
-  void on_readable() override;
+  bool on_readable() override;
   // Takes the socket out of the poller's set (while it is still open: see ~stream()).
   void leave_set() noexcept;
   // Leaves the poller's set; a read waiting there completes with operation_aborted (by a post,

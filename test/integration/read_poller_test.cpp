@@ -60,7 +60,7 @@ class pair_reader final : public read_poller::reader {
     ASSERT_EQ(::write(fds_[1], bytes.data(), bytes.size()), ssize_t(bytes.size()));
   }
 
-  void on_readable() override {
+  bool on_readable() override {
     ++tells;
     std::array<char, 4096> buf;
     const auto n = ::read(fds_[0], buf.data(), chunk_);
@@ -68,11 +68,12 @@ class pair_reader final : public read_poller::reader {
     if (n <= 0) {
       // At the end of the stream the socket leaves the set, as a stream's does.
       if (n == 0) poller_->remove(std::exchange(key_, 0), fds_[0], true);
-      return;
+      return false;
     }
     got.append(buf.data(), static_cast<std::size_t>(n));
     received.store(got.size(), std::memory_order_release);
-    poller_->want();  // the next read, as a stream asks for it
+    poller_->want();                               // the next read, as a stream asks for it
+    return static_cast<std::size_t>(n) == chunk_;  // a full read may have left bytes behind
   }
   // From any thread: the peer hangs up.
   void hang_up() { ::shutdown(fds_[1], SHUT_WR); }
@@ -177,6 +178,37 @@ TEST(read_poller, every_ready_socket_is_told_and_later_bytes_too) {
         return true;
       },
       2000ms));
+}
+
+// Bytes and the peer's hang-up that arrive together are told in one event; the read takes the
+// bytes (a short read) and leaves the end of the stream, which no later arrival announces. The
+// poller must look again (a master killed right after its reply: without the look, the
+// connection never heard of the hang-up).
+TEST(read_poller, a_hang_up_that_came_with_the_last_bytes_is_told_too) {
+  asio::io_context ctx;
+  auto strand = asio::make_strand(ctx.get_executor());
+  auto poller = std::make_shared<read_poller>(strand);
+  ASSERT_TRUE(poller->usable());
+  for (int round = 0; round < 20; ++round) {
+    pair_reader r{poller, 4096};
+    ASSERT_TRUE(r.open());
+    bool started = false;
+    asio::post(strand, [&] {
+      r.start();
+      started = true;
+    });
+    ASSERT_TRUE(run_until(
+        ctx, [&] { return started; }, 2000ms))
+        << round;
+    EXPECT_EQ(r.tells, 0u);
+    // Both before the reactor looks again: one event for the two.
+    r.send("reply\r\n");
+    r.hang_up();
+    EXPECT_TRUE(run_until(
+        ctx, [&] { return r.hung_up; }, 2000ms))
+        << "round " << round << ": " << r.tells << " tells, got \"" << r.got << "\"";
+    EXPECT_EQ(r.got, "reply\r\n");
+  }
 }
 
 // The wait completes on whichever thread runs the reactor and enters the strand from there: with

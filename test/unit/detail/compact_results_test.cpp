@@ -40,10 +40,8 @@ void expect_same(const std::vector<master_result>& a, const std::vector<master_r
 }
 
 TEST(compact_results, keeps_every_field_of_every_master) {
-  std::vector<master_result> in{result(master_status::granted, 120us, 42),
-                                result(master_status::taken, 7us, -1),
-                                result(master_status::server_error, 300us),
-                                result(master_status::timeout, 50000us),
+  std::vector<master_result> in{result(master_status::granted, 120us, 42), result(master_status::taken, 7us, -1),
+                                result(master_status::server_error, 300us), result(master_status::timeout, 50000us),
                                 result(master_status::pending, 0us)};
   in[2].server_text = "ERR something";
   in[3].error = redlock::error::master_timeout;
