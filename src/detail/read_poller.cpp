@@ -96,7 +96,9 @@ read_poller::read_poller(const strand_type& strand) : strand_(strand) {
 read_poller::~read_poller() {
   if (reactor_) {
     // A wait still queued completes with operation_aborted and finds the poller gone.
-    reactor_->reactor.deregister_descriptor(set_, reactor_->data, true);
+    // Not `closing`: the set is taken out of the reactor's own epoll set explicitly (one call), so
+    // that nothing of it is left there, whoever else may share the descriptor (a fork).
+    reactor_->reactor.deregister_descriptor(set_, reactor_->data, false);
     reactor_->reactor.cleanup_descriptor_data(reactor_->data);
   }
   if (set_ >= 0) ::close(set_);
@@ -168,6 +170,12 @@ void read_poller::on_wake(std::unique_ptr<wait_op> op) {
   armed_ = false;
   const error_code ec = op->ec_;
   const int n = op->ready;
+  if (!ec && n == 0) {
+    // Only a reactor shutting down (the io_context being destroyed) completes a wait that found
+    // nothing: nothing is armed again.
+    spare_ = std::move(op);
+    return;
+  }
   if (ec) {
     spare_ = std::move(op);
     // Cancelled by remove() when the set emptied: a socket added since found the wait still armed
@@ -183,11 +191,13 @@ void read_poller::on_wake(std::unique_ptr<wait_op> op) {
   // What a reader or a task throws (a completion run inline on a strand of the user's, which Asio
   // does not catch there) is rethrown once the wake-up is over: the others are still told, what
   // was put off still goes out, the set is armed again. The first is kept, as Asio keeps one.
+  // A reader that threw may have read and left the rest unannounced: the kernel looks again.
   std::exception_ptr thrown;
-  auto run = [&thrown](auto&& f) {
+  auto run = [this, &thrown](auto&& f) {
     try {
       f();
     } catch (...) {
+      look_again_ = true;
       if (!thrown) thrown = std::current_exception();
     }
   };
@@ -201,8 +211,9 @@ void read_poller::on_wake(std::unique_ptr<wait_op> op) {
     const bool ends = (event.events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0;
     const auto it = std::find_if(entries_.begin(), entries_.end(), [key](const entry& e) { return e.key == key; });
     if (it != entries_.end()) {
-      run([this, r = it->r, ends] {
-        if (r->on_readable() || ends) look_again_ = true;
+      if (ends) look_again_ = true;
+      run([this, r = it->r] {
+        if (r->on_readable()) look_again_ = true;
       });
     }
   }

@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -72,7 +73,9 @@ class pair_reader final : public read_poller::reader {
     }
     got.append(buf.data(), static_cast<std::size_t>(n));
     received.store(got.size(), std::memory_order_release);
-    poller_->want();                               // the next read, as a stream asks for it
+    poller_->want();  // the next read, as a stream asks for it
+    // A completion run inline that throws (on a strand of the user's), after the read.
+    if (std::exchange(throw_once, false)) throw std::runtime_error("a completion threw");
     return static_cast<std::size_t>(n) == chunk_;  // a full read may have left bytes behind
   }
   // From any thread: the peer hangs up.
@@ -82,6 +85,7 @@ class pair_reader final : public read_poller::reader {
   std::atomic<std::size_t> received{0};
   std::size_t tells = 0;
   bool hung_up = false;
+  bool throw_once = false;
   std::uint64_t key_ = 0;
 
  private:
@@ -208,6 +212,42 @@ TEST(read_poller, a_hang_up_that_came_with_the_last_bytes_is_told_too) {
         ctx, [&] { return r.hung_up; }, 2000ms))
         << "round " << round << ": " << r.tells << " tells, got \"" << r.got << "\"";
     EXPECT_EQ(r.got, "reply\r\n");
+  }
+}
+
+// What a reader throws after its read leaves the rest unannounced just the same (bytes of a full
+// read, a hang-up that came with them): the exception leaves the wake-up, and the rest is still
+// told after it.
+TEST(read_poller, what_a_throwing_reader_left_is_told_after_the_exception) {
+  // Bytes left by a full read (1 byte at a time), then bytes that came with the hang-up.
+  for (const bool hang_up : {false, true}) {
+    asio::io_context ctx;
+    auto strand = asio::make_strand(ctx.get_executor());
+    auto poller = std::make_shared<read_poller>(strand);
+    ASSERT_TRUE(poller->usable());
+    pair_reader r{poller, hang_up ? std::size_t{4096} : std::size_t{1}};
+    ASSERT_TRUE(r.open());
+    bool started = false;
+    asio::post(strand, [&] {
+      r.start();
+      started = true;
+    });
+    ASSERT_TRUE(run_until(
+        ctx, [&] { return started; }, 2000ms));
+    r.throw_once = true;
+    r.send("reply\r\n");
+    if (hang_up) r.hang_up();
+    const auto done = [&] { return hang_up ? r.hung_up : r.got.size() == 7; };
+    bool threw = false;
+    try {
+      run_until(ctx, done, 2000ms);
+    } catch (const std::runtime_error&) {
+      threw = true;
+      ctx.restart();
+    }
+    EXPECT_TRUE(threw) << "hang-up " << hang_up;
+    EXPECT_TRUE(run_until(ctx, done, 2000ms)) << "hang-up " << hang_up << ": got \"" << r.got << "\"";
+    EXPECT_EQ(r.got, "reply\r\n") << "hang-up " << hang_up;
   }
 }
 
