@@ -17,6 +17,7 @@
 #include <boost/asio/use_future.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <future>
@@ -480,6 +481,16 @@ TEST_F(client_test, every_completion_token_kind_works_with_the_context_on_anothe
   redlock::client c{ioc.get_executor(), config()};
   // The client's connections keep the context busy until close() has ended them.
   std::thread runner{[&] { ioc.run_for(30s); }};
+  // Every master connected first (masters() may be read from any thread). A release queued while
+  // its master was still connecting goes out before the scripts are loaded there, meets NOSCRIPT
+  // and is sent again behind what came after it: the next lock's SET then finds the old key on
+  // that master, and an unlock decided by the first three answers counts two holders, not three.
+  for (const auto end = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < end;) {
+    const auto ms = c.masters();
+    if (std::all_of(ms.begin(), ms.end(), [](const auto& m) { return m.state == redlock::connection_state::up; }))
+      break;
+    std::this_thread::sleep_for(2ms);
+  }
   // use_future: from a plain thread, no coroutine.
   auto fut = c.async_lock("tokens", 10s, asio::use_future);
   redlock::lock l = fut.get();  // throws on error
