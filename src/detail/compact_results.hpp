@@ -40,7 +40,6 @@ class compact_results {
       if (m.error || !m.server_text.empty()) e.extra = add_extra({m.error, m.server_text});
       entries_.push_back(e);
     }
-    entries_.shrink_to_fit();
   }
 
   std::vector<master_result> expand() const {

@@ -128,6 +128,18 @@ std::vector<std::unique_ptr<pair_reader>> started_readers(const Strand& strand,
   return rs;
 }
 
+// Starts `r` on `strand` and runs `ctx` until it has: its wait is armed, and nothing was told yet.
+template <typename Strand>
+bool start_and_wait(asio::io_context& ctx, const Strand& strand, pair_reader& r) {
+  bool started = false;
+  asio::post(strand, [&] {
+    r.start();
+    started = true;
+  });
+  return run_until(
+      ctx, [&] { return started; }, 2000ms);
+}
+
 // Bytes left behind by a read that filled its buffer bring no new edge: the next wait must see
 // them, or the reader waits for data that is already there.
 TEST(read_poller, bytes_left_by_a_full_read_are_told_again_without_new_data) {
@@ -196,14 +208,7 @@ TEST(read_poller, a_hang_up_that_came_with_the_last_bytes_is_told_too) {
   for (int round = 0; round < 20; ++round) {
     pair_reader r{poller, 4096};
     ASSERT_TRUE(r.open());
-    bool started = false;
-    asio::post(strand, [&] {
-      r.start();
-      started = true;
-    });
-    ASSERT_TRUE(run_until(
-        ctx, [&] { return started; }, 2000ms))
-        << round;
+    ASSERT_TRUE(start_and_wait(ctx, strand, r)) << round;
     EXPECT_EQ(r.tells, 0u);
     // Both before the reactor looks again: one event for the two.
     r.send("reply\r\n");
@@ -227,13 +232,7 @@ TEST(read_poller, what_a_throwing_reader_left_is_told_after_the_exception) {
     ASSERT_TRUE(poller->usable());
     pair_reader r{poller, hang_up ? std::size_t{4096} : std::size_t{1}};
     ASSERT_TRUE(r.open());
-    bool started = false;
-    asio::post(strand, [&] {
-      r.start();
-      started = true;
-    });
-    ASSERT_TRUE(run_until(
-        ctx, [&] { return started; }, 2000ms));
+    ASSERT_TRUE(start_and_wait(ctx, strand, r));
     r.throw_once = true;
     r.send("reply\r\n");
     if (hang_up) r.hang_up();
