@@ -342,8 +342,9 @@ TEST_F(cluster, a_reshard_under_contention_and_keep_alive_loses_nothing) {
   run_test([&](asio::io_context& io) -> asio::awaitable<void> {
     redlock::client a{io.get_executor(), config_for(set)};
     redlock::client b{io.get_executor(), config_for(set)};
-    (void)co_await a.async_wait_ready(5s, use_tuple);
-    (void)co_await b.async_wait_ready(5s, use_tuple);
+    // Every cluster connected, not only a quorum (see several_resources_over_several_slots...).
+    co_await redlock::test::wait_connected(a, 5s);
+    co_await redlock::test::wait_connected(b, 5s);
     auto worker = [&](redlock::client& c, int seed) -> asio::awaitable<void> {
       std::minstd_rand rng(static_cast<unsigned>(seed));
       const auto end = redlock::clock::now() + 4s;
@@ -396,8 +397,9 @@ TEST_F(cluster, a_release_wakes_the_fair_waiter_through_the_cluster) {
     cfg.retry.max_wait = 20s;
     redlock::client a{io.get_executor(), cfg};
     redlock::client b{io.get_executor(), cfg};
-    (void)co_await a.async_wait_ready(5s, use_tuple);
-    (void)co_await b.async_wait_ready(5s, use_tuple);
+    // Every cluster connected, not only a quorum (see several_resources_over_several_slots...).
+    co_await redlock::test::wait_connected(a, 5s);
+    co_await redlock::test::wait_connected(b, 5s);
     // A name on the shard that is not the subscription's first choice: the message must cross.
     std::string name;
     for (int i = 0; name.empty(); ++i)
