@@ -223,37 +223,54 @@ string m_extend(keyspace& db, const string& k, const string& tok, int64_t ttl) {
   return r_int(1);
 }
 string m_fair(keyspace& db, const string& k, const string& q, const string& e, const string& tok, int64_t ttl,
-              const string& me, int64_t ticket, int64_t timeout) {
-  int n = 0;
-  for (const auto& [s, m] : db.zsorted(e)) {
-    if (s > db.now || n++ >= 100) break;
-    db.zrem(q, m);
-    db.zrem(e, m);
-  }
+              const string& me, int64_t sent, int64_t timeout) {
+  bool swept = false;
+  const auto sweep = [&] {  // true when it dropped any
+    swept = true;
+    int n = 0;
+    for (const auto& [s, m] : db.zsorted(e)) {
+      if (s > db.now || n++ >= 100) break;
+      db.zrem(q, m);
+      db.zrem(e, m);
+    }
+    return n > 0;
+  };
   const auto back = [&] {
     const auto z = db.zsorted(q);
     return z.empty() ? int64_t{1} : z.back().first + 1;
   };
-  if (ticket < 0) {
-    db.zrem(q, me);
-    ticket = back();
-    db.zadd(q, ticket, me);
-  } else if (ticket == 0) {
-    if (auto s = db.zscore(q, me)) ticket = *s;
-  } else if (db.zscore(q, me)) {
-    db.zadd(q, ticket, me);
+  int64_t ticket = sent;
+  if (sent <= 0) {  // a caller that adds an entry drops the expired ones first
+    sweep();
+    if (sent < 0) {
+      db.zrem(q, me);
+      ticket = back();
+      db.zadd(q, ticket, me);
+    } else if (auto s = db.zscore(q, me)) {
+      ticket = *s;
+    }
   }
   int64_t status = 0;
   if (!db.exists(k)) {
-    const auto z = db.zsorted(q);
-    if (z.empty() || z.front().second == me ||
-        (ticket > 0 && (ticket < z.front().first || (ticket == z.front().first && me < z.front().second)))) {
+    // Judged by the ticket sent: the script compares it with the first other waiter without
+    // moving the entry; moving it first decides alike and ends in the same keyspace.
+    if (sent > 0 && db.zscore(q, me)) db.zadd(q, ticket, me);
+    const auto first = [&] {
+      const auto z = db.zsorted(q);
+      return z.empty() || z.front().second == me ||
+             (ticket > 0 && (ticket < z.front().first || (ticket == z.front().first && me < z.front().second)));
+    };
+    bool ok = first();
+    if (!ok && !swept && sweep()) ok = first();  // only when one may stand before the caller
+    if (ok) {
       db.set(k, tok, ttl);
       db.zrem(q, me);
       db.zrem(e, me);
       return r_pair(1, ticket);
     }
     status = -1;
+  } else if (!swept && !db.zscore(e, me)) {
+    sweep();  // a caller with a ticket but no entry here adds one
   }
   if (ticket == 0) ticket = back();
   db.zadd(q, ticket, me);

@@ -21,8 +21,12 @@
 #include <boost/asio/co_spawn.hpp>
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <chrono>
+#include <cinttypes>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <optional>
 #include <string>
@@ -737,6 +741,58 @@ TEST_F(script_safety, fair_rounds_order_waiters_by_the_ticket_they_send) {
   EXPECT_EQ(eval(0, scripts::fair_acquire_script, k, {"tok-2", "10000", "inbox-2:1", "2", "5000"}),
             "*2\r\n:1\r\n:2\r\n");
   EXPECT_EQ(get(0, "q"), "tok-2");
+}
+
+// Dead waiters do not pile up while a holder keeps the key: every call that adds an entry (a new
+// waiter, ticket 0, or one moving to the back, -1) first drops up to 100 expired ones. And at a
+// free key, expired entries before a live waiter with a ticket do not hold it up: it drops them
+// and is granted in the same call.
+TEST_F(script_safety, dead_fair_waiters_are_dropped_by_arrivals_and_never_stand_first) {
+  const std::vector<std::string> k{"q", suffixed("q", scripts::queue_suffix), suffixed("q", scripts::expiry_suffix)};
+  run(0, {"SET", "q", "holder", "PX", "60000"});
+  const auto past = std::to_string(server_ms(0) - 1000);
+  for (int i = 0; i < 250; ++i) {
+    run(0, {"ZADD", k[1], std::to_string(i + 1), fmt::format("dead-{}:1", i)});
+    run(0, {"ZADD", k[2], past, fmt::format("dead-{}:1", i)});
+  }
+  // "*2\r\n:<status>\r\n:<ticket>\r\n" -> {status, ticket}
+  const auto answer = [](const std::string& r) {
+    std::int64_t status = 0, ticket = 0;
+    EXPECT_EQ(std::sscanf(r.c_str(), "*2\r\n:%" SCNd64 "\r\n:%" SCNd64, &status, &ticket), 2) << r;
+    return std::pair{status, ticket};
+  };
+  const auto w = answer(eval(0, scripts::fair_acquire_script, k, {"tok-w", "10000", "w:1", "0", "60000"}));
+  EXPECT_EQ(w.first, 0);
+  EXPECT_EQ(run(0, {"ZCARD", k[1]}), ":151\r\n") << "the arrival dropped 100 dead entries";
+  EXPECT_EQ(answer(eval(0, scripts::fair_acquire_script, k, {"tok-x", "10000", "x:1", "0", "60000"})).first, 0);
+  EXPECT_EQ(answer(eval(0, scripts::fair_acquire_script, k, {"tok-y", "10000", "y:1", "-1", "60000"})).first, 0);
+  EXPECT_EQ(run(0, {"ZCARD", k[1]}), ":3\r\n") << "dead entries were left behind by arrivals";
+  EXPECT_EQ(run(0, {"ZCARD", k[2]}), ":3\r\n");
+  // A waiter with a ticket but no entry on this master (its first round was lost here) adds one
+  // too, and drops the dead first; one renewing its own entry needs not.
+  for (int i = 0; i < 120; ++i) {
+    run(0, {"ZADD", k[1], std::to_string(i + 1), fmt::format("gone-{}:1", i)});
+    run(0, {"ZADD", k[2], past, fmt::format("gone-{}:1", i)});
+  }
+  EXPECT_EQ(answer(eval(0, scripts::fair_acquire_script, k, {"tok-z", "10000", "z:1", "500", "60000"})).first, 0);
+  EXPECT_EQ(run(0, {"ZCARD", k[1]}), ":24\r\n") << "an arrival with a ticket dropped no dead entries";
+  EXPECT_EQ(answer(eval(0, scripts::fair_acquire_script, k, {"tok-z", "10000", "z:1", "500", "60000"})).first, 0);
+  EXPECT_EQ(run(0, {"ZCARD", k[1]}), ":24\r\n") << "a renewal needs not drop them";
+  EXPECT_EQ(answer(eval(0, scripts::fair_acquire_script, k, {"tok-v", "10000", "v:1", "501", "60000"})).first, 0);
+  EXPECT_EQ(run(0, {"ZCARD", k[1]}), ":5\r\n");
+  run(0, {"ZREM", k[1], "z:1", "v:1"});
+  run(0, {"ZREM", k[2], "z:1", "v:1"});
+  // The holder's key goes; dead entries that came back with smaller tickets must not hold w up.
+  run(0, {"DEL", "q"});
+  for (int i = 0; i < 5; ++i) {
+    run(0, {"ZADD", k[1], std::to_string(i + 1), fmt::format("late-{}:1", i)});
+    run(0, {"ZADD", k[2], past, fmt::format("late-{}:1", i)});
+  }
+  const auto sent = std::to_string(w.second);
+  EXPECT_EQ(answer(eval(0, scripts::fair_acquire_script, k, {"tok-w", "10000", "w:1", sent, "60000"})),
+            (std::pair<std::int64_t, std::int64_t>{1, w.second}));
+  EXPECT_EQ(get(0, "q"), "tok-w");
+  EXPECT_EQ(run(0, {"ZCARD", k[1]}), ":2\r\n") << "x and y wait on";
 }
 
 // ==== digests ========================================================================================

@@ -50,57 +50,85 @@ return 1)",
 /// The fair acquisition (docs/design.md, "Fair hand-over"). KEYS as for `release_script`; ARGV[1]
 /// = token, ARGV[2] = ttl in ms, ARGV[3] = the waiter (`<client inbox>:<operation>`), ARGV[4] = its
 /// ticket (>0: keep it; 0: none yet, take the one held here or the next free one; -1: move to the
-/// back), ARGV[5] = how long its queue entry lives without being renewed, in ms. Drops expired
-/// entries, then sets the key (`SET NX PX`, as plain Redlock) only if the key is absent and no
-/// waiter with a smaller (ticket, name) is queued; otherwise queues or renews the waiter.
+/// back), ARGV[5] = how long its queue entry lives without being renewed, in ms. Sets the key
+/// (`SET NX PX`, as plain Redlock) only if the key is absent and no live waiter with a smaller
+/// (ticket, name) is queued; otherwise queues or renews the waiter. The caller is judged by the
+/// ticket it sent against the first other waiter, whatever ticket this master still stores for it.
+/// A caller that adds an entry (ticket 0 or -1, or a ticket but no entry here) first drops
+/// expired ones, as the release does, so that dead entries stay few. A caller renewing its entry,
+/// or the woken head's round, drops them only when it is not first at a free key: dropping entries
+/// can only move the caller forward, so looking first decides alike, and these two commonest
+/// calls skip the `TIME` and the range scan. Every path reads the expiries or the queue before it
+/// writes to them (the grant drops the caller's expiry first): a key of the wrong type fails the
+/// script before it writes, as every script must.
 /// Returns {status, ticket}: status 1 granted, 0 the key is held, -1 the key is free but another
 /// waiter comes first.
 REDLOCK_API inline constexpr script fair_acquire_script{
     R"(local q, e, me = KEYS[2], KEYS[3], ARGV[3]
-local t = redis.call("time")
-local now = t[1]*1000+math.floor(t[2]/1000)
-local gone = redis.call("zrangebyscore",e,"-inf",now,"limit",0,100)
-if #gone > 0 then
+local sent = tonumber(ARGV[4])
+local ticket = sent
+local now
+local function clock()
+  if not now then
+    local t = redis.call("time")
+    now = t[1]*1000+math.floor(t[2]/1000)
+  end
+  return now
+end
+local swept = false
+local function sweep()
+  swept = true
+  local gone = redis.call("zrangebyscore",e,"-inf",clock(),"limit",0,100)
+  if #gone == 0 then return false end
   redis.call("zrem",q,unpack(gone))
   redis.call("zrem",e,unpack(gone))
+  return true
 end
 local function back()
   local l = redis.call("zrange",q,-1,-1,"withscores")
   if l[2] then return math.floor(tonumber(l[2]))+1 end
   return 1
 end
-local ticket = tonumber(ARGV[4])
-if ticket < 0 then
-  redis.call("zrem",q,me)
-  ticket = back()
-  redis.call("zadd",q,ticket,me)
-elseif ticket == 0 then
-  local s = redis.call("zscore",q,me)
-  if s then ticket = tonumber(s) end
-elseif redis.call("zscore",q,me) then
-  redis.call("zadd",q,ticket,me)
+if sent <= 0 then
+  sweep()
+  if sent < 0 then
+    redis.call("zrem",q,me)
+    ticket = back()
+    redis.call("zadd",q,ticket,me)
+  else
+    local s = redis.call("zscore",q,me)
+    if s then ticket = tonumber(s) end
+  end
 end
 local status = 0
 if redis.call("exists",KEYS[1]) == 0 then
-  local h = redis.call("zrange",q,0,0,"withscores")
-  if h[1] == nil or h[1] == me or (ticket > 0 and (ticket < tonumber(h[2]) or (ticket == tonumber(h[2]) and me < h[1]))) then
-    redis.call("set",KEYS[1],ARGV[1],"nx","px",ARGV[2])
-    redis.call("zrem",q,me)
+  local function first()
+    local h = redis.call("zrange",q,0,1,"withscores")
+    local i = h[1] == me and 3 or 1
+    return h[i] == nil or (ticket > 0 and (ticket < tonumber(h[i+1]) or (ticket == tonumber(h[i+1]) and me < h[i])))
+  end
+  local ok = first()
+  if not ok and not swept and sweep() then ok = first() end
+  if ok then
     redis.call("zrem",e,me)
+    redis.call("zrem",q,me)
+    redis.call("set",KEYS[1],ARGV[1],"nx","px",ARGV[2])
     return {1,ticket}
   end
   status = -1
+elseif not swept and not redis.call("zscore",e,me) then
+  sweep()
 end
 if ticket == 0 then ticket = back() end
 local timeout = tonumber(ARGV[5])
 redis.call("zadd",q,ticket,me)
-redis.call("zadd",e,now+timeout,me)
+redis.call("zadd",e,clock()+timeout,me)
 if redis.call("pttl",q) < timeout then
   redis.call("pexpire",q,timeout)
   redis.call("pexpire",e,timeout)
 end
 return {status,ticket})",
-    "b0596ef2b4e10f5f6ea6370d0a257f90ea4c1c58"};
+    "745d20973d49cb1df2db4b29c6142ef20cf70d49"};
 
 // ---- lock kinds (docs/design.md, "Lock kinds"; docs/safety.md, "Lock kinds") ---------------------
 // Each acquire script answers {status, number} like the fair one (core::command::acquire_script);

@@ -87,42 +87,63 @@ return 1)",
                                                          ""};
 // A fair master that orders a waiter by the ticket it stored, not the one sent.
 inline constexpr scripts::script old_fair{R"(local q, e, me = KEYS[2], KEYS[3], ARGV[3]
-local t = redis.call("time")
-local now = t[1]*1000+math.floor(t[2]/1000)
-local gone = redis.call("zrangebyscore",e,"-inf",now,"limit",0,100)
-if #gone > 0 then
+local sent = tonumber(ARGV[4])
+local ticket = sent
+local now
+local function clock()
+  if not now then
+    local t = redis.call("time")
+    now = t[1]*1000+math.floor(t[2]/1000)
+  end
+  return now
+end
+local swept = false
+local function sweep()
+  swept = true
+  local gone = redis.call("zrangebyscore",e,"-inf",clock(),"limit",0,100)
+  if #gone == 0 then return false end
   redis.call("zrem",q,unpack(gone))
   redis.call("zrem",e,unpack(gone))
+  return true
 end
 local function back()
   local l = redis.call("zrange",q,-1,-1,"withscores")
   if l[2] then return math.floor(tonumber(l[2]))+1 end
   return 1
 end
-local ticket = tonumber(ARGV[4])
-if ticket < 0 then
-  redis.call("zrem",q,me)
-  ticket = back()
-  redis.call("zadd",q,ticket,me)
-elseif ticket == 0 then
-  local s = redis.call("zscore",q,me)
-  if s then ticket = tonumber(s) end
+if sent <= 0 then
+  sweep()
+  if sent < 0 then
+    redis.call("zrem",q,me)
+    ticket = back()
+    redis.call("zadd",q,ticket,me)
+  else
+    local s = redis.call("zscore",q,me)
+    if s then ticket = tonumber(s) end
+  end
 end
 local status = 0
 if redis.call("exists",KEYS[1]) == 0 then
-  local h = redis.call("zrange",q,0,0,"withscores")
-  if h[1] == nil or h[1] == me or (ticket > 0 and (ticket < tonumber(h[2]) or (ticket == tonumber(h[2]) and me < h[1]))) then
-    redis.call("set",KEYS[1],ARGV[1],"nx","px",ARGV[2])
-    redis.call("zrem",q,me)
+  local function first()
+    local h = redis.call("zrange",q,0,0,"withscores")
+    return h[1] == nil or h[1] == me or (ticket > 0 and (ticket < tonumber(h[2]) or (ticket == tonumber(h[2]) and me < h[1])))
+  end
+  local ok = first()
+  if not ok and not swept and sweep() then ok = first() end
+  if ok then
     redis.call("zrem",e,me)
+    redis.call("zrem",q,me)
+    redis.call("set",KEYS[1],ARGV[1],"nx","px",ARGV[2])
     return {1,ticket}
   end
   status = -1
+elseif not swept and not redis.call("zscore",e,me) then
+  sweep()
 end
 if ticket == 0 then ticket = back() end
 local timeout = tonumber(ARGV[5])
 redis.call("zadd",q,ticket,me)
-redis.call("zadd",e,now+timeout,me)
+redis.call("zadd",e,clock()+timeout,me)
 if redis.call("pttl",q) < timeout then
   redis.call("pexpire",q,timeout)
   redis.call("pexpire",e,timeout)
