@@ -78,8 +78,7 @@ class reply_reader {
         error_ = ec;
         return status::error;
       }
-      if (parser_.done()) {
-        parser_.reset();
+      if (parser_.done()) {  // its next consume starts the next reply: no reset needed
         ready_ = true;
         if (pos_ == end_) pos_ = end_ = 0;
         const auto* v = resp::reply_value(reply_);

@@ -36,8 +36,9 @@ struct parser_limits {
 ///
 /// Input may be split anywhere: the parser keeps its position (a fixed stack of open aggregates,
 /// the pending line or bulk string) and never rescans consumed bytes, so parsing is linear in the
-/// input however it is split. It consumes every byte it is given until a reply is complete, so
-/// after "need more" the caller has nothing to keep.
+/// input however it is split. An element that arrived whole (the usual case) is taken in one step;
+/// only one that did not is stepped through byte states, so a line is scanned at most twice. It consumes every byte it
+/// is given until a reply is complete, so after "need more" the caller has nothing to keep.
 ///
 /// Errors (malformed input, limits) are reported through the error code, never thrown, and are
 /// sticky until reset(): the connection is expected to close. Nodes of an incomplete reply already
@@ -88,6 +89,7 @@ class REDLOCK_API parser {
   };
 
   std::size_t parse(std::string_view data, response& out);
+  std::size_t whole_element(const char* data, std::size_t size, response& out);
   std::size_t scan_line(std::string_view rest, response& out);
   void on_line(std::string_view line, response& out);
   void on_bulk_header(std::string_view line);

@@ -121,6 +121,12 @@ TEST(Parser, Integer) {
   EXPECT_EQ(parse_one(":-1\r\n"), response{val(type::integer, "-1")});
   EXPECT_EQ(parse_one(":9223372036854775807\r\n"), response{val(type::integer, "9223372036854775807")});
   EXPECT_EQ(parse_one(":-9223372036854775808\r\n"), response{val(type::integer, "-9223372036854775808")});
+  // Either side of the 18 digits that are read without an overflow check.
+  EXPECT_EQ(parse_one(":999999999999999999\r\n"), response{val(type::integer, "999999999999999999")});
+  EXPECT_EQ(parse_one(":-999999999999999999\r\n"), response{val(type::integer, "-999999999999999999")});
+  EXPECT_EQ(parse_one(":1000000000000000000\r\n"), response{val(type::integer, "1000000000000000000")});
+  EXPECT_EQ(parse_one(":00000000000000000000042\r\n"), response{val(type::integer, "00000000000000000000042")});
+  EXPECT_EQ(parse_one(":-0\r\n"), response{val(type::integer, "-0")});
 }
 
 TEST(Parser, BlobString) {
@@ -426,6 +432,9 @@ TEST(Parser, MalformedInputIsProtocolError) {
       ":-\r\n",
       ": 1\r\n",
       ":9223372036854775808\r\n",  // int64 overflow
+      ":99999999999999999999\r\n",
+      ":1-\r\n",
+      ":-1a\r\n",
       ":-9223372036854775809\r\n",
       "+OK\n",  // bare LF
       "+O\nK\r\n",
