@@ -167,12 +167,149 @@ void client_impl::send_votes(std::string_view payload, clock_type::time_point de
   vote_buf_.append(time_command);
   std::vector<std::pair<std::size_t, error_code>> refused;  // allocates only when a master is down
   for (std::size_t i = 0; i < links_.size(); ++i) {
+    if (batching_ && batchable(i)) {
+      auto& b = batches_[i];
+      b.votes.push_back({sink, make_tag(round, i), payload.size(), deadline});
+      try {
+        b.payload.append(payload);
+      } catch (...) {
+        b.votes.pop_back();  // the votes and their bytes stay in step
+        throw;
+      }
+      continue;
+    }
     const bool with_time = !time_refused_[i];
     const std::string_view p = with_time ? std::string_view{vote_buf_} : payload;
     if (auto ec = links_[i]->submit(p, with_time ? 2 : 1, deadline, sink, make_tag(round, i)))
       refused.emplace_back(i, ec);
   }
   for (const auto& [i, ec] : refused) sink->on_reply(make_tag(round, i), ec, no_reply);
+}
+
+// ---- one TIME per master for a batch of votes --------------------------------------------------
+//
+// The keep-alive timer's pass extends every lock that came due (renewals fall on a grid so that
+// they come due together). Their votes go to each master in requests of up to `max_batch` votes
+// with one TIME behind the last: the master runs a request in order, so that TIME is read after
+// every vote of it, later than the TIME behind each vote would have been. For a clock that moves
+// and stays moved it sees whatever those would have seen (and moves in between), so the guard lets
+// no such vote count that it would have stopped. What it gives up (a move undone before the
+// batch's TIME runs; a vote judged a little later against a quarantine's end) is in
+// docs/safety.md, "Restarts and clock jumps".
+
+// A batch's answers: the votes' replies, then TIME's.
+struct batch_sink final : reply_sink {
+  batch_sink(std::weak_ptr<client_impl> c, clock_type::time_point at,
+             std::vector<std::pair<std::shared_ptr<reply_sink>, std::uint64_t>> v)
+      : owner(std::move(c)), sent(at), votes(std::move(v)) {}
+  void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override {
+    if (auto c = owner.lock()) c->deliver_batch(master_of(tag), ec, r, sent, votes);
+  }
+  std::weak_ptr<client_impl> owner;
+  clock_type::time_point sent;
+  std::vector<std::pair<std::shared_ptr<reply_sink>, std::uint64_t>> votes;  // sink, tag
+};
+
+// A cluster master routes each key to its node: a batch of keys is not one request there. A
+// master whose TIME was refused gets its votes one by one, as send_votes sends them.
+bool client_impl::batchable(std::size_t i) const noexcept {
+  return !cfg_.masters[i].cluster.enabled && !time_refused_[i];
+}
+
+void client_impl::flush_vote_batch() {
+  batching_ = false;
+  // Taken out whole first: whatever throws below, the next pass starts from empty batches.
+  auto batches = std::move(batches_);
+  batches_.clear();
+  for (std::size_t i = 0; i < batches.size() && i < links_.size(); ++i) {
+    auto& b = batches[i];
+    // At most `max_batch` votes behind one TIME, each request with its own votes' earliest
+    // deadline: the window in which a clock's move and return go unseen stays one short request.
+    std::size_t offset = 0;
+    for (std::size_t from = 0; from < b.votes.size();) {
+      const std::size_t n = std::min(max_batch, b.votes.size() - from);
+      std::size_t bytes = 0;
+      auto deadline = clock_type::time_point::max();
+      std::vector<std::pair<std::shared_ptr<reply_sink>, std::uint64_t>> part;
+      part.reserve(n);
+      for (std::size_t k = from; k < from + n; ++k) {
+        bytes += b.votes[k].size;
+        deadline = std::min(deadline, b.votes[k].deadline);
+        part.emplace_back(std::move(b.votes[k].sink), b.votes[k].tag);
+      }
+      vote_buf_.assign(b.payload, offset, bytes);
+      vote_buf_.append(time_command);
+      error_code ec;
+      if (n == 1) {  // what send_votes would have sent
+        ec = links_[i]->submit(vote_buf_, 2, deadline, part[0].first, part[0].second);
+      } else {
+        const auto sink = std::make_shared<batch_sink>(weak_from_this(), clock_type::now(), std::move(part));
+        ec = links_[i]->submit(vote_buf_, n + 1, deadline, sink, make_tag(0, i));
+        if (ec) part = std::move(sink->votes);
+      }
+      if (ec) {
+        for (const auto& [sink, tag] : part) sink->on_reply(tag, ec, no_reply);
+      }
+      from += n;
+      offset += bytes;
+    }
+  }
+}
+
+void client_impl::deliver_batch(std::size_t i, error_code ec, const resp::response& r, clock_type::time_point sent,
+                                const std::vector<std::pair<std::shared_ptr<reply_sink>, std::uint64_t>>& votes) {
+  // Where each top-level value starts (an attribute before a value belongs to it).
+  std::vector<std::size_t> starts;
+  starts.reserve(votes.size() + 2);
+  bool pending_start = false;
+  for (std::size_t k = 0; k < r.size(); ++k) {
+    if (r[k].depth != 0) continue;
+    if (!pending_start) starts.push_back(k);
+    pending_start = r[k].data_type == resp::type::attribute;
+  }
+  const bool whole = (!ec || ec == error::server_error) && starts.size() == votes.size() + 1;
+  if (!whole) {
+    // No answers (the request failed or timed out), or a reply of the wrong shape.
+    if (!ec) ec = make_error_code(error::unexpected_reply);
+    for (const auto& [sink, tag] : votes) sink->on_reply(tag, ec, no_reply);
+    return;
+  }
+  // TIME's sample, once for the batch, before any vote is judged.
+  std::size_t time_at = starts.back();
+  while (time_at < r.size() && r[time_at].data_type == resp::type::attribute) {  // skip it and its children
+    ++time_at;
+    while (time_at < r.size() && r[time_at].depth != 0) ++time_at;
+  }
+  const resp::node* time_value = time_at < r.size() ? &r[time_at] : nullptr;
+  bool sampled = false;
+  if (time_value && resp::is_error(time_value->data_type)) {
+    if (!time_refused_[i]) {
+      time_refused_[i] = true;
+      REDLOCK_LOG(log_, log_level::warning, "{}: TIME was refused ({}): its clock is not checked at votes", names_[i],
+                  printable(time_value->value, 200));
+      publish_hazards();
+    }
+  } else if (time_value) {
+    (void)take_time(i, r, time_at, sent);
+    sampled = true;
+  }
+  // The flag says "sampled by the batch" to vote_reply for this one call only, whatever it throws
+  // (the votes after a throw go unanswered: their extensions stay open until the locks' loss
+  // points, where the locks are declared lost, as for an answer that never came).
+  struct sample_scope {
+    bool& flag;
+    ~sample_scope() { flag = false; }
+  };
+  resp::response one;
+  for (std::size_t v = 0; v < votes.size(); ++v) {
+    one.assign(r.begin() + static_cast<std::ptrdiff_t>(starts[v]),
+               r.begin() + static_cast<std::ptrdiff_t>(starts[v + 1]));
+    const resp::node* own = resp::reply_value(one);
+    const error_code vec = own && resp::is_error(own->data_type) ? make_error_code(error::server_error) : error_code{};
+    const sample_scope scope{shared_sample_};
+    shared_sample_ = sampled;
+    votes[v].first->on_reply(votes[v].second, vec, one);
+  }
 }
 
 error_code client_impl::vote_reply(std::size_t i, error_code ec, const resp::response& r, clock_type::time_point sent) {
@@ -214,7 +351,9 @@ error_code client_impl::vote_reply(std::size_t i, error_code ec, const resp::res
   const bool suspect = cfg_.masters[i].cluster.enabled
                            ? node_clock(i, links_[i]->answering_node()).last_sample_suspect()
                            : g.last_sample_suspect();
-  if (g.counts(now) && !(second < r.size() && suspect)) return ec;
+  // Sampled: by the TIME behind it, or by its batch's (deliver_batch took that sample).
+  const bool sampled = second < r.size() || shared_sample_;
+  if (g.counts(now) && !(sampled && suspect)) return ec;
   bump<true>(counters_.votes_quarantined);
   return g.cause(now) == hazard_cause::info_refused ? error::restart_guard_refused : error::master_quarantined;
 }

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <exception>
 #include <iterator>
 #include <set>
 
@@ -126,7 +127,24 @@ void client_impl::arm_timer(clock_type::time_point at) {
 
 void client_impl::on_timer() {
   const auto now = clock_type::now();
-  arm_timer(wakes_.fired(now, [now](watch& w) { w.wake(now); }));
+  // The renewals that came due together go to each master as one batch (flush_vote_batch). A
+  // master that refuses its batch tells the watchers then, and they reschedule (a retry sooner
+  // than any wake-up `fired` knew of): the timer is armed from the queue as it stands after that,
+  // also when something threw, so that no wake-up is left without it.
+  begin_vote_batch();
+  std::exception_ptr failure;
+  try {
+    (void)wakes_.fired(now, [now](watch& w) { w.wake(now); });
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  try {
+    flush_vote_batch();
+  } catch (...) {
+    if (!failure) failure = std::current_exception();
+  }
+  arm_timer(wakes_.armed());
+  if (failure) std::rethrow_exception(failure);
 }
 
 // ---- watching and keep-alive: one machine per watched lock, one timer for all of them ----------

@@ -357,6 +357,14 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   // and returns the vote's own error, or `master_quarantined` / `restart_guard_refused` for a
   // clean answer that does not count.
   error_code vote_reply(std::size_t i, error_code ec, const resp::response& r, clock_type::time_point sent);
+  // Between these two, votes are gathered per master instead of sent, and then go out with one
+  // TIME behind each master's batch rather than one behind each vote (the keep-alive timer's
+  // pass: docs/safety.md, "Restarts and clock jumps").
+  void begin_vote_batch() {
+    batches_.resize(links_.size());
+    batching_ = true;
+  }
+  void flush_vote_batch();
   // What the guards say of every master (any thread).
   std::vector<master_hazard> hazards() const;
 
@@ -530,6 +538,25 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   std::vector<clock_type::time_point> probe_sent_;  // a probe in flight since (else zero)
   std::vector<std::pair<clock_type::time_point, std::chrono::microseconds>> jumps_seen_;  // last jump
   std::string vote_buf_;                                                                  // a vote with TIME behind it
+  // Votes gathered by begin_vote_batch(), per master: their bytes, and who each answer goes to.
+  struct gathered_vote {
+    std::shared_ptr<reply_sink> sink;
+    std::uint64_t tag = 0;
+    std::size_t size = 0;  // its bytes in the batch's payload
+    clock_type::time_point deadline{};
+  };
+  struct vote_batch {
+    std::string payload;
+    std::vector<gathered_vote> votes;
+  };
+  friend struct batch_sink;
+  static constexpr std::size_t max_batch = 32;  // votes behind one TIME
+  bool batching_ = false;
+  std::vector<vote_batch> batches_;
+  bool shared_sample_ = false;  // the vote being told was sampled by its batch's TIME (taken already)
+  bool batchable(std::size_t i) const noexcept;
+  void deliver_batch(std::size_t i, error_code ec, const resp::response& r, clock_type::time_point sent,
+                     const std::vector<std::pair<std::shared_ptr<reply_sink>, std::uint64_t>>& votes);
   std::shared_ptr<reply_sink> probe_sink_;
   redlock::detail::timer probe_timer_;
   mutable std::mutex hazards_mutex_;

@@ -67,6 +67,8 @@ class wake_queue {
     return armed_;
   }
 
+  /// When the timer must fire now, after every `schedule` and `fired` so far (`never`: not at all).
+  time_point armed() const noexcept { return armed_; }
   /// Items with a wake-up due.
   std::size_t live() const noexcept { return live_; }
   /// Entries held, stale ones included.

@@ -7,6 +7,7 @@
 #include <redlock/client.hpp>
 #include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
+#include <redlock_test/fault_proxy.hpp>
 #include <redlock_test/master_clock.hpp>
 #include <redlock_test/master_set.hpp>
 
@@ -15,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -222,6 +224,135 @@ TEST(hazard, a_probe_catches_a_jump_on_an_idle_client) {
     redlock::test::master_clock clock{servers[2]};
     clock.shift(3s);
     EXPECT_TRUE(co_await until([&] { return c.hazards()[2].cause == hazard_cause::clock_jumped; }, 2s));
+  });
+}
+
+// Calls of `command` a master counted since its last CONFIG RESETSTAT.
+long command_calls(redlock::test::redis_node& node, const std::string& command) {
+  const auto info = node.command({"INFO", "commandstats"});
+  const auto key = "cmdstat_" + command + ":calls=";
+  const auto at = info.find(key);
+  return at == std::string::npos ? 0 : std::stol(info.substr(at + key.size()));
+}
+
+// One of kept_locks' locks (a function, not a lambda: GCC 12 mishandles a coroutine lambda's
+// captures).
+asio::awaitable<void> keep_one(redlock::client& c, std::string name, std::shared_ptr<std::vector<redlock::lock>> held,
+                               std::shared_ptr<int> done) {
+  auto [ec, l] = co_await c.async_lock(name, 2048ms, use_tuple);
+  if (ec) {
+    ADD_FAILURE() << name << ": " << ec.message();
+  } else {
+    l.keep_alive();
+    held->push_back(std::move(l));
+  }
+  ++*done;
+}
+
+// Kept-alive locks whose renewals come due together: taken at once, with a ttl of 2048 ms, which
+// renews on an 8 ms grid.
+asio::awaitable<std::vector<redlock::lock>> kept_locks(redlock::client& c, const char* prefix, int n) {
+  auto held = std::make_shared<std::vector<redlock::lock>>();
+  auto done = std::make_shared<int>(0);
+  const auto ex = co_await asio::this_coro::executor;
+  for (int k = 0; k < n; ++k) asio::co_spawn(ex, keep_one(c, prefix + std::to_string(k), held, done), asio::detached);
+  EXPECT_TRUE(co_await until([&] { return *done == n; }, 5s));
+  co_return std::move(*held);
+}
+
+TEST(hazard, renewals_due_together_share_one_clock_sample_per_master_and_its_verdict) {
+  redlock::test::master_set servers{3, redlock::test::with_clock_shim()};
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    auto cfg = redlock::test::client_config_for(servers);
+    cfg.guard.clock_probe_interval = 0ms;  // only the votes sample the clocks
+    redlock::client c{ioc.get_executor(), cfg};
+    co_await redlock::test::wait_connected(c);
+    // 40: more than one batch's 32 votes, so that a pass splits them in two.
+    auto held = co_await kept_locks(c, "h:batch:", 40);
+    for (std::size_t i = 0; i < servers.size(); ++i) servers[i].command({"CONFIG", "RESETSTAT"});
+    // Each lock renews about a second after its grant: every one once, and some twice.
+    co_await sleep_for(1600ms);
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      const auto extends = command_calls(servers[i], "evalsha");
+      const auto times = command_calls(servers[i], "time");
+      EXPECT_GE(extends, 40) << "master " << i;
+      // One TIME behind each batch, not behind each renewal.
+      EXPECT_LE(times * 4, extends) << "master " << i << ": " << times << " TIME for " << extends << " renewals";
+    }
+    // Every answer reached its own lock, and every extension its own key: past the grant's ttl,
+    // each lock counts an extension and its key is on every master (EXISTS expires a key due).
+    co_await sleep_for(600ms);
+    for (const auto& l : held) {
+      EXPECT_GE(l.extensions(), 1u) << l.resource();
+      EXPECT_FALSE(l.lost()) << l.resource();
+      for (std::size_t i = 0; i < servers.size(); ++i) {
+        EXPECT_EQ(servers[i].command({"EXISTS", l.resource()}), ":1\r\n") << l.resource() << " on master " << i;
+      }
+    }
+    // That one sample still judges the batch: a forward jump is caught at the next renewals...
+    redlock::test::master_clock clock{servers[1]};
+    clock.shift(5s);
+    EXPECT_TRUE(co_await until([&] { return c.hazards()[1].cause == hazard_cause::clock_jumped; }, 3s));
+    EXPECT_EQ(c.hazards()[1].clock_jumps, 1u);
+    EXPECT_EQ(c.hazards()[0].cause, hazard_cause::none);
+  });
+}
+
+TEST(hazard, a_lone_backward_reading_behind_a_batch_withholds_its_votes) {
+  // Two masters: a round waits for both, so every vote is judged (with three, a round decided by
+  // two leaves the third's answer unread).
+  redlock::test::master_set servers{2, redlock::test::with_clock_shim()};
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    auto cfg = redlock::test::client_config_for(servers);
+    cfg.guard.clock_probe_interval = 0ms;
+    redlock::client c{ioc.get_executor(), cfg};
+    co_await redlock::test::wait_connected(c);
+    auto held = co_await kept_locks(c, "h:back:", 16);
+    co_await sleep_for(1200ms);  // a round of renewals with the clocks as they were
+    const auto before = c.stats().votes_quarantined;
+    EXPECT_EQ(before, 0u);
+    // Master 2's clock goes 3 s back: its next reading is a lone backward one, and none of the
+    // renewals it came behind may count there (its keys would expire early if the clock came back).
+    redlock::test::master_clock clock{servers[1]};
+    clock.shift(-3s);
+    EXPECT_TRUE(co_await until([&] { return c.stats().votes_quarantined > before; }, 3s))
+        << c.stats().votes_quarantined;
+    // A second backward reading in a row moves the estimate: the renewals, tried again, count.
+    co_await sleep_for(1200ms);
+    const auto settled = c.stats().votes_quarantined;
+    co_await sleep_for(1200ms);
+    EXPECT_EQ(c.stats().votes_quarantined, settled);
+    EXPECT_EQ(c.hazards()[1].cause, hazard_cause::none);
+    for (const auto& l : held) EXPECT_FALSE(l.lost()) << l.resource();
+  });
+}
+
+TEST(hazard, a_batch_refused_by_a_master_is_retried_in_time) {
+  // The batch goes out after the timer pass: a master that refuses it (its connection is down)
+  // fails the renewal there and then, and the retry it schedules must still wake the timer.
+  redlock::test::master_set servers{2};
+  redlock::test::fault_proxy proxy{servers[1].host(), servers[1].port()};
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    auto cfg = redlock::test::client_config_for(servers);
+    cfg.masters[1].host = proxy.host();
+    cfg.masters[1].port = proxy.port();
+    redlock::client c{ioc.get_executor(), cfg};
+    co_await redlock::test::wait_connected(c);
+    auto [ec, l] = co_await c.async_lock("h:refused", 2000ms, use_tuple);
+    if (ec) {
+      ADD_FAILURE() << ec.message();
+      co_return;
+    }
+    l.keep_alive();  // renews about 1000 ms in, retries every 200 ms; the loss point is near 1900 ms
+    co_await sleep_for(700ms);
+    proxy.set_refuse(true);  // master 2 down: its link refuses the renewal at once
+    proxy.reset_all();
+    co_await sleep_for(450ms);  // the renewal at about 1000 ms failed on the refusal
+    proxy.set_refuse(false);    // back: a retry succeeds
+    co_await sleep_for(1500ms);
+    EXPECT_GE(c.stats().extension_failures, 1u);
+    EXPECT_GE(l.extensions(), 1u);
+    EXPECT_FALSE(l.lost()) << l.loss_reason().message();
   });
 }
 
