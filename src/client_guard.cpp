@@ -162,9 +162,9 @@ void client_impl::on_link_identified(std::size_t i, const node_facts& facts) {
 void client_impl::send_votes(std::string_view payload, clock_type::time_point deadline,
                              const std::shared_ptr<reply_sink>& sink, std::uint64_t round) {
   if (!cfg_.guard.clock_jumps) return send_all(payload, deadline, sink, round);
-  // TIME behind the vote, in the same write: its answer is read with the vote's.
-  vote_buf_.assign(payload);
-  vote_buf_.append(time_command);
+  // TIME behind the vote, in the same write: its answer is read with the vote's (made once, when a
+  // master is sent the vote now rather than gathered into a batch).
+  bool with_time_built = false;
   std::vector<std::pair<std::size_t, error_code>> refused;  // allocates only when a master is down
   for (std::size_t i = 0; i < links_.size(); ++i) {
     if (batching_ && batchable(i)) {
@@ -179,6 +179,11 @@ void client_impl::send_votes(std::string_view payload, clock_type::time_point de
       continue;
     }
     const bool with_time = !time_refused_[i];
+    if (with_time && !with_time_built) {
+      vote_buf_.assign(payload);
+      vote_buf_.append(time_command);
+      with_time_built = true;
+    }
     const std::string_view p = with_time ? std::string_view{vote_buf_} : payload;
     if (auto ec = links_[i]->submit(p, with_time ? 2 : 1, deadline, sink, make_tag(round, i)))
       refused.emplace_back(i, ec);
@@ -199,15 +204,14 @@ void client_impl::send_votes(std::string_view payload, clock_type::time_point de
 
 // A batch's answers: the votes' replies, then TIME's.
 struct batch_sink final : reply_sink {
-  batch_sink(std::weak_ptr<client_impl> c, clock_type::time_point at,
-             std::vector<std::pair<std::shared_ptr<reply_sink>, std::uint64_t>> v)
+  batch_sink(std::weak_ptr<client_impl> c, clock_type::time_point at, client_impl::vote_targets v)
       : owner(std::move(c)), sent(at), votes(std::move(v)) {}
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override {
     if (auto c = owner.lock()) c->deliver_batch(master_of(tag), ec, r, sent, votes);
   }
   std::weak_ptr<client_impl> owner;
   clock_type::time_point sent;
-  std::vector<std::pair<std::shared_ptr<reply_sink>, std::uint64_t>> votes;  // sink, tag
+  client_impl::vote_targets votes;
 };
 
 // A cluster master routes each key to its node: a batch of keys is not one request there. A
@@ -230,7 +234,7 @@ void client_impl::flush_vote_batch() {
       const std::size_t n = std::min(max_batch, b.votes.size() - from);
       std::size_t bytes = 0;
       auto deadline = clock_type::time_point::max();
-      std::vector<std::pair<std::shared_ptr<reply_sink>, std::uint64_t>> part;
+      vote_targets part;
       part.reserve(n);
       for (std::size_t k = from; k < from + n; ++k) {
         bytes += b.votes[k].size;
@@ -257,7 +261,7 @@ void client_impl::flush_vote_batch() {
 }
 
 void client_impl::deliver_batch(std::size_t i, error_code ec, const resp::response& r, clock_type::time_point sent,
-                                const std::vector<std::pair<std::shared_ptr<reply_sink>, std::uint64_t>>& votes) {
+                                const vote_targets& votes) {
   // Where each top-level value starts (an attribute before a value belongs to it).
   std::vector<std::size_t> starts;
   starts.reserve(votes.size() + 2);

@@ -357,9 +357,9 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   // and returns the vote's own error, or `master_quarantined` / `restart_guard_refused` for a
   // clean answer that does not count.
   error_code vote_reply(std::size_t i, error_code ec, const resp::response& r, clock_type::time_point sent);
-  // Between these two, votes are gathered per master instead of sent, and then go out with one
-  // TIME behind each master's batch rather than one behind each vote (the keep-alive timer's
-  // pass: docs/safety.md, "Restarts and clock jumps").
+  // Between these two, votes are gathered per master instead of sent, and then go out in requests
+  // of up to `max_batch` votes with one TIME behind each rather than one behind each vote (the
+  // keep-alive timer's pass: docs/safety.md, "Restarts and clock jumps").
   void begin_vote_batch() {
     batches_.resize(links_.size());
     batching_ = true;
@@ -549,6 +549,7 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
     std::string payload;
     std::vector<gathered_vote> votes;
   };
+  using vote_targets = std::vector<std::pair<std::shared_ptr<reply_sink>, std::uint64_t>>;  // sink, tag
   friend struct batch_sink;
   static constexpr std::size_t max_batch = 32;  // votes behind one TIME
   bool batching_ = false;
@@ -556,7 +557,7 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   bool shared_sample_ = false;  // the vote being told was sampled by its batch's TIME (taken already)
   bool batchable(std::size_t i) const noexcept;
   void deliver_batch(std::size_t i, error_code ec, const resp::response& r, clock_type::time_point sent,
-                     const std::vector<std::pair<std::shared_ptr<reply_sink>, std::uint64_t>>& votes);
+                     const vote_targets& votes);
   std::shared_ptr<reply_sink> probe_sink_;
   redlock::detail::timer probe_timer_;
   mutable std::mutex hazards_mutex_;

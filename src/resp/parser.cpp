@@ -16,19 +16,29 @@ constexpr std::size_t max_length_line = 20;
 
 bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }
 
+// A length, count or integer of 1 to 18 digits (no sign): what replies almost always carry, read
+// without overflow checks. False for anything else, which the general path then judges.
+bool small_unsigned(const char* p, std::size_t n, std::size_t& value) noexcept {
+  if (n == 0 || n > 18) return false;
+  std::size_t v = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const unsigned d = static_cast<unsigned>(static_cast<unsigned char>(p[i])) - '0';
+    if (d > 9) return false;
+    v = v * 10 + d;
+  }
+  value = v;
+  return true;
+}
+
 /// An optional '-' then decimal digits that fit an int64 ("+5", "", "12a" are rejected).
 bool parse_int64(std::string_view text, std::int64_t& value) noexcept {
   // Lengths and counts are a digit or two: up to 18 digits cannot overflow, so a plain loop does.
   const bool negative = !text.empty() && text.front() == '-';
   const std::size_t digits = text.size() - (negative ? 1 : 0);
   if (digits >= 1 && digits <= 18) {
-    std::int64_t v = 0;
-    for (std::size_t i = negative ? 1 : 0; i < text.size(); ++i) {
-      const unsigned d = static_cast<unsigned>(static_cast<unsigned char>(text[i])) - '0';
-      if (d > 9) return false;
-      v = v * 10 + static_cast<std::int64_t>(d);
-    }
-    value = negative ? -v : v;
+    std::size_t v = 0;
+    if (!small_unsigned(text.data() + (negative ? 1 : 0), digits, v)) return false;
+    value = negative ? -static_cast<std::int64_t>(v) : static_cast<std::int64_t>(v);
     return true;
   }
   const char* const end = text.data() + text.size();
@@ -223,24 +233,6 @@ std::size_t parser::parse(std::string_view data, response& out) {
   }
   return pos;
 }
-
-namespace {
-
-// A length, count or integer of 1 to 18 digits (no sign): what replies almost always carry, read
-// without overflow checks. False for anything else, which the general path then judges.
-bool small_unsigned(const char* p, std::size_t n, std::size_t& value) noexcept {
-  if (n == 0 || n > 18) return false;
-  std::size_t v = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const unsigned d = static_cast<unsigned>(static_cast<unsigned char>(p[i])) - '0';
-    if (d > 9) return false;
-    v = v * 10 + d;
-  }
-  value = v;
-  return true;
-}
-
-}  // namespace
 
 // The usual case: the element's whole line (and, for a bulk string, its whole body) is in `data`.
 // Taken here without stepping through the states and without copying a body twice. Anything else
