@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSL-1.0
 #pragma once
-// One readiness wait for all the plain sockets of a strand (private to src/): the lock client's
-// masters' connections (and a cluster master's node connections) share it.
+// One readiness wait for all the sockets of a strand, TLS or not (private to src/): the lock
+// client's masters' connections (and a cluster master's node connections) share it.
 //
 // Why: Asio 1.81's epoll reactor arms each socket's read on its own, and every arm costs a system
 // call: an `async_read_some` first tries the read at once (it fails with EAGAIN when the reply is

@@ -154,14 +154,36 @@ stream::~stream() {
 void stream::read_polled(asio::mutable_buffer b, std::shared_ptr<read_target> t) {
   polled_buf_ = b;
   polled_ = t;
+  if (tls_ && tls_->may_read()) {
+    // The session holds bytes (or the end) the socket brought already: no wait for the socket.
+    asio::post(strand_, [this, g = generation_, t = std::move(t)] {
+      if (g == generation_) deliver_buffered();
+    });
+    return;
+  }
+  wait_readable();
+}
+
+void stream::wait_readable() {
   if (poll_key_ == 0) poll_key_ = poller_->add(socket_.native_handle(), this);
   if (poll_key_ == 0) {
     // The set refused the socket (a closed one, say): Asio reads it, and tells the same way.
-    polled_.reset();
-    read_some(b, [target = std::move(t)](error_code ec, std::size_t n) { target->on_stream_read(ec, n); });
+    auto t = std::exchange(polled_, {}).lock();
+    if (!t) return;
+    read_some(polled_buf_, [target = std::move(t)](error_code ec, std::size_t n) { target->on_stream_read(ec, n); });
     return;
   }
   poller_->want();
+}
+
+void stream::deliver_buffered() {
+  const auto t = polled_.lock();
+  if (!t || !tls_) return;  // told already (the poller came first), or nobody reads now
+  error_code ec;
+  const std::size_t n = tls_decrypt(*tls_, polled_buf_, ec);
+  if (n == 0 && !ec) return wait_readable();
+  polled_.reset();
+  t->on_stream_read(ec, n);
 }
 
 bool stream::on_readable() {
@@ -173,12 +195,66 @@ bool stream::on_readable() {
     return false;
   }
   error_code ec;
+  if (tls_) {
+    std::size_t n = 0;
+    if (tls_->may_read()) {
+      // What the session holds goes first (a wake-up that came before a posted delivery): the
+      // socket's bytes, or its error, wait for the next look, which the return value asks for.
+      n = tls_decrypt(*tls_, polled_buf_, ec);
+      if (n > 0 || ec) {
+        polled_.reset();
+        t->on_stream_read(ec, n);
+        return true;
+      }
+    }
+    const auto space = tls_->input_space();
+    const std::size_t got = socket_.read_some(space, ec);  // non-blocking since start_serving()
+    if (ec == asio::error::would_block || ec == asio::error::try_again) return false;
+    const bool filled = !ec && got == space.size();
+    if (!ec || ec == asio::error::eof) {
+      tls_input(*tls_, ec, got);
+      n = tls_decrypt(*tls_, polled_buf_, ec);
+      if (n == 0 && !ec) return filled;  // a record not whole yet: the read waits on
+    }
+    polled_.reset();
+    t->on_stream_read(ec, n);
+    return filled;
+  }
   const std::size_t n = socket_.read_some(polled_buf_, ec);  // non-blocking since start_serving()
   if (ec == asio::error::would_block || ec == asio::error::try_again) return false;  // woken for nothing
   polled_.reset();
   const bool filled = !ec && n == polled_buf_.size();
   t->on_stream_read(ec, n);
   return filled;
+}
+
+void stream::tls_input(tls_engine& t, const error_code& ec, std::size_t n) noexcept {
+  if (ec == asio::error::eof) {
+    t.input_ended();
+  } else {
+    t.commit_input(n);
+  }
+}
+
+std::size_t stream::tls_decrypt(tls_engine& t, asio::mutable_buffer b, error_code& ec) {
+  const std::size_t n = t.read(b, ec);
+  if (!writing_ && !t.output().empty()) {
+    // Best effort: a failed write shows at the next one, or the read's own error says enough.
+    error_code ignored;
+    t.consume_output(socket_.write_some(asio::buffer(t.output()), ignored));
+  }
+  return n;
+}
+
+std::size_t stream::tls_write_now(std::string_view bytes, error_code& ec) {
+  if ((ec = tls_->write(bytes))) return 0;
+  const std::size_t n = socket_.write_some(asio::buffer(tls_->output()), ec);
+  if (ec == asio::error::would_block || ec == asio::error::try_again) ec.clear();
+  tls_->consume_output(n);
+  if (ec) return 0;
+  if (tls_->output().empty()) return bytes.size();
+  tls_staged_ = bytes.size();
+  return 0;
 }
 
 void stream::leave_set() noexcept {
@@ -213,6 +289,7 @@ asio::awaitable<error_code> stream::connect(bool race) {
   plain_port_ = false;
   handshake_bytes_read_ = 0;
   tls_.reset();
+  tls_staged_ = 0;
   if (!cfg_.unix_socket.empty()) {
     asio::local::stream_protocol::endpoint ep{cfg_.unix_socket};
     auto [ec] = co_await socket_.async_connect(asio::generic::stream_protocol::endpoint{ep}, use_tuple);
@@ -286,12 +363,9 @@ asio::awaitable<error_code> stream::probe_connect(const asio::ip::tcp::endpoint&
 }
 
 asio::awaitable<error_code> stream::handshake_tls(std::string& text, std::shared_ptr<void> owner) {
-  auto tls = std::make_shared<tls_stream>(socket_, *tls_ctx_);
+  auto tls = std::make_shared<tls_engine>(tls_ctx_->native_handle());
   tls_ = tls;
   SSL* ssl = tls->native_handle();
-  // Asio asks OpenSSL to free its record buffers whenever they are empty, which costs a malloc and
-  // a free per record both ways; a node connection lives long, so they are kept (about 34 KB).
-  SSL_clear_mode(ssl, SSL_MODE_RELEASE_BUFFERS);
   const std::string& name = cfg_.tls.server_name.empty() ? cfg_.host : cfg_.tls.server_name;
   error_code not_ip;
   (void)asio::ip::make_address(name, not_ip);
@@ -312,7 +386,7 @@ asio::awaitable<error_code> stream::handshake_tls(std::string& text, std::shared
     if (SSL_get_state(tls->native_handle()) != TLS_ST_CW_CLNT_HELLO) return;  // the server answered
     asio::co_spawn(strand_, probe_plain(attempt, owner), asio::detached);
   });
-  auto [ec] = co_await tls->async_handshake(asio::ssl::stream_base::client, use_tuple);
+  error_code ec = co_await tls_handshake_steps(tls);
   nudge_timer_.cancel();
   if (auto probe = std::exchange(plain_probe_, nullptr)) {
     error_code ignored;
@@ -324,6 +398,25 @@ asio::awaitable<error_code> stream::handshake_tls(std::string& text, std::shared
   }
   if (ec) ec = classify_tls_failure(ec, ssl, cfg_.tls, text);
   co_return ec;
+}
+
+// The handshake's steps: OpenSSL's records go out whole, then the socket's answer comes in, until
+// the session is up or fails (its alert, if it made one, sent first). The end of the socket's
+// input is `stream_truncated`, other socket errors pass through, as with Asio's SSL stream.
+asio::awaitable<error_code> stream::tls_handshake_steps(std::shared_ptr<tls_engine> t) {
+  for (;;) {
+    bool done = false;
+    error_code ec = t->handshake(done);
+    if (!t->output().empty()) {
+      auto [wec, n] = co_await asio::async_write(socket_, asio::buffer(t->take_output()), use_tuple);
+      t->release_wire();
+      if (!ec) ec = wec;
+    }
+    if (ec || done) co_return ec;
+    auto [rec, n] = co_await socket_.async_read_some(t->input_space(), use_tuple);
+    if (rec && rec != asio::error::eof) co_return rec;
+    tls_input(*t, rec, n);
+  }
 }
 
 // See handshake_tls(): whether the master's port answers plain RESP. `owner` keeps the stream
@@ -350,19 +443,34 @@ asio::awaitable<void> stream::probe_plain(std::uint64_t attempt, [[maybe_unused]
 }
 
 asio::awaitable<std::tuple<error_code, std::size_t>> stream::handshake_write(asio::const_buffer b) {
-  if (const auto tls = tls_) {
-    auto r = co_await asio::async_write(*tls, b, use_tuple);
-    co_return r;
+  if (const auto t = tls_) {
+    if (auto ec = t->write({static_cast<const char*>(b.data()), b.size()})) co_return std::tuple{ec, std::size_t{0}};
+    auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(t->take_output()), use_tuple);
+    t->release_wire();
+    co_return std::tuple{ec, ec ? std::size_t{0} : b.size()};
   }
   auto r = co_await asio::async_write(socket_, b, use_tuple);
   co_return r;
 }
 
 asio::awaitable<std::tuple<error_code, std::size_t>> stream::handshake_read(asio::mutable_buffer b) {
-  if (const auto tls = tls_) {
-    auto r = co_await tls->async_read_some(b, use_tuple);
-    if (!std::get<0>(r)) handshake_bytes_read_ += std::get<1>(r);
-    co_return r;
+  if (const auto t = tls_) {
+    for (;;) {
+      error_code ec;
+      const std::size_t n = t->read(b, ec);
+      if (ec && !t->output().empty()) {
+        // The session's alert goes to the node before the connection ends, as in the TLS handshake.
+        (void)co_await asio::async_write(socket_, asio::buffer(t->take_output()), use_tuple);
+        t->release_wire();
+      }
+      if (n > 0 || ec) {
+        handshake_bytes_read_ += n;
+        co_return std::tuple{ec, n};
+      }
+      auto [rec, got] = co_await socket_.async_read_some(t->input_space(), use_tuple);
+      if (rec && rec != asio::error::eof) co_return std::tuple{rec, std::size_t{0}};
+      tls_input(*t, rec, got);
+    }
   }
   auto [ec, n] = co_await socket_.async_read_some(b, use_tuple);
   if (handshake_bytes_read_ == 0) {
@@ -427,6 +535,7 @@ asio::awaitable<void> stream::close_and_drain() {
 void stream::reset() noexcept {
   close();
   tls_.reset();
+  tls_staged_ = 0;
   ++generation_;
   writing_ = false;
 }

@@ -11,6 +11,7 @@
 #include "read_poller.hpp"
 #include "timer.hpp"
 #include "tls_context.hpp"
+#include "tls_engine.hpp"
 #include <redlock/connection.hpp>
 #include <redlock/detail/reply_reader.hpp>
 
@@ -18,14 +19,10 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/buffer.hpp>
-#include <boost/asio/execution/blocking.hpp>
-#include <boost/asio/execution/context.hpp>
-#include <boost/asio/execution_context.hpp>
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/query.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/ssl/context.hpp>
-#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/system/error_code.hpp>
@@ -47,32 +44,6 @@ class read_target {
 
  protected:
   ~read_target() = default;
-};
-
-/// The executor of TLS completion handlers: the stream's strand, entered through `dispatch` as the
-/// plain path's completions enter it. Asio's SSL stream runs its intermediate steps (OpenSSL calls)
-/// on the handler's executor, so they stay on the strand; but `strand::execute`, which binding to
-/// the strand itself would use, costs a heap allocation per completion in Boost 1.81 (see
-/// `stream::read_some`), and a TLS lock+unlock has twenty of them.
-class tls_executor {
- public:
-  using strand_type = boost::asio::strand<boost::asio::any_io_executor>;
-  explicit tls_executor(const strand_type& s) noexcept : strand_(&s) {}
-  boost::asio::execution_context& query(boost::asio::execution::context_t) const noexcept {
-    return boost::asio::query(*strand_, boost::asio::execution::context);
-  }
-  static constexpr boost::asio::execution::blocking_t query(boost::asio::execution::blocking_t) noexcept {
-    return boost::asio::execution::blocking.possibly;
-  }
-  template <class F>
-  void execute(F&& f) const {
-    strand_->dispatch(std::forward<F>(f), std::allocator<void>{});
-  }
-  friend bool operator==(const tls_executor& a, const tls_executor& b) noexcept { return a.strand_ == b.strand_; }
-  friend bool operator!=(const tls_executor& a, const tls_executor& b) noexcept { return a.strand_ != b.strand_; }
-
- private:
-  const strand_type* strand_;
 };
 
 class stream final : private read_poller::reader {
@@ -124,24 +95,15 @@ class stream final : private read_poller::reader {
   void start_serving();
   /// Reads into `b`; `h(ec, n)` runs on the strand, unless the stream was reset since.
   ///
-  /// The plain path's completion handlers have no associated executor: the socket lives on the
-  /// strand's inner executor, so Asio calls them straight from the scheduler, and they enter the
-  /// strand here (inline when it is free). Binding them to the strand instead costs a heap
-  /// allocation per completion in Boost 1.81 (strand<any_io_executor>::execute queries its inner
-  /// executor's blocking property, and any_executor returns the result through `new`). TLS's are
-  /// bound (to `tls_executor`, which enters the strand the same way): its reads and writes share
-  /// OpenSSL state that two threads must not touch at once.
+  /// The completion handlers have no associated executor: the socket lives on the strand's inner
+  /// executor, so Asio calls them straight from the scheduler, and they enter the strand here
+  /// (inline when it is free). Binding them to the strand instead costs a heap allocation per
+  /// completion in Boost 1.81 (strand<any_io_executor>::execute queries its inner executor's
+  /// blocking property, and any_executor returns the result through `new`). Over TLS the socket's
+  /// bytes go into the session (`tls_engine`), on the strand, and `b` gets what they decrypt to.
   template <class Handler>
   void read_some(boost::asio::mutable_buffer b, Handler&& h) {
-    if (tls_) {
-      tls_->async_read_some(
-          b, boost::asio::bind_executor(tls_executor{strand_},
-                                        [this, g = generation_, keep = tls_, h = std::forward<Handler>(h)](
-                                            error_code ec, std::size_t n) mutable {
-                                          if (g == generation_) h(ec, n);
-                                        }));
-      return;
-    }
+    if (tls_) return tls_read_some(b, std::forward<Handler>(h));
     socket_.async_read_some(
         b, [this, g = generation_, h = std::forward<Handler>(h)](error_code ec, std::size_t n) mutable {
           strand_.dispatch(
@@ -151,8 +113,8 @@ class stream final : private read_poller::reader {
               std::allocator<void>{});
         });
   }
-  /// Whether reads go through the poller (`read_polled`): a plain connection of a stream given one.
-  bool polled() const noexcept { return poller_ && !tls_; }
+  /// Whether reads go through the poller (`read_polled`): a stream given one.
+  bool polled() const noexcept { return poller_ != nullptr; }
   /// Reads into `b` once the socket is readable, told by the poller (no read is tried before:
   /// every read finds bytes); `t->on_stream_read(ec, n)` runs on the strand, unless the stream
   /// was reset since. `t` is held weakly: its owner keeps it alive.
@@ -166,13 +128,12 @@ class stream final : private read_poller::reader {
     return true;
   }
   /// Writes what it can of `bytes` at once, without blocking, and returns how much; `ec` tells a
-  /// failed write. TLS writes nothing here (returns 0): a synchronous write would drive the TLS
-  /// stream's engine from a second operation while its read is pending, which Asio's SSL stream
-  /// does not support (they share the engine and its buffers; in tests it lost a pending read now
-  /// and then), so TLS always writes with `write_async`.
+  /// failed write. Over TLS all of `bytes` is encrypted, and the records go out as far as the
+  /// socket takes them: when they all did, it returns `bytes.size()`; otherwise 0, and the
+  /// `write_async` of the same bytes that must follow sends the rest of their records.
   std::size_t write_now(std::string_view bytes, error_code& ec) {
     ec.clear();
-    if (tls_) return 0;
+    if (tls_) return tls_write_now(bytes, ec);
     const std::size_t n = socket_.write_some(boost::asio::buffer(bytes), ec);
     if (ec == boost::asio::error::would_block || ec == boost::asio::error::try_again) ec.clear();
     return n;
@@ -184,17 +145,34 @@ class stream final : private read_poller::reader {
   void write_async(std::string_view bytes, Done&& done) {
     writing_ = true;
     if (tls_) {
+      // The records of `bytes` (those `write_now` made are there already) go out from a buffer of
+      // their own, which later steps of the session (a read's alert) do not touch.
+      const auto t = tls_;
+      const std::size_t staged = std::exchange(tls_staged_, 0);
+      error_code ec;
+      if (bytes.size() > staged) ec = t->write(bytes.substr(staged));
+      if (ec) {
+        boost::asio::post(strand_, [this, g = generation_, ec, done = std::forward<Done>(done)]() mutable {
+          if (g != generation_) return;
+          writing_ = false;
+          done(ec, 0);
+        });
+        return;
+      }
       ++tls_writes_;
-      boost::asio::async_write(
-          *tls_, boost::asio::buffer(bytes),
-          boost::asio::bind_executor(tls_executor{strand_},
-                                     [this, g = generation_, keep = tls_, done = std::forward<Done>(done)](
-                                         error_code ec, std::size_t n) mutable {
+      boost::asio::async_write(socket_, boost::asio::buffer(t->take_output()),
+                               [this, g = generation_, t, total = bytes.size(), done = std::forward<Done>(done)](
+                                   error_code wec, std::size_t) mutable {
+                                 strand_.dispatch(
+                                     [this, g, t, total, wec, done = std::move(done)]() mutable {
+                                       t->release_wire();
                                        if (--tls_writes_ == 0) drained_.cancel();
                                        if (g != generation_) return;
                                        writing_ = false;
-                                       done(ec, n);
-                                     }));
+                                       done(wec, wec ? 0 : total);
+                                     },
+                                     std::allocator<void>{});
+                               });
       return;
     }
     boost::asio::async_write(
@@ -216,8 +194,8 @@ class stream final : private read_poller::reader {
   /// Closes abortively (RST: unsent bytes are dropped, so that a queue the node never saw cannot
   /// reach it late).
   void abort_close() noexcept;
-  /// Closes, then waits until no TLS write refers to the socket any more (its next step would
-  /// write to the socket's next connection).
+  /// Closes, then waits until no TLS write refers to the socket any more (a step of its own would
+  /// write the last session's records to the socket's next connection).
   boost::asio::awaitable<void> close_and_drain();
   /// Forgets the current connection: closed, TLS layer dropped, pending completions ignored.
   void reset() noexcept;
@@ -232,16 +210,55 @@ class stream final : private read_poller::reader {
   void unpoll() noexcept;
   boost::asio::awaitable<error_code> probe_connect(const boost::asio::ip::tcp::endpoint& ep);
   boost::asio::awaitable<void> probe_plain(std::uint64_t attempt, std::shared_ptr<void> owner);
+  boost::asio::awaitable<error_code> tls_handshake_steps(std::shared_ptr<tls_engine> t);
 
-  using tls_stream = boost::asio::ssl::stream<socket_type&>;
+  // ---- TLS reads and writes (see read_some, write_now) ----
+  template <class Handler>
+  void tls_read_some(boost::asio::mutable_buffer b, Handler&& h) {
+    const auto t = tls_;
+    if (t->may_read()) {
+      // The last socket read brought more than the last read took (or its end): no socket read.
+      boost::asio::post(strand_, [this, g = generation_, t, b, h = std::forward<Handler>(h)]() mutable {
+        if (g == generation_) tls_deliver(t, b, std::move(h));
+      });
+      return;
+    }
+    socket_.async_read_some(t->input_space(), [this, g = generation_, t, b, h = std::forward<Handler>(h)](
+                                                  error_code ec, std::size_t n) mutable {
+      strand_.dispatch(
+          [this, g, t, b, ec, n, h = std::move(h)]() mutable {
+            if (g != generation_) return;
+            if (ec && ec != boost::asio::error::eof) return h(ec, 0);
+            tls_input(*t, ec, n);
+            tls_deliver(t, b, std::move(h));
+          },
+          std::allocator<void>{});
+    });
+  }
+  template <class Handler>
+  void tls_deliver(const std::shared_ptr<tls_engine>& t, boost::asio::mutable_buffer b, Handler&& h) {
+    error_code ec;
+    const std::size_t n = tls_decrypt(*t, b, ec);
+    if (n > 0 || ec) return h(ec, n);
+    tls_read_some(b, std::forward<Handler>(h));  // a record not whole yet
+  }
+  // Gives the session a socket read's result (bytes, or the end).
+  static void tls_input(tls_engine& t, const error_code& ec, std::size_t n) noexcept;
+  // Decrypts into `b`, and sends at once what the session answered (an alert), when no write is
+  // in progress (otherwise it goes with the next write).
+  std::size_t tls_decrypt(tls_engine& t, boost::asio::mutable_buffer b, error_code& ec);
+  std::size_t tls_write_now(std::string_view bytes, error_code& ec);
+  // read_polled's wait for the socket, and its delivery of what the session holds already.
+  void wait_readable();
+  void deliver_buffered();
 
   strand_type strand_;
   const connection_config& cfg_;
   socket_type socket_;
   std::shared_ptr<boost::asio::ssl::context> tls_ctx_;  // set when TLS is on
-  // The current connection's TLS layer, over a reference to the socket, so that every path that
-  // closes the socket aborts TLS operations too. A pending TLS operation keeps its own reference.
-  std::shared_ptr<tls_stream> tls_;
+  // The current connection's TLS session; a pending socket operation of it keeps its own
+  // reference (it reads into, or writes from, the session's buffers).
+  std::shared_ptr<tls_engine> tls_;
   std::shared_ptr<probe_race> race_;     // the race of probes in progress, if any
   std::shared_ptr<read_poller> poller_;  // see read_polled()
   std::uint64_t poll_key_ = 0;           // the socket's key in the poller's set, 0 when not in it
@@ -255,6 +272,7 @@ class stream final : private read_poller::reader {
   std::uint64_t generation_ = 0;              // bumped when the stream resets
   std::uint64_t attempt_ = 0;                 // bumped at each connect
   std::size_t tls_writes_ = 0;                // TLS writes not completed yet
+  std::size_t tls_staged_ = 0;                // see write_now()
   std::size_t handshake_bytes_read_ = 0;      // bytes of the current attempt's Redis handshake
   bool aborted_ = false;                      // abort() since the attempt began
   bool plain_port_ = false;                   // the TLS port answered PING in plain RESP
