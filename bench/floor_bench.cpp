@@ -14,8 +14,12 @@
 // polls instead (epoll_wait with timeout 0): lower latency for a whole core burnt, which our
 // blocking event loop does not do either, so it is not the floor run.sh compares with.
 //
+// --tls-ca FILE speaks TLS to the masters' TLS ports instead, with OpenSSL over the same sockets
+// (the peer verified against FILE and its IP address, as our client does; records read ahead, so
+// that a read takes every record that came): the TLS floor that bench/tls_bench compares with.
+//
 // Usage: floor_bench [--masters host:port,...] [--cycles N] [--warmup W] [--ttl-ms T] [--spin 0|1]
-//                    [--json FILE]
+//                    [--tls-ca FILE] [--json FILE]
 // Without --masters, the list comes from $REDLOCK_BENCH_MASTERS (redlock_bench sets it when it
 // runs this program against its own masters; see bench/run.sh).
 
@@ -38,6 +42,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <numeric>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -98,12 +105,19 @@ std::string command(std::initializer_list<std::string_view> args) {
 
 struct master {
   int fd = -1;
+  SSL* tls = nullptr;  // --tls-ca
   std::array<char, 4096> buf{};
   std::size_t len = 0;        // bytes in buf not yet consumed
   unsigned long replies = 0;  // complete replies read so far
 };
 
-void write_all(int fd, std::string_view data) {
+void write_all(int fd, std::string_view data, SSL* tls = nullptr) {
+  if (tls != nullptr) {
+    // One record per request, as our client's write of a lone request makes.
+    std::size_t n = 0;
+    if (SSL_write_ex(tls, data.data(), data.size(), &n) != 1 || n != data.size()) die("SSL_write");
+    return;
+  }
   while (!data.empty()) {
     const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
     if (n < 0) {
@@ -132,12 +146,13 @@ int connect_to(const std::string& host_port) {
 }
 
 // Blocking request/reply used only during set-up (SCRIPT LOAD), before the sockets go non-blocking.
-std::string exchange(int fd, const std::string& req) {
-  write_all(fd, req);
+std::string exchange(int fd, const std::string& req, SSL* tls) {
+  write_all(fd, req, tls);
   std::string in;
   std::array<char, 512> tmp{};
   while (reply_length(in) == 0) {
-    const ssize_t n = ::recv(fd, tmp.data(), tmp.size(), 0);
+    const ssize_t n =
+        tls ? SSL_read(tls, tmp.data(), static_cast<int>(tmp.size())) : ::recv(fd, tmp.data(), tmp.size(), 0);
     if (n <= 0) die("recv during set-up");
     in.append(tmp.data(), static_cast<std::size_t>(n));
   }
@@ -175,7 +190,7 @@ double us(clock_type::duration d) { return std::chrono::duration<double, std::mi
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string masters_arg, json_path = "floor_bench.json";
+  std::string masters_arg, json_path = "floor_bench.json", tls_ca;
   int cycles = 20000, warmup = 1000;
   long ttl_ms = 10000;
   bool spin = false;
@@ -188,6 +203,16 @@ int main(int argc, char** argv) {
     if (a == "--ttl-ms") ttl_ms = std::stol(v);
     if (a == "--json") json_path = v;
     if (a == "--spin") spin = v != "0";
+    if (a == "--tls-ca") tls_ca = v;
+  }
+  SSL_CTX* tls_ctx = nullptr;
+  if (!tls_ca.empty()) {
+    tls_ctx = SSL_CTX_new(TLS_client_method());
+    if (!tls_ctx || SSL_CTX_load_verify_locations(tls_ctx, tls_ca.c_str(), nullptr) != 1) die("TLS context");
+    SSL_CTX_set_min_proto_version(tls_ctx, TLS1_2_VERSION);
+    SSL_CTX_set_verify(tls_ctx, SSL_VERIFY_PEER, nullptr);
+    SSL_CTX_clear_mode(tls_ctx, SSL_MODE_RELEASE_BUFFERS);
+    SSL_CTX_set_read_ahead(tls_ctx, 1);
   }
   std::vector<std::string> addresses;
   for (std::size_t at = 0; at < masters_arg.size();) {
@@ -210,7 +235,15 @@ int main(int argc, char** argv) {
   if (ep < 0) die("epoll_create1");
   for (std::size_t i = 0; i < n; ++i) {
     ms[i].fd = connect_to(addresses[i]);
-    const std::string r = exchange(ms[i].fd, command({"SCRIPT", "LOAD", script}));
+    if (tls_ctx) {
+      SSL* t = SSL_new(tls_ctx);
+      const auto host = addresses[i].substr(0, addresses[i].rfind(':'));
+      if (!t || SSL_set_fd(t, ms[i].fd) != 1 || X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(t), host.c_str()) != 1 ||
+          SSL_connect(t) != 1)
+        die("TLS handshake with " + addresses[i]);
+      ms[i].tls = t;
+    }
+    const std::string r = exchange(ms[i].fd, command({"SCRIPT", "LOAD", script}), ms[i].tls);
     if (r.size() < 4 || r[0] != '$') throw std::runtime_error("SCRIPT LOAD failed: " + r);
     sha = r.substr(r.find("\r\n") + 2, 40);
     if (::fcntl(ms[i].fd, F_SETFL, ::fcntl(ms[i].fd, F_GETFL) | O_NONBLOCK) != 0) die("O_NONBLOCK");
@@ -242,7 +275,7 @@ int main(int argc, char** argv) {
     bool release_sent = false;
     clock_type::time_point t_lock{}, t_end{};
     const auto t0 = clock_type::now();
-    for (auto& m : ms) write_all(m.fd, set);
+    for (auto& m : ms) write_all(m.fd, set, m.tls);
     std::size_t drained = 0;
     while (drained < n) {
       const int ready = ::epoll_wait(ep, events.data(), static_cast<int>(events.size()), spin ? 0 : -1);
@@ -252,12 +285,20 @@ int main(int argc, char** argv) {
       }
       for (int e = 0; e < ready; ++e) {
         master& m = ms[events[static_cast<std::size_t>(e)].data.u64];
-        const ssize_t got = ::recv(m.fd, m.buf.data() + m.len, m.buf.size() - m.len, 0);
-        if (got <= 0) {
-          if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-          die("recv");
+        if (m.tls) {
+          // Every record that came (read ahead: one recv for them), then the one that finds none.
+          std::size_t got = 0;
+          while (SSL_read_ex(m.tls, m.buf.data() + m.len, m.buf.size() - m.len, &got) == 1) m.len += got;
+          const int why = SSL_get_error(m.tls, 0);
+          if (why != SSL_ERROR_WANT_READ) die("SSL_read");
+        } else {
+          const ssize_t got = ::recv(m.fd, m.buf.data() + m.len, m.buf.size() - m.len, 0);
+          if (got <= 0) {
+            if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+            die("recv");
+          }
+          m.len += static_cast<std::size_t>(got);
         }
-        m.len += static_cast<std::size_t>(got);
         std::size_t at = 0;
         while (std::size_t len = reply_length({m.buf.data() + at, m.len - at})) {
           const std::string_view r{m.buf.data() + at, len};
@@ -269,7 +310,7 @@ int main(int argc, char** argv) {
             if (!release_sent && (oks == quorum || set_replies == n)) {
               if (oks < quorum) ++failures;
               release_sent = true;
-              for (auto& o : ms) write_all(o.fd, release);
+              for (auto& o : ms) write_all(o.fd, release, o.tls);
             }
           } else if (idx == set_reply + 1) {  // release: :1 or :0
             if (++released == quorum) t_end = clock_type::now();
@@ -287,20 +328,24 @@ int main(int argc, char** argv) {
       all_us.push_back(us(t_all - t0));
     }
   }
-  for (auto& m : ms) ::close(m.fd);
+  for (auto& m : ms) {
+    if (m.tls) SSL_free(m.tls);
+    ::close(m.fd);
+  }
+  if (tls_ctx) SSL_CTX_free(tls_ctx);
   ::close(ep);
 
   const stats c = summarize(cycle_us), l = summarize(lock_us), a = summarize(all_us);
   std::printf(
-      "floor     %zu masters, %d cycles (after %d warm-up), epoll %s, one thread, no redlock code\n"
+      "floor     %zu masters%s, %d cycles (after %d warm-up), epoll %s, one thread, no redlock code\n"
       "          SET+release to a majority (the cycle): p50 %.1f p99 %.1f mean %.1f us\n"
       "          SET to a majority (lock only):         p50 %.1f p99 %.1f mean %.1f us\n"
       "          until all %zu releases answered:       p50 %.1f p99 %.1f mean %.1f us; failures %ld\n",
-      n, cycles, warmup, spin ? "busy-polling" : "blocking", c.p50, c.p99, c.mean, l.p50, l.p99, l.mean, n, a.p50,
-      a.p99, a.mean, failures);
+      n, tls_ctx ? " over TLS" : "", cycles, warmup, spin ? "busy-polling" : "blocking", c.p50, c.p99, c.mean, l.p50,
+      l.p99, l.mean, n, a.p50, a.p99, a.mean, failures);
   std::ofstream out{json_path};
-  out << "{\n  \"masters\": " << n << ",\n  \"mode\": \"" << (spin ? "spin" : "blocking")
-      << "\",\n  \"cycles\": " << cycles << ",\n  \"lock_unlock_us\": " << json_stats(c)
+  out << "{\n  \"masters\": " << n << ",\n  \"tls\": " << (tls_ctx ? "true" : "false") << ",\n  \"mode\": \""
+      << (spin ? "spin" : "blocking") << "\",\n  \"cycles\": " << cycles << ",\n  \"lock_unlock_us\": " << json_stats(c)
       << ",\n  \"lock_us\": " << json_stats(l) << ",\n  \"all_replies_us\": " << json_stats(a)
       << ",\n  \"failures\": " << failures << "\n}\n";
   std::printf("wrote %s\n", json_path.c_str());

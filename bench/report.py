@@ -30,6 +30,7 @@ import re
 import shutil
 import socket
 import subprocess
+import statistics
 import sys
 import tempfile
 import time
@@ -137,7 +138,9 @@ def tls_cost(binary: str, out: Path, floor: str = "", rounds: int | None = None)
     if rounds is None and not lat.exists():
         rounds = 3
     if rounds:
-        subprocess.run([binary, "latency", "--rounds", str(rounds), "--cycles", "2000", "--json", str(lat)],
+        floor_sockets = Path(binary).parent / "floor_bench"
+        extra = ["--floor-bench", str(floor_sockets)] if floor_sockets.exists() else []
+        subprocess.run([binary, "latency", "--rounds", str(rounds), "--cycles", "2000", "--json", str(lat)] + extra,
                        check=True, stdout=subprocess.DEVNULL)
     if lat.exists():
         j = json.loads(lat.read_text())
@@ -157,6 +160,13 @@ def tls_cost(binary: str, out: Path, floor: str = "", rounds: int | None = None)
         print(f"{'p50 us (median of rounds)':28} {la['median_p50_plain_us']:10.1f} {la['median_p50_tls_us']:10.1f}")
         r = la["tls_over_plain_p50"]
         print(f"TLS / plain p50 {la['median_tls_over_plain_p50']:.3f} (rounds {min(r):.3f}-{max(r):.3f})")
+        f = [x for x in j.get("tls_over_floor_tls_p50", []) if x > 0]
+        if f:
+            fr = [t / p for t, p in zip(j["floor_p50_tls_us"], j["floor_p50_plain_us"]) if p > 0]
+            la["floor_tls_over_plain_p50"] = statistics.median(fr)
+            la["tls_over_floor_tls_p50"] = statistics.median(f)
+            print(f"the socket floor's TLS / plain p50 {statistics.median(fr):.3f}; our TLS / the floor's TLS p50 "
+                  f"{statistics.median(f):.3f} (rounds {min(f):.3f}-{max(f):.3f})")
     print(f"TLS / plain instructions {tls['instructions_vs_plain']:.2f}; TLS's addition / floor "
           f"{tls['added_vs_floor']:.2f}; TLS / (plain + floor) {tls['vs_plain_plus_floor']:.2f}")
     (out / "tls_cost.json").write_text(json.dumps(rows, indent=2) + "\n")
@@ -648,6 +658,11 @@ def report(out: Path) -> int:
         at = get(tc, "tls", "counted_allocations_per_cycle") or get(tc, "tls", "allocations_per_cycle")
         if ap and at:
             w(f"| client heap allocations per lock+unlock | {ap:.1f} | {at:.1f} | {at / ap:.1f} |")
+        if tl.get("floor_p50_tls_us"):
+            w(f"| independent floor (`floor_bench`, `--tls-ca` for TLS) p50 µs | {mr(tl['floor_p50_plain_us'])} | "
+              f"{mr(tl['floor_p50_tls_us'])} | "
+              f"{mr(ratios(zip(tl['floor_p50_tls_us'], tl['floor_p50_plain_us'])), '.2f')} |")
+            w(f"| ours ÷ floor, p50 | | {mr(tl['tls_over_floor_tls_p50'], '.2f')} | |")
     if get(tc, "floor", "instructions_per_cycle"):
         p, t, f = tc["plain"], tc["tls"], tc["floor"]
         w("\n### Against a bare OpenSSL floor (callgrind, one run)\n")

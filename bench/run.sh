@@ -114,7 +114,7 @@ python3 bench/report.py cycle-cost-kinds "${bin}/cycle_cost_bench" "${out}"
 # Syscalls per lock+unlock on the client thread, ours next to the independent floor, interleaved.
 python3 bench/report.py syscalls "${bin}/cycle_cost_bench" "${bin}/floor_bench" "${out}" --runs "$((runs > 3 ? runs : 3))"
 # TLS next to plain TCP on the same five servers: its rounds alternate plain and TLS.
-"${bin}/tls_bench" latency "${tls[@]}" --json "${out}/tls_latency.json"
+"${bin}/tls_bench" latency "${tls[@]}" --floor-bench "${bin}/floor_bench" --json "${out}/tls_latency.json"
 python3 bench/report.py tls-cost "${bin}/tls_bench" "${out}"
 python3 bench/report.py "${out}"
 echo "bench/run.sh: ${runs} runs in $(($(date +%s) - started)) s"

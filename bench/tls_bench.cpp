@@ -4,10 +4,13 @@
 // only difference between the two configurations is the TLS layer.
 //
 // Usage:
-//   tls_bench latency [--rounds R] [--cycles N] [--json FILE]
+//   tls_bench latency [--rounds R] [--cycles N] [--json FILE] [--floor-bench BIN]
 //       Sequential lock+unlock, as redlock_bench's (a): R rounds, each running N cycles over plain
 //       TCP and N over TLS (in alternating order, so that drift of the machine hits both alike),
 //       after 200 warm-up cycles each. Prints each round's p50/p99 and the medians over rounds.
+//       --floor-bench: each round also runs the independent floor (bench/floor_bench.cpp: bare
+//       sockets, and OpenSSL for TLS) over plain TCP and over TLS against the same masters, so
+//       that TLS's cost to us is set beside its cost to a client with no code of ours.
 //   tls_bench cost CYCLES plain|tls
 //       As cycle_cost_bench: CYCLES lock+unlock cycles after a warm-up, printing
 //       "cycles=N allocations=A failures=F" (heap allocations counted by this binary's operator
@@ -169,6 +172,22 @@ double percentile(std::vector<double> v, double p) {
 
 double median(std::vector<double> v) { return percentile(std::move(v), 0.5); }
 
+// The independent floor's lock+unlock p50 (µs) against `servers`, over TLS or not; 0 on failure.
+double floor_p50(const std::string& bin, std::vector<server>& servers, const certificates& c, bool tls, int cycles) {
+  std::string list;
+  for (auto& s : servers)
+    list += fmt::format("{}127.0.0.1:{}", list.empty() ? "" : ",", tls ? s.tls_port : (*s.set)[0].port());
+  const auto json = c.dir / (tls ? "floor_tls.json" : "floor_plain.json");
+  const auto cmd =
+      fmt::format("'{}' --masters {} --cycles {} --warmup 200 --json '{}' {} > /dev/null", bin, list, cycles,
+                  json.string(), tls ? fmt::format("--tls-ca '{}'", c.file("ca.crt")) : std::string{});
+  if (std::system(cmd.c_str()) != 0) return 0;
+  std::ifstream in{json};
+  const std::string text{std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{}};
+  const auto at = text.find("\"p50\": ", text.find("\"lock_unlock_us\""));
+  return at == std::string::npos ? 0 : std::atof(text.c_str() + at + 7);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -192,13 +211,14 @@ int main(int argc, char** argv) {
   }
 
   int rounds = 6, cycles = 3000;
-  std::string json;
+  std::string json, floor_bin;
   for (std::size_t i = 1; i + 1 < args.size(); i += 2) {
+    if (args[i] == "--floor-bench") floor_bin = args[i + 1];
     if (args[i] == "--rounds") rounds = std::atoi(args[i + 1].c_str());
     if (args[i] == "--cycles") cycles = std::atoi(args[i + 1].c_str());
     if (args[i] == "--json") json = args[i + 1];
   }
-  std::vector<double> p50_plain, p50_tls, p99_plain, p99_tls, ratio;
+  std::vector<double> p50_plain, p50_tls, p99_plain, p99_tls, ratio, floor_plain, floor_tls, tls_vs_floor;
   long failures = 0;
   for (int r = 0; r < rounds; ++r) {
     std::vector<double> plain, tls;
@@ -214,11 +234,25 @@ int main(int argc, char** argv) {
     ratio.push_back(p50_tls.back() / p50_plain.back());
     fmt::print("round {}: plain p50 {:.1f} p99 {:.1f} us; TLS p50 {:.1f} p99 {:.1f} us; TLS / plain p50 {:.3f}\n",
                r + 1, p50_plain.back(), p99_plain.back(), p50_tls.back(), p99_tls.back(), ratio.back());
+    if (!floor_bin.empty()) {
+      // Plain and TLS in the order ours ran this round.
+      for (int k = 0; k < 2; ++k) {
+        const bool use_tls = (k == 0) == (r % 2 == 1);
+        (use_tls ? floor_tls : floor_plain).push_back(floor_p50(floor_bin, servers, certs, use_tls, cycles));
+      }
+      tls_vs_floor.push_back(floor_tls.back() > 0 ? p50_tls.back() / floor_tls.back() : 0);
+      fmt::print(
+          "         floor: plain p50 {:.1f} us, TLS p50 {:.1f} us (TLS / plain {:.3f}); our TLS / floor's TLS {:.3f}\n",
+          floor_plain.back(), floor_tls.back(), floor_tls.back() / floor_plain.back(), tls_vs_floor.back());
+    }
   }
   fmt::print(
       "median of {} rounds x {} cycles: plain p50 {:.1f} us (p99 {:.1f}); TLS p50 {:.1f} us (p99 {:.1f}); TLS / plain "
       "p50 {:.3f} (paired per round); failures {}\n",
       rounds, cycles, median(p50_plain), median(p99_plain), median(p50_tls), median(p99_tls), median(ratio), failures);
+  if (!floor_bin.empty())
+    fmt::print("floor: plain p50 {:.1f} us, TLS p50 {:.1f} us; our TLS / floor's TLS p50 {:.3f}\n", median(floor_plain),
+               median(floor_tls), median(tls_vs_floor));
   if (!json.empty()) {
     auto list = [](const std::vector<double>& v) {
       std::string s = "[";
@@ -228,10 +262,11 @@ int main(int argc, char** argv) {
     std::ofstream out{json};
     out << fmt::format(
         "{{\n  \"masters\": {},\n  \"rounds\": {},\n  \"cycles\": {},\n  \"p50_plain_us\": {},\n  \"p50_tls_us\": {},\n"
+        "  \"floor_p50_plain_us\": {},\n  \"floor_p50_tls_us\": {},\n  \"tls_over_floor_tls_p50\": {},\n"
         "  \"p99_plain_us\": {},\n  \"p99_tls_us\": {},\n  \"tls_over_plain_p50\": {},\n  \"median_p50_plain_us\": "
         "{:.2f},\n  \"median_p50_tls_us\": {:.2f},\n  \"median_tls_over_plain_p50\": {:.3f},\n  \"failures\": {}\n}}\n",
-        masters, rounds, cycles, list(p50_plain), list(p50_tls), list(p99_plain), list(p99_tls), list(ratio),
-        median(p50_plain), median(p50_tls), median(ratio), failures);
+        masters, rounds, cycles, list(p50_plain), list(p50_tls), list(floor_plain), list(floor_tls), list(tls_vs_floor),
+        list(p99_plain), list(p99_tls), list(ratio), median(p50_plain), median(p50_tls), median(ratio), failures);
   }
   return failures == 0 ? 0 : 1;
 }
