@@ -165,8 +165,6 @@ error_code tls_engine::end_of_input() const {
 // What a step that returned `ret` (not a success) means: no error when it needs input.
 error_code tls_engine::failure(int ret) {
   const int what = SSL_get_error(ssl_, ret);
-  const auto code = ERR_get_error();  // the first error of the step, as Asio reports it
-  ERR_clear_error();
   switch (what) {
     case SSL_ERROR_WANT_READ:
       starved_ = true;
@@ -175,9 +173,12 @@ error_code tls_engine::failure(int ret) {
     case SSL_ERROR_ZERO_RETURN:
       return asio::error::eof;  // the peer's close_notify
     case SSL_ERROR_SSL:
-    case SSL_ERROR_SYSCALL:
+    case SSL_ERROR_SYSCALL: {
+      const auto code = ERR_get_error();  // the first error of the step, as Asio reports it
+      ERR_clear_error();
       if (code == 0) return asio::ssl::error::unspecified_system_error;
       return {static_cast<int>(code), asio::error::get_ssl_category()};
+    }
     default:
       // WANT_WRITE cannot happen (the BIO takes every write); others belong to features the
       // session does not use.
@@ -205,6 +206,11 @@ std::size_t tls_engine::read(asio::mutable_buffer b, error_code& ec) {
     std::size_t n = 0;
     if (SSL_read_ex(ssl_, to + got, b.size() - got, &n) == 1) {
       got += n;
+      if (in_begin_ == in_end_ && !eof_ && SSL_has_pending(ssl_) == 0) {
+        // All that came is read: the next call would only fail for want of input.
+        starved_ = true;
+        break;
+      }
       continue;
     }
     ec = failure(0);
