@@ -131,9 +131,9 @@ void client_impl::on_timer() {
   // master that refuses its batch tells the watchers then, and they reschedule (a retry sooner
   // than any wake-up `fired` knew of): the timer is armed from the queue as it stands after that,
   // also when something threw, so that no wake-up is left without it.
-  begin_vote_batch();
   std::exception_ptr failure;
   try {
+    begin_vote_batch();
     (void)wakes_.fired(now, [now](watch& w) { w.wake(now); });
   } catch (...) {
     failure = std::current_exception();
@@ -159,28 +159,41 @@ void watch::wake(clock_type::time_point now) {
   auto st = state.lock();
   if (!st) return;
   auto& c = *st->owner;
+  // The next wake-up is asked for also when this one throws (an allocation failed): a watcher
+  // with none would neither renew its lock nor tell the holder it was lost. The machine then wakes
+  // at the loss point at the latest, and tells the holder there.
+  try {
+    wake_step(*st, now);
+  } catch (...) {
+    c.schedule(*this);
+    throw;
+  }
+  c.schedule(*this);
+}
+
+void watch::wake_step(lock_state& st, clock_type::time_point now) {
+  auto& c = *st.owner;
   const auto a = fsm.on_timer(now);
   if (a.what == core::keep_alive_action::type::extend) {
     const auto& cfg = c.config();
     ext =
-        std::make_unique<core::extend_fsm>(c.size(), a.ttl, cfg.request_timeout, cfg.drift, fsm.deadline(), st->quorum);
+        std::make_unique<core::extend_fsm>(c.size(), a.ttl, cfg.request_timeout, cfg.drift, fsm.deadline(), st.quorum);
     ++ext_round;
     const auto e = ext->start(now);
     if (e.what == core::extend_action::type::extend) {
       // Encoded into the client's scratch buffer (the connections copy it): nothing per lock.
-      c.send_votes(c.scratch_step(step::extend, *st, values(c, *st)), e.at, shared_from_this(), ext_round);
+      c.send_votes(c.scratch_step(step::extend, st, values(c, st)), e.at, shared_from_this(), ext_round);
     } else {
-      on_extension_done(*st, e.ec, now);
+      on_extension_done(st, e.ec, now);
     }
   } else if (a.what == core::keep_alive_action::type::lost) {
-    declare_lost(*st, a.reason);
+    declare_lost(st, a.reason);
   } else if (fsm.capped() && !cap_logged) {
     cap_logged = true;
     REDLOCK_LOG(c.log(), log_level::info,
                 "{}: keep-alive stopped at its cap ({} extension(s)); the lock will be lost at its deadline",
-                lock_name(st->resource, st->token), fsm.extensions());
+                lock_name(st.resource, st.token), fsm.extensions());
   }
-  c.schedule(*this);
 }
 
 void watch::on_reply(std::uint64_t tag, error_code ec, const resp::response& r) {
@@ -192,7 +205,12 @@ void watch::on_reply(std::uint64_t tag, error_code ec, const resp::response& r) 
   const auto now = clock_type::now();
   const auto e = ext->on_reply(master_of(tag), ec, r, now, c.down_cause(master_of(tag)));
   if (e.what == core::extend_action::type::complete) {
-    on_extension_done(*st, e.ec, now);
+    try {
+      on_extension_done(*st, e.ec, now);
+    } catch (...) {
+      c.schedule(*this);  // as in wake()
+      throw;
+    }
     c.schedule(*this);
   }
 }
@@ -231,20 +249,40 @@ void watch::on_extension_done(lock_state& st, error_code ec, clock_type::time_po
 }
 
 void watch::declare_lost(lock_state& st, error_code reason) {
-  auto detail = describe_loss(reason);
+  // The machine has finished and wakes no more: nothing that may throw (the words, the log line,
+  // the event) comes between it and the waiters, or a failed allocation would leave the holder
+  // working on, untold.
+  std::string detail;
   {
     std::lock_guard guard{st.mutex};
     st.loss_reason = reason;
-    st.loss_detail = detail;
+    try {
+      detail = describe_loss(reason);
+      st.loss_detail = detail;
+    } catch (...) {
+      // Without words: the reason is set.
+    }
   }
   st.lost = true;
   owner->retire(*this);
-  st.owner->note_loss(st, reason);
-  finish_waiters({});  // the awaited event happened: success, as a timer's
+  try {
+    st.owner->note_loss(st, reason);  // counted and logged before the waiters resume
+  } catch (...) {
+    // The count and the log line only.
+  }
+  // The awaited event happened: success, as a timer's. A waiter's handler that throws (run inline)
+  // must not keep the final event from the event readers.
+  std::exception_ptr failure;
+  try {
+    finish_waiters({});
+  } catch (...) {
+    failure = std::current_exception();
+  }
   auto e = make_event(st, lock_event::type::lost, reason);
   e.detail = std::move(detail);
   e.masters = st.results_copy();
   post_event(std::move(e));
+  if (failure) std::rethrow_exception(failure);
 }
 
 std::string watch::describe_loss(error_code reason) const {

@@ -247,6 +247,7 @@ struct watch final : op_base {
 
   void keep(const keep_alive_options& opts);
   void wake(clock_type::time_point now);
+  void wake_step(lock_state& st, clock_type::time_point now);  // wake()'s work, which may throw
   // The values of the extension in progress.
   core::step_values values(const client_impl& c, const lock_state& st) const;
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override;

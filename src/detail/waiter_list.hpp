@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -65,7 +66,16 @@ class waiter_list<void(boost::system::error_code, Args...)> {
   void complete_all(const Executor& fallback, boost::system::error_code ec, const Args&... args) {
     auto all = std::move(entries_);
     entries_.clear();
-    for (auto& e : all) complete_handler(std::move(e.box.handler), fallback, ec, args...);
+    // Every waiter is told, also when telling one throws (the first exception goes on after).
+    std::exception_ptr failure;
+    for (auto& e : all) {
+      try {
+        complete_handler(std::move(e.box.handler), fallback, ec, args...);
+      } catch (...) {
+        if (!failure) failure = std::current_exception();
+      }
+    }
+    if (failure) std::rethrow_exception(failure);
   }
 
  private:

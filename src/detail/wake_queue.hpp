@@ -29,6 +29,12 @@ class wake_queue {
   /// (`never`: cancel it), or nothing when it stays as it is.
   std::optional<time_point> schedule(T& t, time_point at) {
     if (at == t.scheduled) return std::nullopt;
+    if (at != never) {
+      // The entry first: when its allocation fails, the item is left as it was, and asking again
+      // schedules it (it would otherwise believe in a wake-up that no entry stands for).
+      heap_.push_back({at, std::static_pointer_cast<T>(t.shared_from_this())});
+      std::push_heap(heap_.begin(), heap_.end(), later);
+    }
     if (t.scheduled == never) ++live_;
     if (at == never) --live_;
     t.scheduled = at;
@@ -39,8 +45,6 @@ class wake_queue {
       armed_ = never;
       return never;
     }
-    heap_.push_back({at, std::static_pointer_cast<T>(t.shared_from_this())});
-    std::push_heap(heap_.begin(), heap_.end(), later);
     if (at >= armed_) return std::nullopt;
     armed_ = at;
     return at;

@@ -3,6 +3,7 @@
 // masters with majorities stopped for real.
 
 #include <redlock/client.hpp>
+#include <redlock/core/extend_fsm.hpp>
 #include <redlock/with_lock.hpp>
 #include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
@@ -17,8 +18,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <functional>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -47,6 +50,24 @@ constexpr bool heap_counted = false;
 constexpr bool heap_counted = true;
 #endif
 std::size_t heap_in_use() { return mallinfo2().uordblks; }
+
+// The next allocation of this many bytes throws std::bad_alloc (0: none), once. Not under the
+// sanitizers, whose runtimes bring their own operator new.
+std::atomic<std::size_t> fail_allocation_of{0};
+}  // namespace
+
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__) && !defined(REDLOCK_KEEP_ALIVE_TEST_SANITIZED)
+void* operator new(std::size_t n) {
+  std::size_t failing = n;
+  if (fail_allocation_of.load(std::memory_order_relaxed) == n && n != 0 &&
+      fail_allocation_of.compare_exchange_strong(failing, 0))
+    throw std::bad_alloc{};
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc{};
+}
+#endif
+
+namespace {
 
 struct keep_alive_test : ::testing::Test {
   redlock::test::master_set servers{5};
@@ -329,6 +350,119 @@ TEST_F(keep_alive_test, a_kept_alive_lock_nobody_listens_to_costs_little_heap) {
   RecordProperty("kib_per_lock_extended", std::to_string(after_kib));
   EXPECT_LT(before_kib, 2.0);
   EXPECT_LT(after_kib, 2.0);
+}
+
+struct renewal_outcome {
+  bool locked = false, told = false, lost = false;
+  error_code reason;
+  clock_type::time_point told_at{}, validity{};
+};
+
+asio::awaitable<void> hold_through_a_renewal_that_throws(redlock::client& holder, renewal_outcome* out) {
+  auto [ec, l] = co_await holder.async_lock("renewal-throws", 600ms, use_tuple);
+  out->locked = !ec;
+  if (ec) co_return;
+  l.keep_alive();
+  fail_allocation_of = sizeof(redlock::core::extend_fsm);  // the first renewal's machine
+  auto [wec] = co_await l.async_wait_lost(use_tuple);
+  out->told = !wec;
+  out->told_at = clock_type::now();
+  out->validity = l.validity_deadline();
+  out->lost = l.lost();
+  out->reason = l.loss_reason();
+}
+
+// A renewal that throws as it starts (an allocation fails in the keep-alive timer's pass; the
+// exception leaves io_context::run, as Asio lets a handler's do) still leaves the lock watched:
+// the holder is told it is lost before its validity ends. Catches: a watcher left without a
+// wake-up, which neither renews the lock nor tells the holder, who would then work on while
+// another client takes the expired key.
+TEST_F(keep_alive_test, a_renewal_that_throws_still_tells_the_holder_before_the_validity_ends) {
+  if (!heap_counted) GTEST_SKIP() << "needs this binary's operator new (not under a sanitizer)";
+  asio::io_context ioc;
+  redlock::client holder{ioc.get_executor(), config()};
+  renewal_outcome out;
+  bool finished = false;
+  asio::co_spawn(ioc, hold_through_a_renewal_that_throws(holder, &out), [&](std::exception_ptr) { finished = true; });
+  int thrown = 0;
+  const auto limit = clock_type::now() + 5s;
+  while (!finished && clock_type::now() < limit) {
+    try {
+      ioc.run_for(50ms);
+    } catch (const std::bad_alloc&) {
+      ++thrown;
+    }
+  }
+  fail_allocation_of = 0;
+  ASSERT_TRUE(out.locked);
+  EXPECT_EQ(thrown, 1) << "the renewal's allocation did not fail where the test meant it to";
+  ASSERT_TRUE(finished) << "the holder was never told: the lock was left unwatched";
+  EXPECT_TRUE(out.told);
+  EXPECT_TRUE(out.lost);
+  EXPECT_EQ(out.reason, error::validity_expired);
+  EXPECT_LT(out.told_at, out.validity);
+  holder.close();
+  ioc.run_for(50ms);
+}
+
+struct loss_outcome {
+  bool locked = false, told = false, lost = false;
+  error_code reason;
+  std::string words;
+  clock_type::time_point told_at{}, validity{};
+};
+
+asio::awaitable<void> wait_for_an_unkept_loss(redlock::client& holder, loss_outcome* out) {
+  auto [ec, l] = co_await holder.async_lock("loss-words-throw", 400ms, use_tuple);
+  out->locked = !ec;
+  if (ec) co_return;
+  auto [wec] = co_await l.async_wait_lost(use_tuple);  // not kept alive: lost at the loss point
+  out->told = !wec;
+  out->told_at = clock_type::now();
+  out->validity = l.validity_deadline();
+  out->lost = l.lost();
+  out->reason = l.loss_reason();
+  out->words = l.loss_description();
+}
+
+// Telling the holder of a loss comes before the words for it: when they cannot be made (their
+// allocation fails), the holder is still told, without them. Catches: a loss whose description
+// throws after the machine has finished, which leaves the holder untold for good (the machine
+// wakes no more) while another client takes the expired key.
+TEST_F(keep_alive_test, a_loss_whose_description_cannot_be_made_is_still_told) {
+  if (!heap_counted) GTEST_SKIP() << "needs this binary's operator new (not under a sanitizer)";
+  asio::io_context ioc;
+  redlock::client holder{ioc.get_executor(), config()};
+  loss_outcome out;
+  bool finished = false;
+  asio::co_spawn(ioc, wait_for_an_unkept_loss(holder, &out), [&](std::exception_ptr) { finished = true; });
+  int thrown = 0;
+  bool armed = false;
+  const auto arm_at = clock_type::now() + 150ms;  // the lock is held and watched by then
+  const auto limit = clock_type::now() + 5s;
+  while (!finished && clock_type::now() < limit) {
+    if (!armed && out.locked && clock_type::now() >= arm_at) {
+      // The words of this loss, and nothing else in the wait, take this many bytes.
+      fail_allocation_of = std::string_view{"the validity ran out (the lock was not kept alive)"}.size() + 1;
+      armed = true;
+    }
+    try {
+      ioc.run_for(10ms);
+    } catch (const std::bad_alloc&) {
+      ++thrown;
+    }
+  }
+  fail_allocation_of = 0;
+  ASSERT_TRUE(out.locked);
+  ASSERT_TRUE(finished) << "the holder was never told of the loss";
+  EXPECT_EQ(thrown, 0);
+  EXPECT_TRUE(out.told);
+  EXPECT_TRUE(out.lost);
+  EXPECT_EQ(out.reason, error::validity_expired);
+  EXPECT_EQ(out.words, "") << "the words were made: the test did not fail their allocation";
+  EXPECT_LT(out.told_at, out.validity);
+  holder.close();
+  ioc.run_for(50ms);
 }
 
 }  // namespace
