@@ -24,6 +24,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <cstddef>
@@ -159,22 +160,32 @@ class stream final : private read_poller::reader {
         return;
       }
       ++tls_writes_;
-      write_all(t->take_output(), 0,
-                [this, g = generation_, t, total = bytes.size(), done = std::forward<Done>(done)](error_code wec,
-                                                                                                  std::size_t) mutable {
-                  t->release_wire();
-                  if (--tls_writes_ == 0) drained_.cancel();
-                  if (g != generation_) return;
-                  writing_ = false;
-                  done(wec, wec ? 0 : total);
-                });
+      boost::asio::async_write(socket_, boost::asio::buffer(t->take_output()),
+                               [this, g = generation_, t, total = bytes.size(), done = std::forward<Done>(done)](
+                                   error_code wec, std::size_t) mutable {
+                                 strand_.dispatch(
+                                     [this, g, t, total, wec, done = std::move(done)]() mutable {
+                                       t->release_wire();
+                                       if (--tls_writes_ == 0) drained_.cancel();
+                                       if (g != generation_) return;
+                                       writing_ = false;
+                                       done(wec, wec ? 0 : total);
+                                     },
+                                     std::allocator<void>{});
+                               });
       return;
     }
-    write_all(bytes, 0, [this, g = generation_, done = std::forward<Done>(done)](error_code ec, std::size_t n) mutable {
-      if (g != generation_) return;
-      writing_ = false;
-      done(ec, n);
-    });
+    boost::asio::async_write(
+        socket_, boost::asio::buffer(bytes),
+        [this, g = generation_, done = std::forward<Done>(done)](error_code ec, std::size_t n) mutable {
+          strand_.dispatch(
+              [this, g, ec, n, done = std::move(done)]() mutable {
+                if (g != generation_) return;
+                writing_ = false;
+                done(ec, n);
+              },
+              std::allocator<void>{});
+        });
   }
   /// An asynchronous write is in progress.
   bool writing() const noexcept { return writing_; }
@@ -183,8 +194,8 @@ class stream final : private read_poller::reader {
   /// Closes abortively (RST: unsent bytes are dropped, so that a queue the node never saw cannot
   /// reach it late).
   void abort_close() noexcept;
-  /// Closes, then waits until no TLS write is in progress (its records' buffer is the session's
-  /// until the write ends).
+  /// Closes, then waits until no TLS write refers to the socket any more (a step of its own would
+  /// write the last session's records to the socket's next connection).
   boost::asio::awaitable<void> close_and_drain();
   /// Forgets the current connection: closed, TLS layer dropped, pending completions ignored.
   void reset() noexcept;
@@ -200,25 +211,6 @@ class stream final : private read_poller::reader {
   boost::asio::awaitable<error_code> probe_connect(const boost::asio::ip::tcp::endpoint& ep);
   boost::asio::awaitable<void> probe_plain(std::uint64_t attempt, std::shared_ptr<void> owner);
   boost::asio::awaitable<error_code> tls_handshake_steps(std::shared_ptr<tls_engine> t);
-
-  // Writes all of `rest` (`sent` bytes before it went already), one socket write at a time, each
-  // continued on the strand; `then(ec, sent)` runs on the strand. Not Asio's composed async_write:
-  // it starts its next write from the scheduler's thread, off the strand, where a close may run at
-  // the same time (and a reconnect reuse the socket). A write of a stream reset since stops.
-  template <class Then>
-  void write_all(std::string_view rest, std::size_t sent, Then&& then) {
-    socket_.async_write_some(
-        boost::asio::buffer(rest),
-        [this, g = generation_, rest, sent, then = std::forward<Then>(then)](error_code ec, std::size_t n) mutable {
-          strand_.dispatch(
-              [this, g, rest, sent, ec, n, then = std::move(then)]() mutable {
-                if (!ec && n < rest.size() && g == generation_)
-                  return write_all(rest.substr(n), sent + n, std::move(then));
-                then(ec, sent + n);
-              },
-              std::allocator<void>{});
-        });
-  }
 
   // ---- TLS reads and writes (see read_some, write_now) ----
   template <class Handler>
