@@ -352,24 +352,31 @@ TEST_F(keep_alive_test, a_kept_alive_lock_nobody_listens_to_costs_little_heap) {
   EXPECT_LT(after_kib, 2.0);
 }
 
-struct renewal_outcome {
+// What a holder waiting for its lock's loss saw.
+struct loss_outcome {
   bool locked = false, told = false, lost = false;
   error_code reason;
+  std::string words;
   clock_type::time_point told_at{}, validity{};
+
+  void record(const redlock::lock& l, error_code waited) {
+    told = !waited;
+    told_at = clock_type::now();
+    validity = l.validity_deadline();
+    lost = l.lost();
+    reason = l.loss_reason();
+    words = l.loss_description();
+  }
 };
 
-asio::awaitable<void> hold_through_a_renewal_that_throws(redlock::client& holder, renewal_outcome* out) {
+asio::awaitable<void> hold_through_a_renewal_that_throws(redlock::client& holder, loss_outcome* out) {
   auto [ec, l] = co_await holder.async_lock("renewal-throws", 600ms, use_tuple);
   out->locked = !ec;
   if (ec) co_return;
   l.keep_alive();
   fail_allocation_of = sizeof(redlock::core::extend_fsm);  // the first renewal's machine
   auto [wec] = co_await l.async_wait_lost(use_tuple);
-  out->told = !wec;
-  out->told_at = clock_type::now();
-  out->validity = l.validity_deadline();
-  out->lost = l.lost();
-  out->reason = l.loss_reason();
+  out->record(l, wec);
 }
 
 // A renewal that throws as it starts (an allocation fails in the keep-alive timer's pass; the
@@ -381,7 +388,7 @@ TEST_F(keep_alive_test, a_renewal_that_throws_still_tells_the_holder_before_the_
   if (!heap_counted) GTEST_SKIP() << "needs this binary's operator new (not under a sanitizer)";
   asio::io_context ioc;
   redlock::client holder{ioc.get_executor(), config()};
-  renewal_outcome out;
+  loss_outcome out;
   bool finished = false;
   asio::co_spawn(ioc, hold_through_a_renewal_that_throws(holder, &out), [&](std::exception_ptr) { finished = true; });
   int thrown = 0;
@@ -405,24 +412,12 @@ TEST_F(keep_alive_test, a_renewal_that_throws_still_tells_the_holder_before_the_
   ioc.run_for(50ms);
 }
 
-struct loss_outcome {
-  bool locked = false, told = false, lost = false;
-  error_code reason;
-  std::string words;
-  clock_type::time_point told_at{}, validity{};
-};
-
 asio::awaitable<void> wait_for_an_unkept_loss(redlock::client& holder, loss_outcome* out) {
   auto [ec, l] = co_await holder.async_lock("loss-words-throw", 400ms, use_tuple);
   out->locked = !ec;
   if (ec) co_return;
   auto [wec] = co_await l.async_wait_lost(use_tuple);  // not kept alive: lost at the loss point
-  out->told = !wec;
-  out->told_at = clock_type::now();
-  out->validity = l.validity_deadline();
-  out->lost = l.lost();
-  out->reason = l.loss_reason();
-  out->words = l.loss_description();
+  out->record(l, wec);
 }
 
 // Telling the holder of a loss comes before the words for it: when they cannot be made (their
