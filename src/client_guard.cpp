@@ -385,13 +385,18 @@ void client_impl::note_jump(std::size_t i, const core::guard_change& change, clo
   // quarantines stay: if the masters did jump, they must stay out.
   const auto pause = core::client_pause(jumps_seen_, guards_.size(), now, cfg_.request_timeout);
   if (!pause) return;
+  // The jumps are forgotten only once every held lock's deadline is shortened (which cannot
+  // throw): should collecting the locks throw (an allocation failed), the pause is still seen at
+  // the next jump, instead of being lost with the locks believing in validity it overstated.
+  const auto watched = watched_locks();
+  shorten_held_locks(watched, *pause);
   for (auto& j : jumps_seen_) j = {clock_type::time_point{}, std::chrono::microseconds{0}};
   bump<true>(counters_.client_pauses);
   REDLOCK_LOG(log_, log_level::error,
               "every master's clock moved {:.3f} s ahead of ours at once: this client's clock most likely stood "
               "still (a frozen machine); held locks lose that much validity",
               static_cast<double>(pause->count()) / 1e6);
-  shorten_held_locks(*pause, now);
+  wake_shortened(watched, now);
 }
 
 // The held locks this client watches (keep-alive or events), collected first: what is done to
@@ -405,15 +410,33 @@ std::vector<std::shared_ptr<watch>> client_impl::watched_locks() {
   return out;
 }
 
-void client_impl::shorten_held_locks(std::chrono::microseconds by, clock_type::time_point now) {
-  for (auto& w : watched_locks()) {
+void client_impl::shorten_held_locks(const std::vector<std::shared_ptr<watch>>& watched,
+                                     std::chrono::microseconds by) noexcept {
+  for (const auto& w : watched) {
     auto st = w->state.lock();
     if (!st || !st->held.load()) continue;
     st->set_deadline(st->get_deadline() - by);
     w->fsm.deadline_shortened(st->get_deadline());
-    schedule(*w);
-    if (st->get_deadline() <= now) w->wake(now);
   }
+}
+
+// Each shortened lock's watcher is woken (its lock may be past its loss point already) or
+// rescheduled for its earlier deadline; the others still when one of them throws.
+void client_impl::wake_shortened(const std::vector<std::shared_ptr<watch>>& watched, clock_type::time_point now) {
+  std::exception_ptr failure;
+  for (const auto& w : watched) {
+    auto st = w->state.lock();
+    if (!st || !st->held.load()) continue;
+    try {
+      if (st->get_deadline() <= now)
+        w->wake(now);  // which schedules it again
+      else
+        schedule(*w);
+    } catch (...) {
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
 }
 
 void client_impl::tell_holders(std::size_t i, hazard_cause cause, clock_type::time_point now) {

@@ -119,10 +119,18 @@ void client_impl::arm_timer(clock_type::time_point at) {
     timer_.cancel();
     return;
   }
-  timer_.expires_at(at);
-  timer_.async_wait([weak = weak_from_this()](error_code ec) {
-    if (auto self = weak.lock(); self && !ec) self->on_timer();
-  });
+  // expires_at cancels the wait in place before the new one is made: when making it throws (an
+  // allocation failed), no wait stands, and the queue must not believe in one, or no later
+  // schedule would arm the timer again and every watched lock would go unwatched.
+  try {
+    timer_.expires_at(at);
+    timer_.async_wait([weak = weak_from_this()](error_code ec) {
+      if (auto self = weak.lock(); self && !ec) self->on_timer();
+    });
+  } catch (...) {
+    wakes_.disarm();
+    throw;
+  }
 }
 
 void client_impl::on_timer() {

@@ -523,7 +523,8 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   bool take_time(std::size_t i, const resp::response& r, std::size_t at, clock_type::time_point sent);
   void note_jump(std::size_t i, const core::guard_change& change, clock_type::time_point now);
   std::vector<std::shared_ptr<watch>> watched_locks();
-  void shorten_held_locks(std::chrono::microseconds by, clock_type::time_point now);
+  void shorten_held_locks(const std::vector<std::shared_ptr<watch>>& watched, std::chrono::microseconds by) noexcept;
+  void wake_shortened(const std::vector<std::shared_ptr<watch>>& watched, clock_type::time_point now);
   void tell_holders(std::size_t i, hazard_cause cause, clock_type::time_point now);
   void arm_probes();
   void probe();

@@ -38,16 +38,18 @@ class wake_queue {
     if (t.scheduled == never) ++live_;
     if (at == never) --live_;
     t.scheduled = at;
-    if (at == never) {
+    if (at == never && live_ == 0) {
       // Nothing left to wake: no timer stays armed behind the last item.
-      if (live_ > 0) return std::nullopt;
       heap_.clear();
       armed_ = never;
       return never;
     }
-    if (at >= armed_) return std::nullopt;
-    armed_ = at;
-    return at;
+    // The earliest entry, not `at`: after a `disarm`, an item scheduled earlier may be the one due.
+    // Otherwise the timer is never later than an entry, and this is `at` or nothing.
+    const auto earliest = heap_.front().at;
+    if (earliest >= armed_) return std::nullopt;
+    armed_ = earliest;
+    return earliest;
   }
 
   /// The timer fired at `now`: calls `wake(T&)` for every item due (which may schedule again:
@@ -70,6 +72,10 @@ class wake_queue {
     armed_ = heap_.empty() ? never : heap_.front().at;
     return armed_;
   }
+
+  /// The caller's timer could not be armed (its wait threw): the queue believes it unarmed, so
+  /// that the next `schedule` asks for it again instead of trusting a wait that does not exist.
+  void disarm() noexcept { armed_ = never; }
 
   /// When the timer must fire now, after every `schedule` and `fired` so far (`never`: not at all).
   time_point armed() const noexcept { return armed_; }
