@@ -151,7 +151,7 @@ void client_impl::on_timer() {
   } catch (...) {
     if (!failure) failure = std::current_exception();
   }
-  arm_timer(wakes_.armed());
+  arm_timer(wakes_.rearm());  // not armed(): an arm that failed in this pass left it `never`
   if (failure) std::rethrow_exception(failure);
 }
 

@@ -29,16 +29,12 @@ class wake_queue {
   /// (`never`: cancel it), or nothing when it stays as it is.
   std::optional<time_point> schedule(T& t, time_point at) {
     if (at == t.scheduled) return std::nullopt;
-    if (at != never) {
-      // The entry first: when its allocation fails, the item is left as it was, and asking again
-      // schedules it (it would otherwise believe in a wake-up that no entry stands for).
-      heap_.push_back({at, std::static_pointer_cast<T>(t.shared_from_this())});
-      std::push_heap(heap_.begin(), heap_.end(), later);
-    }
+    if (at != never) add_entry(t, at);
     if (t.scheduled == never) ++live_;
     if (at == never) --live_;
     t.scheduled = at;
-    if (at == never && live_ == 0) {
+    if (at == never) {
+      if (live_ > 0) return std::nullopt;
       // Nothing left to wake: no timer stays armed behind the last item.
       heap_.clear();
       armed_ = never;
@@ -76,6 +72,14 @@ class wake_queue {
   /// The caller's timer could not be armed (its wait threw): the queue believes it unarmed, so
   /// that the next `schedule` asks for it again instead of trusting a wait that does not exist.
   void disarm() noexcept { armed_ = never; }
+  /// When the timer must fire for the wake-ups held (`never`: none), which the queue then believes
+  /// armed: what to arm after a pass of the timer, also when an arm in it failed (`disarm`), where
+  /// `armed()` would say `never` with wake-ups still due.
+  time_point rearm() noexcept {
+    if (live_ == 0) heap_.clear();
+    armed_ = heap_.empty() ? never : heap_.front().at;
+    return armed_;
+  }
 
   /// When the timer must fire now, after every `schedule` and `fired` so far (`never`: not at all).
   time_point armed() const noexcept { return armed_; }
@@ -90,6 +94,32 @@ class wake_queue {
     std::weak_ptr<T> item;
   };
   static bool later(const entry& a, const entry& b) noexcept { return a.at > b.at; }
+
+  // A new entry for `t` at `at`. When its allocation fails, `t`'s live entry (if it has one) is
+  // moved to `at` in place, which needs no memory: `t` is never left with a wake-up later than the
+  // one it asked for (a lock whose deadline was just shortened would be woken past it). Without a
+  // live entry the failure is the caller's: `t` is left unscheduled, as it was.
+  void add_entry(T& t, time_point at) {
+    auto item = std::static_pointer_cast<T>(t.shared_from_this());
+    try {
+      heap_.push_back({at, std::move(item)});
+    } catch (...) {
+      if (t.scheduled == never || !move_entry(t, at)) throw;
+      return;
+    }
+    std::push_heap(heap_.begin(), heap_.end(), later);
+  }
+
+  bool move_entry(const T& t, time_point at) noexcept {
+    for (auto& e : heap_) {
+      if (e.at == t.scheduled && e.item.lock().get() == &t) {
+        e.at = at;
+        std::make_heap(heap_.begin(), heap_.end(), later);
+        return true;
+      }
+    }
+    return false;
+  }
 
   std::vector<entry> heap_;
   std::size_t live_ = 0;

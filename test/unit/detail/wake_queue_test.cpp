@@ -76,8 +76,10 @@ TEST(wake_queue, an_item_woken_may_schedule_itself_again_and_a_gone_item_is_skip
 
 // The caller's timer could not be armed (its wait threw): after disarm(), the next schedule asks
 // for the timer at the earliest wake-up due, even when that is another item's, earlier than its
-// own. Catches: a queue that believes in a wait that does not exist (no later schedule arms the
-// timer, and no watched lock is woken again), and one that arms only for the item scheduled.
+// own, and rearm() (the end of a timer pass) says when to fire for what is held. Catches: a queue
+// that believes in a wait that does not exist (no later schedule arms the timer, and no watched
+// lock is woken again), one that arms only for the item scheduled, and a timer pass that reads a
+// failed arm as "nothing left" and cancels the timer.
 TEST(wake_queue, after_a_failed_arm_the_next_schedule_arms_at_the_earliest_due) {
   queue q;
   auto a = std::make_shared<item>(1);
@@ -88,7 +90,10 @@ TEST(wake_queue, after_a_failed_arm_the_next_schedule_arms_at_the_earliest_due) 
   EXPECT_EQ(q.schedule(*b, t0 + 30ms), t0 + 10ms) << "a is due first";
   EXPECT_EQ(q.schedule(*b, t0 + 40ms), std::nullopt) << "armed again: later ones leave it";
   q.disarm();
-  EXPECT_EQ(q.schedule(*b, queue::never), t0 + 10ms) << "unscheduling b still re-arms for a";
+  EXPECT_EQ(q.schedule(*b, queue::never), std::nullopt) << "unscheduling never arms";
+  EXPECT_EQ(q.armed(), queue::never);
+  EXPECT_EQ(q.rearm(), t0 + 10ms) << "the end of a timer pass arms for a, not for nothing";
+  EXPECT_EQ(q.armed(), t0 + 10ms);
   std::vector<int> woken;
   EXPECT_EQ(q.fired(t0 + 10ms, [&](item& i) { woken.push_back(i.id); }), queue::never);
   EXPECT_EQ(woken, std::vector<int>{1});
