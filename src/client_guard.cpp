@@ -222,11 +222,16 @@ bool client_impl::batchable(std::size_t i) const noexcept {
 
 void client_impl::flush_vote_batch() {
   batching_ = false;
-  // Taken out whole first: whatever throws below, the next pass starts from empty batches.
-  auto batches = std::move(batches_);
-  batches_.clear();
-  for (std::size_t i = 0; i < batches.size() && i < links_.size(); ++i) {
-    auto& b = batches[i];
+  // Whatever throws below, the next pass starts from empty batches. Their storage stays for it
+  // (a pass's worth of votes each time), unless this pass used little of it (after a burst).
+  struct empty_after {
+    std::vector<vote_batch>& batches;
+    ~empty_after() {
+      for (auto& b : batches) b.reset();
+    }
+  } const guard{batches_};
+  for (std::size_t i = 0; i < batches_.size() && i < links_.size(); ++i) {
+    auto& b = batches_[i];
     // At most `max_batch` votes behind one TIME, each request with its own votes' earliest
     // deadline: the window in which a clock's move and return go unseen stays one short request.
     std::size_t offset = 0;

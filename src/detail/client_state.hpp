@@ -550,6 +550,17 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   struct vote_batch {
     std::string payload;
     std::vector<gathered_vote> votes;
+    // Empty, keeping the storage for the next pass: up to `kept_bytes` always (passes differ in
+    // size with the grid), more only while a quarter of it is used (a burst's is given back).
+    static constexpr std::size_t kept_bytes = 64 * 1024;
+    void reset() noexcept {
+      if (payload.capacity() > kept_bytes && payload.size() < payload.capacity() / 4) {
+        std::string{}.swap(payload);
+        std::vector<gathered_vote>{}.swap(votes);
+      }
+      payload.clear();
+      votes.clear();
+    }
   };
   using vote_targets = std::vector<std::pair<std::shared_ptr<reply_sink>, std::uint64_t>>;  // sink, tag
   friend struct batch_sink;
