@@ -369,6 +369,23 @@ struct loss_outcome {
   }
 };
 
+// Runs `ioc` in slices until `finished` (5 s at most), calling `before_each` before each slice;
+// returns how many slices ended in std::bad_alloc (which leaves run() as a handler's exception).
+int run_counting_bad_alloc(asio::io_context& ioc, const bool& finished, clock_type::duration slice,
+                           const std::function<void()>& before_each = {}) {
+  int thrown = 0;
+  const auto limit = clock_type::now() + 5s;
+  while (!finished && clock_type::now() < limit) {
+    if (before_each) before_each();
+    try {
+      ioc.run_for(slice);
+    } catch (const std::bad_alloc&) {
+      ++thrown;
+    }
+  }
+  return thrown;
+}
+
 asio::awaitable<void> hold_through_a_renewal_that_throws(redlock::client& holder, loss_outcome* out) {
   auto [ec, l] = co_await holder.async_lock("renewal-throws", 600ms, use_tuple);
   out->locked = !ec;
@@ -391,15 +408,7 @@ TEST_F(keep_alive_test, a_renewal_that_throws_still_tells_the_holder_before_the_
   loss_outcome out;
   bool finished = false;
   asio::co_spawn(ioc, hold_through_a_renewal_that_throws(holder, &out), [&](std::exception_ptr) { finished = true; });
-  int thrown = 0;
-  const auto limit = clock_type::now() + 5s;
-  while (!finished && clock_type::now() < limit) {
-    try {
-      ioc.run_for(50ms);
-    } catch (const std::bad_alloc&) {
-      ++thrown;
-    }
-  }
+  const int thrown = run_counting_bad_alloc(ioc, finished, 50ms);
   fail_allocation_of = 0;
   ASSERT_TRUE(out.locked);
   EXPECT_EQ(thrown, 1) << "the renewal's allocation did not fail where the test meant it to";
@@ -431,22 +440,15 @@ TEST_F(keep_alive_test, a_loss_whose_description_cannot_be_made_is_still_told) {
   loss_outcome out;
   bool finished = false;
   asio::co_spawn(ioc, wait_for_an_unkept_loss(holder, &out), [&](std::exception_ptr) { finished = true; });
-  int thrown = 0;
   bool armed = false;
   const auto arm_at = clock_type::now() + 150ms;  // the lock is held and watched by then
-  const auto limit = clock_type::now() + 5s;
-  while (!finished && clock_type::now() < limit) {
+  const int thrown = run_counting_bad_alloc(ioc, finished, 10ms, [&] {
     if (!armed && out.locked && clock_type::now() >= arm_at) {
       // The words of this loss, and nothing else in the wait, take this many bytes.
       fail_allocation_of = std::string_view{"the validity ran out (the lock was not kept alive)"}.size() + 1;
       armed = true;
     }
-    try {
-      ioc.run_for(10ms);
-    } catch (const std::bad_alloc&) {
-      ++thrown;
-    }
-  }
+  });
   fail_allocation_of = 0;
   ASSERT_TRUE(out.locked);
   ASSERT_TRUE(finished) << "the holder was never told of the loss";
