@@ -124,9 +124,17 @@ class multiplexer {
                                 Completion c, clock::time_point stall_at = clock::time_point::max(),
                                 confirmed_by by = confirmed_by::reply) {
     if (by == confirmed_by::push && replies != 1) return error::invalid_argument;
+    // Bytes and entry go in together or not at all: bytes left without their entry would be
+    // written ahead of the next request, and their replies handed to the requests behind them.
+    const std::size_t before = waiting_bytes_.size();
     waiting_bytes_.append(payload);
-    queue_.push_back(entry{
-        id, payload.size(), replies, deadline, stall_at, {}, by == confirmed_by::push, false, false, std::move(c)});
+    try {
+      queue_.push_back(entry{
+          id, payload.size(), replies, deadline, stall_at, {}, by == confirmed_by::push, false, false, std::move(c)});
+    } catch (...) {
+      waiting_bytes_.resize(before);
+      throw;
+    }
     return {};
   }
 

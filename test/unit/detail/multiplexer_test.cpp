@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +51,35 @@ TEST(multiplexer, coalesces_waiting_requests_into_one_write_in_order) {
   EXPECT_FALSE(h.mux.has_waiting());
   EXPECT_EQ(h.mux.in_flight(), 3u);
   EXPECT_EQ(h.mux.prepare_write(), "");
+}
+
+// A completion whose move throws when told to: the queue's entry cannot be made.
+struct fragile_completion {
+  bool throw_on_move = false;
+  int tag = 0;
+  fragile_completion(bool t, int g) : throw_on_move(t), tag(g) {}
+  fragile_completion(fragile_completion&& o) : throw_on_move(o.throw_on_move), tag(o.tag) {
+    if (throw_on_move) throw std::bad_alloc{};
+  }
+  fragile_completion& operator=(fragile_completion&&) = default;
+};
+
+TEST(multiplexer, a_request_whose_entry_cannot_be_made_leaves_no_bytes_behind) {
+  // Its bytes written without an entry would go out ahead of the next request, whose reply
+  // would then be the orphan's: one lock's yes counted for another.
+  multiplexer<fragile_completion> mux;
+  mux.add(1, "A", 1, {}, fragile_completion{false, 1});
+  EXPECT_THROW(mux.add(2, "ORPHAN", 1, {}, fragile_completion{true, 2}), std::bad_alloc);
+  mux.add(3, "C", 1, {}, fragile_completion{false, 3});
+  EXPECT_EQ(mux.prepare_write(), "AC");
+  EXPECT_EQ(mux.in_flight(), 2u);
+  std::vector<int> told;
+  const auto complete = [&](fragile_completion&& c, error_code, response&) { told.push_back(c.tag); };
+  response r{node{type::simple_string, 0, 0, "first"}};
+  mux.on_reply(r, complete);
+  response r2{node{type::simple_string, 0, 0, "second"}};
+  mux.on_reply(r2, complete);
+  EXPECT_EQ(told, (std::vector<int>{1, 3}));
 }
 
 TEST(multiplexer, write_batch_cap_still_writes_one_oversized_request) {
