@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <deque>
 #include <string>
 #include <string_view>
 #include <utility>
-#include <vector>
 
 namespace redlock::core {
 
@@ -48,9 +48,16 @@ class release_ledger {
     if (bound <= now) return 0;
     std::size_t dropped = 0;
     if (entries_.size() >= cap_) {
+      // A full ledger is looked through only when an entry may have expired (`earliest_` is at or
+      // before the earliest bound kept), and its oldest goes in constant time: a burst of releases
+      // to a master that is down costs each one the same, however many are kept.
       const auto before = entries_.size();
-      std::erase_if(entries_, [&](const entry& e) { return e.until <= now; });
-      if (entries_.size() >= cap_) entries_.erase(entries_.begin());
+      if (now >= earliest_) {
+        std::erase_if(entries_, [&](const entry& e) { return e.until <= now; });
+        earliest_ = clock::time_point::max();
+        for (const auto& e : entries_) earliest_ = std::min(earliest_, e.until);
+      }
+      if (entries_.size() >= cap_) entries_.pop_front();
       dropped = before - entries_.size();
     }
     if (!entries_.empty() && entries_.back().payload == payload) {
@@ -58,6 +65,7 @@ class release_ledger {
       return dropped;
     }
     entries_.push_back({std::string{payload}, lifetime, bound});
+    earliest_ = std::min(earliest_, bound);
     return dropped;
   }
 
@@ -69,9 +77,10 @@ class release_ledger {
 
   /// The master's connection is up at `now`: hands over the entries still worth sending (in the
   /// order they were deferred) and forgets them all; `expired` gets how many were dropped instead.
-  std::vector<entry> take(clock::time_point now, std::size_t& expired) {
-    std::vector<entry> out;
+  std::deque<entry> take(clock::time_point now, std::size_t& expired) {
+    std::deque<entry> out;
     out.swap(entries_);
+    earliest_ = clock::time_point::max();
     const auto before = out.size();
     std::erase_if(out, [&](const entry& e) { return e.until <= now; });
     expired = before - out.size();
@@ -84,8 +93,10 @@ class release_ledger {
   std::size_t size() const noexcept { return entries_.size(); }
 
  private:
-  std::vector<entry> entries_;
+  std::deque<entry> entries_;
   std::size_t cap_;
+  // At or before every entry's bound (bounds only move later once kept).
+  clock::time_point earliest_ = clock::time_point::max();
 };
 
 }  // namespace redlock::core

@@ -66,6 +66,38 @@ TEST(release_ledger, the_same_release_deferred_twice_in_a_row_is_kept_once) {
   EXPECT_EQ(due[0].until, t0 + 1400ms);
 }
 
+TEST(release_ledger, a_full_ledger_drops_an_expired_entry_wherever_it_is_kept) {
+  release_ledger l{3};
+  l.defer("a", 5s, t0);
+  l.defer("short", 100ms, t0 + 10ms);  // expires first, though not the oldest
+  l.defer("c", 5s, t0 + 20ms);
+  EXPECT_EQ(l.defer("d", 5s, t0 + 50ms), 1u);   // none expired yet: the oldest ("a") goes
+  EXPECT_EQ(l.defer("e", 5s, t0 + 200ms), 1u);  // "short" has expired: it goes, not "c"
+  std::size_t expired = 0;
+  auto due = l.take(t0 + 200ms, expired);
+  ASSERT_EQ(due.size(), 3u);
+  EXPECT_EQ(due[0].payload, "c");
+  EXPECT_EQ(due[1].payload, "d");
+  EXPECT_EQ(due[2].payload, "e");
+}
+
+TEST(release_ledger, a_full_ledger_keeps_an_entry_whose_bound_a_broken_connection_moved) {
+  release_ledger l{2};
+  l.defer("a", 100ms, t0);                      // until 100 ms
+  l.defer("b", 5s, t0);                         // until 5 s
+  l.connection_lost(t0 + 80ms);                 // "a" until 180 ms
+  EXPECT_EQ(l.defer("c", 5s, t0 + 150ms), 1u);  // "a" has not expired: the oldest goes, and only it
+  EXPECT_EQ(l.size(), 2u);
+  l.connection_lost(t0 + 160ms);  // every bound moves later again
+  EXPECT_EQ(l.defer("d", 5s, t0 + 190ms), 1u);
+  std::size_t expired = 0;
+  auto due = l.take(t0 + 190ms, expired);
+  ASSERT_EQ(due.size(), 2u);
+  EXPECT_EQ(due[0].payload, "c");
+  EXPECT_EQ(due[1].payload, "d");
+  EXPECT_EQ(expired, 0u);
+}
+
 TEST(release_ledger, is_bounded_dropping_expired_entries_first_then_the_oldest) {
   release_ledger l{3};
   l.defer("short", 100ms, t0);
