@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <new>
 #include <string>
+#include <utility>
 
 namespace redlock {
 
@@ -162,22 +164,27 @@ void client_impl::on_link_identified(std::size_t i, const node_facts& facts) {
 void client_impl::send_votes(std::string_view payload, clock_type::time_point deadline,
                              const std::shared_ptr<reply_sink>& sink, std::uint64_t round) {
   if (!cfg_.guard.clock_jumps) return send_all(payload, deadline, sink, round);
+  bool gathered = false;
+  if (batching_) {
+    for (std::size_t i = 0; i < links_.size() && !gathered; ++i) gathered = batchable(i);
+  }
+  if (gathered) {
+    auto& b = batch_;
+    b.votes.push_back({sink, round});
+    try {
+      b.payload.append(payload);
+    } catch (...) {
+      b.votes.pop_back();  // the votes and their bytes stay in step
+      throw;
+    }
+    b.deadline = std::min(b.deadline, deadline);
+  }
   // TIME behind the vote, in the same write: its answer is read with the vote's (made once, when a
-  // master is sent the vote now rather than gathered into a batch).
+  // master is sent the vote now rather than in a batch).
   bool with_time_built = false;
   std::vector<std::pair<std::size_t, error_code>> refused;  // allocates only when a master is down
   for (std::size_t i = 0; i < links_.size(); ++i) {
-    if (batching_ && batchable(i)) {
-      auto& b = batches_[i];
-      b.votes.push_back({sink, make_tag(round, i), payload.size(), deadline});
-      try {
-        b.payload.append(payload);
-      } catch (...) {
-        b.votes.pop_back();  // the votes and their bytes stay in step
-        throw;
-      }
-      continue;
-    }
+    if (gathered && batchable(i)) continue;
     const bool with_time = !time_refused_[i];
     if (with_time && !with_time_built) {
       vote_buf_.assign(payload);
@@ -188,7 +195,12 @@ void client_impl::send_votes(std::string_view payload, clock_type::time_point de
     if (auto ec = links_[i]->submit(p, with_time ? 2 : 1, deadline, sink, make_tag(round, i)))
       refused.emplace_back(i, ec);
   }
+  // A full batch goes last: its refusals are told there, and what they run inline (handlers) must
+  // come after every use of `payload` (the client's scratch buffer, which they may encode into)
+  // and after this vote went to every master.
+  const bool full = gathered && (batch_.votes.size() >= max_batch || batch_.payload.size() >= kept_bytes);
   for (const auto& [i, ec] : refused) sink->on_reply(make_tag(round, i), ec, no_reply);
+  if (full) send_vote_batch();
 }
 
 // ---- one TIME per master for a batch of votes --------------------------------------------------
@@ -202,7 +214,7 @@ void client_impl::send_votes(std::string_view payload, clock_type::time_point de
 // batch's TIME runs; a vote judged a little later against a quarantine's end) is in
 // docs/safety.md, "Restarts and clock jumps".
 
-// A batch's answers: the votes' replies, then TIME's.
+// A batch's answers on one master (the tag's): the votes' replies, then TIME's.
 struct batch_sink final : reply_sink {
   batch_sink(std::weak_ptr<client_impl> c, clock_type::time_point at, client_impl::vote_targets v)
       : owner(std::move(c)), sent(at), votes(std::move(v)) {}
@@ -211,56 +223,59 @@ struct batch_sink final : reply_sink {
   }
   std::weak_ptr<client_impl> owner;
   clock_type::time_point sent;
-  client_impl::vote_targets votes;
+  const client_impl::vote_targets votes;
 };
 
 // A cluster master routes each key to its node: a batch of keys is not one request there. A
-// master whose TIME was refused gets its votes one by one, as send_votes sends them.
+// master whose TIME was refused gets its votes one by one, as send_votes sends them. Neither
+// changes during a timer's pass (nothing is read in it), so a batch's masters are the same from
+// its first vote to its sending.
 bool client_impl::batchable(std::size_t i) const noexcept {
   return !cfg_.masters[i].cluster.enabled && !time_refused_[i];
 }
 
 void client_impl::flush_vote_batch() {
   batching_ = false;
-  // Whatever throws below, the next pass starts from empty batches. Their storage stays for it
-  // (a pass's worth of votes each time), unless this pass used little of it (after a burst).
-  struct empty_after {
-    std::vector<vote_batch>& batches;
-    ~empty_after() {
-      for (auto& b : batches) b.reset();
-    }
-  } const guard{batches_};
-  for (std::size_t i = 0; i < batches_.size() && i < links_.size(); ++i) {
-    auto& b = batches_[i];
-    // At most `max_batch` votes behind one TIME, each request with its own votes' earliest
-    // deadline: the window in which a clock's move and return go unseen stays one short request.
-    std::size_t offset = 0;
-    for (std::size_t from = 0; from < b.votes.size();) {
-      const std::size_t n = std::min(max_batch, b.votes.size() - from);
-      std::size_t bytes = 0;
-      auto deadline = clock_type::time_point::max();
-      vote_targets part;
-      part.reserve(n);
-      for (std::size_t k = from; k < from + n; ++k) {
-        bytes += b.votes[k].size;
-        deadline = std::min(deadline, b.votes[k].deadline);
-        part.emplace_back(std::move(b.votes[k].sink), b.votes[k].tag);
-      }
-      vote_buf_.assign(b.payload, offset, bytes);
-      vote_buf_.append(time_command);
-      error_code ec;
-      if (n == 1) {  // what send_votes would have sent
-        ec = links_[i]->submit(vote_buf_, 2, deadline, part[0].first, part[0].second);
-      } else {
-        const auto sink = std::make_shared<batch_sink>(weak_from_this(), clock_type::now(), std::move(part));
-        ec = links_[i]->submit(vote_buf_, n + 1, deadline, sink, make_tag(0, i));
-        if (ec) part = std::move(sink->votes);
-      }
-      if (ec) {
-        for (const auto& [sink, tag] : part) sink->on_reply(tag, ec, no_reply);
-      }
-      from += n;
-      offset += bytes;
+  send_vote_batch();
+}
+
+void client_impl::send_vote_batch() {
+  // Taken out of the batch before anything is sent: a refusal told below may gather new votes
+  // (a handler run inline), which start the next batch, and whatever throws, no vote is sent twice.
+  const auto deadline = std::exchange(batch_.deadline, clock_type::time_point::max());
+  std::string bytes = std::exchange(batch_.payload, {});
+  auto votes = std::exchange(batch_.votes, {});
+  if (votes.empty()) return;
+  bytes.append(time_command);
+  const std::size_t n = votes.size();
+  // One vote alone goes out as send_votes would have sent it; more share one sink, which tells
+  // each vote its own answer.
+  const std::shared_ptr<reply_sink> sink =
+      n == 1 ? votes[0].sink : std::make_shared<batch_sink>(weak_from_this(), clock_type::now(), std::move(votes));
+  const auto& told = n == 1 ? votes : static_cast<const batch_sink&>(*sink).votes;
+  // Every master is sent the batch before any refusal is told: what a refusal runs inline must
+  // not come between the batch's `sent` and a later master's request (it would widen that
+  // master's clock sample).
+  std::vector<std::pair<std::size_t, error_code>> refused;  // allocates only when a master is down
+  for (std::size_t i = 0; i < links_.size(); ++i) {
+    if (!batchable(i)) continue;
+    const auto tag = n == 1 ? make_tag(told[0].round, i) : make_tag(0, i);
+    if (const auto ec = links_[i]->submit(bytes, n + 1, deadline, sink, tag)) refused.emplace_back(i, ec);
+  }
+  for (const auto& [i, ec] : refused) {
+    for (const auto& v : told) v.sink->on_reply(make_tag(v.round, i), ec, no_reply);
+  }
+  // The storage goes back for the next batch, unless one was gathered meanwhile; the next batch's
+  // vote list is made whole at once (the last one went with its sink).
+  if (batch_.payload.empty() && bytes.capacity() <= 2 * kept_bytes) {
+    bytes.clear();
+    batch_.payload.swap(bytes);
+  }
+  if (batch_.votes.capacity() == 0) {
+    try {
+      batch_.votes.reserve(max_batch);
+    } catch (const std::bad_alloc&) {
+      // It grows as votes come, then.
     }
   }
 }
@@ -280,7 +295,7 @@ void client_impl::deliver_batch(std::size_t i, error_code ec, const resp::respon
   if (!whole) {
     // No answers (the request failed or timed out), or a reply of the wrong shape.
     if (!ec) ec = make_error_code(error::unexpected_reply);
-    for (const auto& [sink, tag] : votes) sink->on_reply(tag, ec, no_reply);
+    for (const auto& v : votes) v.sink->on_reply(make_tag(v.round, i), ec, no_reply);
     return;
   }
   // TIME's sample, once for the batch, before any vote is judged.
@@ -317,7 +332,7 @@ void client_impl::deliver_batch(std::size_t i, error_code ec, const resp::respon
     const error_code vec = own && resp::is_error(own->data_type) ? make_error_code(error::server_error) : error_code{};
     const sample_scope scope{shared_sample_};
     shared_sample_ = sampled;
-    votes[v].first->on_reply(votes[v].second, vec, one);
+    votes[v].sink->on_reply(make_tag(votes[v].round, i), vec, one);
   }
 }
 

@@ -358,13 +358,10 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   // and returns the vote's own error, or `master_quarantined` / `restart_guard_refused` for a
   // clean answer that does not count.
   error_code vote_reply(std::size_t i, error_code ec, const resp::response& r, clock_type::time_point sent);
-  // Between these two, votes are gathered per master instead of sent, and then go out in requests
-  // of up to `max_batch` votes with one TIME behind each rather than one behind each vote (the
-  // keep-alive timer's pass: docs/safety.md, "Restarts and clock jumps").
-  void begin_vote_batch() {
-    batches_.resize(links_.size());
-    batching_ = true;
-  }
+  // Between these two, votes are gathered instead of sent, and go out in requests of up to
+  // `max_batch` votes with one TIME behind each rather than one behind each vote (the keep-alive
+  // timer's pass: docs/safety.md, "Restarts and clock jumps").
+  void begin_vote_batch() noexcept { batching_ = true; }
   void flush_vote_batch();
   // What the guards say of every master (any thread).
   std::vector<master_hazard> hazards() const;
@@ -540,33 +537,27 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   std::vector<clock_type::time_point> probe_sent_;  // a probe in flight since (else zero)
   std::vector<std::pair<clock_type::time_point, std::chrono::microseconds>> jumps_seen_;  // last jump
   std::string vote_buf_;                                                                  // a vote with TIME behind it
-  // Votes gathered by begin_vote_batch(), per master: their bytes, and who each answer goes to.
+  // Votes gathered by begin_vote_batch() and not sent yet: one request's worth, the same for
+  // every master that takes batches (batchable()), so that their bytes are encoded and kept once.
   struct gathered_vote {
     std::shared_ptr<reply_sink> sink;
-    std::uint64_t tag = 0;
-    std::size_t size = 0;  // its bytes in the batch's payload
-    clock_type::time_point deadline{};
+    std::uint64_t round = 0;  // the vote's tag on master i is make_tag(round, i)
   };
+  using vote_targets = std::vector<gathered_vote>;
   struct vote_batch {
-    std::string payload;
-    std::vector<gathered_vote> votes;
-    // Empty, keeping the storage for the next pass: up to `kept_bytes` always (passes differ in
-    // size with the grid), more only while a quarter of it is used (a burst's is given back).
-    static constexpr std::size_t kept_bytes = 64 * 1024;
-    void reset() noexcept {
-      if (payload.capacity() > kept_bytes && payload.size() < payload.capacity() / 4) {
-        std::string{}.swap(payload);
-        std::vector<gathered_vote>{}.swap(votes);
-      }
-      payload.clear();
-      votes.clear();
-    }
+    std::string payload;  // the votes' bytes; TIME goes behind them when sent
+    vote_targets votes;
+    clock_type::time_point deadline = clock_type::time_point::max();  // the votes' earliest
   };
-  using vote_targets = std::vector<std::pair<std::shared_ptr<reply_sink>, std::uint64_t>>;  // sink, tag
+  // A batch is sent once it holds `max_batch` votes or `kept_bytes`: what a pass gathers at once
+  // stays one request's worth however many locks come due together, and so does the storage
+  // kept between passes.
+  static constexpr std::size_t kept_bytes = 64 * 1024;
+  void send_vote_batch();
   friend struct batch_sink;
   static constexpr std::size_t max_batch = 32;  // votes behind one TIME
   bool batching_ = false;
-  std::vector<vote_batch> batches_;
+  vote_batch batch_;
   bool shared_sample_ = false;  // the vote being told was sampled by its batch's TIME (taken already)
   bool batchable(std::size_t i) const noexcept;
   void deliver_batch(std::size_t i, error_code ec, const resp::response& r, clock_type::time_point sent,
