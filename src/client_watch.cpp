@@ -135,10 +135,10 @@ void client_impl::arm_timer(clock_type::time_point at) {
 
 void client_impl::on_timer() {
   const auto now = clock_type::now();
-  // The renewals that came due together go to each master as one batch (flush_vote_batch). A
-  // master that refuses its batch tells the watchers then, and they reschedule (a retry sooner
-  // than any wake-up `fired` knew of): the timer is armed from the queue as it stands after that,
-  // also when something threw, so that no wake-up is left without it.
+  // The renewals that came due together go to the masters in batches (send_votes, then
+  // flush_vote_batch for the last). A master that refuses a batch tells the watchers then, and
+  // they reschedule (a retry sooner than any wake-up `fired` knew of): the timer is armed from the
+  // queue as it stands after that, also when something threw, so that no wake-up is left without it.
   std::exception_ptr failure;
   try {
     begin_vote_batch();
@@ -209,7 +209,9 @@ void watch::on_reply(std::uint64_t tag, error_code ec, const resp::response& r) 
   if (!st || round_of(tag) != ext_round || !ext || ext->done()) return;
   auto& c = *st->owner;
   ec = c.vote_reply(master_of(tag), ec, r, ext->sent());
-  if (c.eval_instead(tag, ec, r, *st, step::extend, values(c, *st), shared_from_this())) return;
+  // NOSCRIPT is looked for first: the values and the reference for a resend are made only then.
+  if (core::is_noscript(ec, r) && c.eval_instead(tag, ec, r, *st, step::extend, values(c, *st), shared_from_this()))
+    return;
   const auto now = clock_type::now();
   const auto e = ext->on_reply(master_of(tag), ec, r, now, c.down_cause(master_of(tag)));
   if (e.what == core::extend_action::type::complete) {

@@ -3,6 +3,8 @@
 
 #include <redlock/core/kind_spec.hpp>
 
+#include <cassert>
+
 namespace redlock::core {
 
 const kind_spec* find_kind(lock_kind kind, bool fence, bool owned, bool multi, std::string_view* why) noexcept {
@@ -57,6 +59,65 @@ std::string_view suffix_of(key_ref k) noexcept {
 
 }  // namespace
 
+namespace {
+
+// Calls `put(head, tail)` for each bulk string of a script step after its first two (EVALSHA and
+// the digest, or EVAL and the body): the key count, the keys, the arguments. An integer's text
+// lives for the call only.
+template <class Put>
+void for_each_script_arg(const step_spec& s, const step_values& v, std::size_t keys, Put&& put) {
+  const auto number = [&put](std::int64_t n) { put(resp::detail::integer_text(n).view(), {}); };
+  number(static_cast<std::int64_t>(keys));
+  for (const auto k : s.key_refs()) {
+    if (k == key_ref::lock) {
+      put(v.key, {});
+    } else if (k == key_ref::all) {
+      for (const auto& key : v.all_keys) put(key, {});
+    } else {
+      put(v.key, suffix_of(k));
+    }
+  }
+  for (const auto a : s.arg_refs()) {
+    switch (a) {
+      case arg_ref::token:
+        put(v.token, {});
+        break;
+      case arg_ref::owner:
+        put(v.owner, {});
+        break;
+      case arg_ref::ttl:
+        number(v.ttl_ms);
+        break;
+      case arg_ref::waiter:
+        put(v.waiter, {});
+        break;
+      case arg_ref::ticket:
+        number(v.ticket);
+        break;
+      case arg_ref::entry_timeout:
+        number(v.entry_timeout_ms);
+        break;
+      case arg_ref::permits:
+        number(v.permits);
+        break;
+      case arg_ref::fence_floor:
+        number(v.fence_floor);
+        break;
+      case arg_ref::fence:
+        number(v.fence);
+        break;
+      case arg_ref::create:
+        put(v.create ? std::string_view{"1"} : std::string_view{"0"}, {});
+        break;
+      case arg_ref::zero:
+        put(std::string_view{"0"}, {});
+        break;
+    }
+  }
+}
+
+}  // namespace
+
 bool encode_step(resp::request& req, const step_spec& s, const step_values& v, bool by_sha) {
   if (s.set_nx) {
     req.push("SET", v.key, v.token, "NX", "PX", v.ttl_ms);
@@ -65,56 +126,20 @@ bool encode_step(resp::request& req, const step_spec& s, const step_values& v, b
   if (!s.script) return false;
   std::size_t keys = 0;
   for (const auto k : s.key_refs()) keys += k == key_ref::all ? v.all_keys.size() : 1;
-  req.begin(3 + keys + s.arg_count);
-  req.arg(by_sha ? std::string_view{"EVALSHA"} : std::string_view{"EVAL"});
-  req.arg(by_sha ? s.script->sha1 : s.script->body);
-  req.arg(static_cast<std::int64_t>(keys));
-  for (const auto k : s.key_refs()) {
-    if (k == key_ref::lock) {
-      req.arg(v.key);
-    } else if (k == key_ref::all) {
-      for (const auto& key : v.all_keys) req.arg(key);
-    } else {
-      req.arg(v.key, suffix_of(k));
-    }
-  }
-  for (const auto a : s.arg_refs()) {
-    switch (a) {
-      case arg_ref::token:
-        req.arg(v.token);
-        break;
-      case arg_ref::owner:
-        req.arg(v.owner);
-        break;
-      case arg_ref::ttl:
-        req.arg(v.ttl_ms);
-        break;
-      case arg_ref::waiter:
-        req.arg(v.waiter);
-        break;
-      case arg_ref::ticket:
-        req.arg(v.ticket);
-        break;
-      case arg_ref::entry_timeout:
-        req.arg(v.entry_timeout_ms);
-        break;
-      case arg_ref::permits:
-        req.arg(v.permits);
-        break;
-      case arg_ref::fence_floor:
-        req.arg(v.fence_floor);
-        break;
-      case arg_ref::fence:
-        req.arg(v.fence);
-        break;
-      case arg_ref::create:
-        req.arg(v.create ? std::string_view{"1"} : std::string_view{"0"});
-        break;
-      case arg_ref::zero:
-        req.arg(std::string_view{"0"});
-        break;
-    }
-  }
+  const std::string_view command = by_sha ? std::string_view{"EVALSHA"} : std::string_view{"EVAL"};
+  const std::string_view script = by_sha ? std::string_view{s.script->sha1} : std::string_view{s.script->body};
+  // Sized first, then written into room made once (an extension is encoded on every renewal).
+  std::size_t bytes = resp::detail::bulk_size(command.size()) + resp::detail::bulk_size(script.size());
+  std::size_t count = 2;
+  for_each_script_arg(s, v, keys, [&](std::string_view head, std::string_view tail) {
+    bytes += resp::detail::bulk_size(head.size() + tail.size());
+    ++count;
+  });
+  auto w = req.begin_sized(count, bytes);
+  w.put(command);
+  w.put(script);
+  for_each_script_arg(s, v, keys, [&w](std::string_view head, std::string_view tail) { w.put(head, tail); });
+  assert(w.full());
   return true;
 }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSL-1.0
 #include <redlock/resp/request.hpp>
 
+#include <cassert>
 #include <charconv>
 #include <cstring>
 
@@ -62,6 +63,18 @@ void request::arg(std::string_view head, std::string_view tail) {
   if (!tail.empty()) std::memcpy(out, tail.data(), tail.size());
   out += tail.size();
   detail::write_crlf(out);
+}
+
+void request::command_writer::put(std::string_view head, std::string_view tail) noexcept {
+  const std::size_t length = head.size() + tail.size();
+  assert(detail::bulk_size(length) <= static_cast<std::size_t>(end_ - at_));  // what begin_sized was told
+  *at_++ = '$';
+  at_ = detail::write_crlf(detail::write_decimal(at_, length));
+  if (!head.empty()) std::memcpy(at_, head.data(), head.size());
+  at_ += head.size();
+  if (!tail.empty()) std::memcpy(at_, tail.data(), tail.size());
+  at_ += tail.size();
+  at_ = detail::write_crlf(at_);
 }
 
 }  // namespace redlock::resp

@@ -160,6 +160,31 @@ class REDLOCK_API request {
   /// One bulk string: `value` in decimal.
   void arg(std::int64_t value) { arg(detail::integer_text(value).view()); }
 
+  /// Writes the bulk strings of one command whose room was made at once (`begin_sized`).
+  class REDLOCK_API command_writer {
+   public:
+    /// The next bulk string: `head` then `tail` (a key and its suffix), as one.
+    void put(std::string_view head, std::string_view tail = {}) noexcept;
+    /// Whether every byte of the room was written (what `begin_sized` was promised).
+    bool full() const noexcept { return at_ == end_; }
+
+   private:
+    friend class request;
+    command_writer(char* at, char* end) noexcept : at_(at), end_(end) {}
+    char* at_;
+    char* end_;
+  };
+  /// Appends one command of `count` bulk strings whose `detail::bulk_size`s add up to `bytes`,
+  /// growing the buffer once rather than once per argument (`begin` and `arg`): the caller then
+  /// `put`s exactly those strings, in order.
+  command_writer begin_sized(std::size_t count, std::size_t bytes) {
+    const std::size_t header = detail::header_size(count);
+    char* out = detail::grow(payload_, header + bytes);
+    detail::write_header(out, count);
+    ++commands_;
+    return {out + header, out + header + bytes};
+  }
+
   /// The exact bytes to write.
   const std::string& payload() const noexcept { return payload_; }
   /// Number of commands pushed, which is the number of replies to expect.

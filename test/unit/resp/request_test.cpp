@@ -119,6 +119,25 @@ TEST(Request, Pipeline) {
                              "*2\r\n" + bulk("GET") + bulk("k") + "*2\r\n" + bulk("DEL") + bulk("k"));
 }
 
+TEST(Request, SizedCommandMatchesPushAfterEarlierCommands) {
+  // Room made once for a whole command, after a command already in the buffer: the same bytes as
+  // push, a key and its suffix joined into one bulk string, an empty one kept.
+  request r;
+  r.push("GET", "k");
+  const std::size_t bytes = detail::bulk_size(7) + detail::bulk_size(10) + detail::bulk_size(0);
+  auto w = r.begin_sized(3, bytes);
+  EXPECT_FALSE(w.full());
+  w.put("EVALSHA");
+  w.put("key", ":suffix");
+  w.put("");
+  EXPECT_TRUE(w.full());
+  request expected;
+  expected.push("GET", "k");
+  expected.push("EVALSHA", "key:suffix", "");
+  EXPECT_EQ(r.payload(), expected.payload());
+  EXPECT_EQ(r.commands(), 2u);
+}
+
 TEST(Request, ClearKeepsCapacityAndWorks) {
   request r;
   r.reserve(4096);
