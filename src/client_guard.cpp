@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <new>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -164,8 +165,10 @@ void client_impl::on_link_identified(std::size_t i, const node_facts& facts) {
 void client_impl::send_votes(std::string_view payload, clock_type::time_point deadline,
                              const std::shared_ptr<reply_sink>& sink, std::uint64_t round) {
   if (!cfg_.guard.clock_jumps) return send_all(payload, deadline, sink, round);
+  // A batch already full (a vote made by a handler that a refusal ran inline, before its batch
+  // went) is not grown past `max_batch`: this vote then goes to every master on its own.
   bool gathered = false;
-  if (batching_) {
+  if (batching_ && batch_.votes.size() < max_batch) {
     for (std::size_t i = 0; i < links_.size() && !gathered; ++i) gathered = batchable(i);
   }
   if (gathered) {
@@ -223,7 +226,7 @@ struct batch_sink final : reply_sink {
   }
   std::weak_ptr<client_impl> owner;
   clock_type::time_point sent;
-  const client_impl::vote_targets votes;
+  client_impl::vote_targets votes;  // filled once, before the batch is sent
 };
 
 // A cluster master routes each key to its node: a batch of keys is not one request there. A
@@ -240,19 +243,38 @@ void client_impl::flush_vote_batch() {
 }
 
 void client_impl::send_vote_batch() {
-  // Taken out of the batch before anything is sent: a refusal told below may gather new votes
-  // (a handler run inline), which start the next batch, and whatever throws, no vote is sent twice.
+  if (batch_.votes.empty()) return;  // its storage stays for the next one
+  // TIME behind the votes, and the sink: when either cannot be made (an allocation failed), the
+  // batch stays as it was, to go with the next one.
+  const std::size_t votes_bytes = batch_.payload.size();
+  batch_.payload.append(time_command);
+  const std::size_t n = batch_.votes.size();
+  std::shared_ptr<reply_sink> sink;
+  try {
+    // One vote alone goes out as send_votes would have sent it; more share one sink, which tells
+    // each vote its own answer.
+    sink = n == 1 ? batch_.votes[0].sink
+                  : std::make_shared<batch_sink>(weak_from_this(), clock_type::now(), vote_targets{});
+  } catch (...) {
+    batch_.payload.resize(votes_bytes);
+    throw;
+  }
+  // Taken out of the batch before anything is sent (nothing below allocates until the requests):
+  // a refusal told below may gather new votes (a handler run inline), which start the next batch,
+  // and whatever throws, no vote is sent twice.
   const auto deadline = std::exchange(batch_.deadline, clock_type::time_point::max());
   std::string bytes = std::exchange(batch_.payload, {});
-  auto votes = std::exchange(batch_.votes, {});
-  if (votes.empty()) return;
-  bytes.append(time_command);
-  const std::size_t n = votes.size();
-  // One vote alone goes out as send_votes would have sent it; more share one sink, which tells
-  // each vote its own answer.
-  const std::shared_ptr<reply_sink> sink =
-      n == 1 ? votes[0].sink : std::make_shared<batch_sink>(weak_from_this(), clock_type::now(), std::move(votes));
-  const auto& told = n == 1 ? votes : static_cast<const batch_sink&>(*sink).votes;
+  gathered_vote single;  // a lone vote leaves the list's storage in the batch
+  std::span<const gathered_vote> told;
+  if (n == 1) {
+    single = std::move(batch_.votes.front());
+    batch_.votes.clear();
+    told = {&single, 1};
+  } else {
+    auto& list = static_cast<batch_sink&>(*sink).votes;
+    list.swap(batch_.votes);
+    told = list;
+  }
   // Every master is sent the batch before any refusal is told: what a refusal runs inline must
   // not come between the batch's `sent` and a later master's request (it would widen that
   // master's clock sample).

@@ -35,7 +35,7 @@ class release_ledger {
   };
 
   /// @param cap most entries kept (the oldest go first once expired ones are gone).
-  explicit release_ledger(std::size_t cap = 4096) noexcept : cap_(cap < 1 ? 1 : cap) {}
+  explicit release_ledger(std::size_t cap = 4096) : cap_(cap < 1 ? 1 : cap) {}
 
   /// Records `payload`, whose key lives at most `lifetime` from `now` (the last request that could
   /// set or extend it has run by now, or is still on a connection: see `connection_lost`), or
