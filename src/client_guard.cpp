@@ -41,11 +41,11 @@ namespace {
 // Whether a vote's answer is a yes: `+OK` (SET NX), 1 (extend), or a script's `{1, n}`.
 bool is_yes(const resp::node* first, const resp::response& r) {
   if (first == nullptr) return false;
-  if (first->data_type == resp::type::simple_string) return first->value == "OK";
-  if (first->data_type == resp::type::integer) return first->value == "1";
+  if (first->data_type == resp::type::simple_string) return std::string_view{first->value} == "OK";
+  if (first->data_type == resp::type::integer) return std::string_view{first->value} == "1";
   if (first->data_type != resp::type::array || first->aggregate_size == 0) return false;
   const auto at = static_cast<std::size_t>(first - r.data()) + 1;
-  return at < r.size() && r[at].data_type == resp::type::integer && r[at].value == "1";
+  return at < r.size() && r[at].data_type == resp::type::integer && std::string_view{r[at].value} == "1";
 }
 
 constexpr std::string_view time_command = "*1\r\n$4\r\nTIME\r\n";

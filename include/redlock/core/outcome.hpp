@@ -63,11 +63,12 @@ inline fair_reply fair_reply_of(const resp::response& r) noexcept {
   std::int64_t ticket = 0;
   const auto* end = t.value.data() + t.value.size();
   if (auto [p, ec] = std::from_chars(t.value.data(), end, ticket); ec != std::errc{} || p != end) return out;
-  if (s.value == "1") {
+  const std::string_view status{s.value};
+  if (status == "1") {
     out.status = master_status::granted;
-  } else if (s.value == "0") {
+  } else if (status == "0") {
     out.status = master_status::taken;
-  } else if (s.value == "-1") {
+  } else if (status == "-1") {
     out.status = master_status::queued;
   } else {
     return out;
@@ -87,7 +88,7 @@ inline fair_reply fair_reply_of(const resp::response& r) noexcept {
 inline master_result classify(command cmd, boost::system::error_code ec, const resp::response& r) {
   master_result out;
   const resp::node* v = resp::reply_value(r);
-  if (ec == error::server_error) {
+  if (ec && ec == error::server_error) {  // (an answer without error, the usual case, compares nothing)
     out.status = master_status::server_error;
     out.error = ec;
     if (v) out.server_text = v->value;
@@ -102,7 +103,8 @@ inline master_result classify(command cmd, boost::system::error_code ec, const r
   }
   if (v) {
     if (cmd == command::acquire) {
-      if (v->data_type == resp::type::simple_string && v->value == "OK") out.status = master_status::granted;
+      if (v->data_type == resp::type::simple_string && std::string_view{v->value} == "OK")
+        out.status = master_status::granted;
       if (v->data_type == resp::type::null) out.status = master_status::taken;
     } else if (cmd == command::acquire_script) {
       const auto f = fair_reply_of(r);
@@ -111,8 +113,9 @@ inline master_result classify(command cmd, boost::system::error_code ec, const r
         out.value = f.ticket;
       }
     } else if (v->data_type == resp::type::integer) {
-      if (v->value == "1" || (cmd == command::release && v->value == "2")) out.status = master_status::granted;
-      if (v->value == "0") out.status = master_status::taken;
+      const std::string_view n{v->value};
+      if (n == "1" || (cmd == command::release && n == "2")) out.status = master_status::granted;
+      if (n == "0") out.status = master_status::taken;
     }
     if (out.status != master_status::pending) return out;
   }
@@ -124,7 +127,7 @@ inline master_result classify(command cmd, boost::system::error_code ec, const r
 /// True when `r` is the `NOSCRIPT` error of an `EVALSHA` whose script the master has not cached
 /// (restarted, or `SCRIPT FLUSH`): the script is then sent again with `EVAL`, not counted.
 inline bool is_noscript(boost::system::error_code ec, const resp::response& r) noexcept {
-  if (ec != error::server_error) return false;
+  if (!ec || ec != error::server_error) return false;
   const resp::node* v = resp::reply_value(r);
   return v && std::string_view{v->value}.substr(0, 8) == "NOSCRIPT";
 }
