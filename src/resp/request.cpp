@@ -17,6 +17,17 @@ char* write_crlf(char* out) noexcept {
   return out + 2;
 }
 
+// `head` then `tail` as one bulk string (a key and its suffix, without joining them first).
+char* write_joined_bulk(char* out, std::string_view head, std::string_view tail) noexcept {
+  *out++ = '$';
+  out = write_crlf(write_decimal(out, head.size() + tail.size()));
+  if (!head.empty()) std::memcpy(out, head.data(), head.size());  // memcpy from null is undefined
+  out += head.size();
+  if (!tail.empty()) std::memcpy(out, tail.data(), tail.size());
+  out += tail.size();
+  return write_crlf(out);
+}
+
 }  // namespace
 
 char* grow(std::string& out, std::size_t bytes) {
@@ -55,26 +66,12 @@ void append_command(std::string& out, std::string_view header, const std::string
 namespace redlock::resp {
 
 void request::arg(std::string_view head, std::string_view tail) {
-  char* out = detail::grow(payload_, detail::bulk_size(head.size() + tail.size()));
-  *out++ = '$';
-  out = detail::write_crlf(detail::write_decimal(out, head.size() + tail.size()));
-  if (!head.empty()) std::memcpy(out, head.data(), head.size());
-  out += head.size();
-  if (!tail.empty()) std::memcpy(out, tail.data(), tail.size());
-  out += tail.size();
-  detail::write_crlf(out);
+  detail::write_joined_bulk(detail::grow(payload_, detail::bulk_size(head.size() + tail.size())), head, tail);
 }
 
 void request::command_writer::put(std::string_view head, std::string_view tail) noexcept {
-  const std::size_t length = head.size() + tail.size();
-  assert(detail::bulk_size(length) <= static_cast<std::size_t>(end_ - at_));  // what begin_sized was told
-  *at_++ = '$';
-  at_ = detail::write_crlf(detail::write_decimal(at_, length));
-  if (!head.empty()) std::memcpy(at_, head.data(), head.size());
-  at_ += head.size();
-  if (!tail.empty()) std::memcpy(at_, tail.data(), tail.size());
-  at_ += tail.size();
-  at_ = detail::write_crlf(at_);
+  assert(detail::bulk_size(head.size() + tail.size()) <= static_cast<std::size_t>(end_ - at_));  // as promised
+  at_ = detail::write_joined_bulk(at_, head, tail);
 }
 
 }  // namespace redlock::resp
