@@ -48,12 +48,13 @@ class wake_queue {
     return earliest;
   }
 
-  /// The timer fired at `now`: calls `wake(T&)` for every item due (which may schedule again:
-  /// that does not ask for the timer, this call's result says when it fires), and returns when
-  /// the timer must fire next (`never`: not at all).
+  /// The timer fired at `now`: calls `wake(T&)` for the items due, earliest first and at most
+  /// `limit` of them (which may schedule again: that does not ask for the timer, this call's
+  /// result says when it fires), and returns when the timer must fire next (`never`: not at all;
+  /// `now` or earlier when items due were left for the next pass).
   template <class Wake>
-  time_point fired(time_point now, Wake&& wake) {
-    while (!heap_.empty() && heap_.front().at <= now) {
+  time_point fired(time_point now, Wake&& wake, std::size_t limit = static_cast<std::size_t>(-1)) {
+    for (std::size_t woken = 0; woken < limit && !heap_.empty() && heap_.front().at <= now;) {
       std::pop_heap(heap_.begin(), heap_.end(), later);
       auto e = std::move(heap_.back());
       heap_.pop_back();
@@ -61,6 +62,7 @@ class wake_queue {
       if (!t || t->scheduled != e.at) continue;  // stale
       t->scheduled = never;
       --live_;
+      ++woken;
       wake(*t);
     }
     if (live_ == 0) heap_.clear();

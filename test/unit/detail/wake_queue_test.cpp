@@ -45,6 +45,25 @@ TEST(wake_queue, arms_at_the_earliest_and_wakes_what_is_due) {
   EXPECT_EQ(q.entries(), 0u) << "stale entries go with the last live one";
 }
 
+TEST(wake_queue, a_pass_wakes_at_most_its_limit_earliest_first_and_stale_entries_do_not_count) {
+  queue q;
+  std::vector<std::shared_ptr<item>> items;
+  for (int n = 0; n < 5; ++n) items.push_back(std::make_shared<item>(n));
+  // Due at 5, 4, 3, 2 and 1 ms; item 4's first entry (at 1 ms) goes stale when it moves to 9 ms.
+  for (int n = 0; n < 5; ++n) (void)q.schedule(*items[n], t0 + std::chrono::milliseconds(5 - n));
+  (void)q.schedule(*items[4], t0 + 9ms);
+  std::vector<int> woken;
+  const auto wake = [&](item& i) { woken.push_back(i.id); };
+  EXPECT_EQ(q.fired(t0 + 6ms, wake, 2), t0 + 4ms) << "item 1, due and left for the next pass, fires it at once";
+  EXPECT_EQ(woken, (std::vector<int>{3, 2})) << "the earliest two; the stale entry is skipped, not counted";
+  EXPECT_EQ(q.live(), 3u);
+  EXPECT_EQ(q.fired(t0 + 6ms, wake, 1), t0 + 5ms);
+  EXPECT_EQ(q.fired(t0 + 6ms, wake, 2), t0 + 9ms) << "nothing due is left: the next wake-up as usual";
+  EXPECT_EQ(woken, (std::vector<int>{3, 2, 1, 0}));
+  EXPECT_EQ(q.fired(t0 + 9ms, wake, 0), t0 + 9ms) << "a limit of none wakes nothing and loses nothing";
+  EXPECT_EQ(q.live(), 1u);
+}
+
 TEST(wake_queue, unscheduling_the_last_item_cancels_the_timer) {
   queue q;
   auto a = std::make_shared<item>(1);
