@@ -161,6 +161,7 @@ client_stats client_impl::stats() const {
   s.fences_unverified = read(c.unverified_fences);
   s.votes_quarantined = read(c.votes_quarantined);
   s.client_pauses = read(c.client_pauses);
+  s.keep_alive_passes_split = read(c.keep_alive_passes_split);
   s.hazards = hazards();
   s.acquire_latency = c.acquire_latency.snapshot();
   s.log_messages = log_.messages();

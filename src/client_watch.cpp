@@ -110,6 +110,7 @@ void client_impl::add_waiter(const std::shared_ptr<lock_state>& st, lost_handler
 
 // The keep-alive queue (detail::wake_queue) decides when the one timer fires.
 void client_impl::schedule(watch& w) {
+  least_margin_ = std::min(least_margin_, w.fsm.margin());
   const auto at = closed_ ? clock_type::time_point::max() : w.fsm.next_wake();
   if (const auto when = wakes_.schedule(w, at)) arm_timer(*when);
 }
@@ -133,37 +134,73 @@ void client_impl::arm_timer(clock_type::time_point at) {
   }
 }
 
-// A pass of the timer wakes at most this many watchers, earliest first; the rest are due still and
-// the timer fires again at once, behind the handlers queued meanwhile. Without the bound, 10,000
+// A pass of the timer wakes at most this many watchers, earliest first, and when more are due the
+// timer fires again at once, behind the handlers queued meanwhile. Without the bound, 10,000
 // renewals due together held the strand for about 40 ms while their votes piled up unwritten in
 // every connection's queue and no reply was read: the peak of the heap. With it the writes and
-// replies of one slice run before the next slice starts, so a slice's votes leave and its
-// extensions end while the pass goes on. 256 keeps the batches full (eight of 32 votes) and one
-// slice around a millisecond. Nothing comes later than the wake-ups still due in the heap, losses
-// included: they are next, earliest first.
+// replies of one slice run before the next slice starts. 256 keeps the batches full (eight of 32
+// votes) and one slice around a millisecond.
 constexpr std::size_t wakes_per_pass = 256;
 
+// But a wake-up may be a loss to tell, and between slices any handler that is ready runs, the
+// application's included: so a pass is cut only while the earliest wake-up left has waited less
+// than an eighth of the smallest notify margin of any lock watched so far (none is cut when that
+// margin is under 8 ms); past that the pass goes on in the same handler. Cutting a pass makes no
+// wake-up later than that bound and one round of the loop.
 void client_impl::on_timer() {
-  const auto now = clock_type::now();
   // The renewals that came due together go to the masters in batches (send_votes, then
   // flush_vote_batch for the last). A master that refuses a batch tells the watchers then, and
   // they reschedule (a retry sooner than any wake-up `fired` knew of): the timer is armed from the
   // queue as it stands after that, also when something threw, so that no wake-up is left without it.
   std::exception_ptr failure;
+  wake_due(wakes_per_pass, failure);
+  try {
+    arm_timer(wakes_.rearm());  // not armed(): an arm that failed in this pass left it `never`
+  } catch (...) {
+    if (!failure) failure = std::current_exception();
+    // No wait stands (an allocation failed): what is due now is woken here rather than left until
+    // the next wake-up somebody asks for, and the timer is tried once more. When that fails too,
+    // arm_timer leaves the queue believing it unarmed, so that the next schedule() arms it.
+    if (wakes_.rearm() <= clock_type::now()) wake_due(static_cast<std::size_t>(-1), failure);
+    try {
+      arm_timer(wakes_.rearm());
+    } catch (...) {
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
+// Wakes, `limit` at a time, what was due when it was called, until none of that is left or what
+// is left may wait for the next pass (see on_timer). What came due meanwhile is the next pass's,
+// which the timer armed at it starts at once: a backlog that keeps coming does not hold the strand.
+void client_impl::wake_due(std::size_t limit, std::exception_ptr& failure) {
+  // (No lock watched yet: nothing is due; `max() / 8` would overflow in the comparison below.)
+  const auto budget =
+      least_margin_ == std::chrono::milliseconds::max() ? std::chrono::milliseconds::zero() : least_margin_ / 8;
+  const auto start = clock_type::now();
+  bool split = false;
   try {
     begin_vote_batch();
-    (void)wakes_.fired(
-        now, [now](watch& w) { w.wake(now); }, wakes_per_pass);
+    for (;;) {
+      const auto now = clock_type::now();
+      const auto next = wakes_.fired(
+          start, [now](watch& w) { w.wake(now); }, limit);
+      if (next > start) break;
+      // Read after the slice: what ran inline in it (a waiter's handler) counts as waiting.
+      if (clock_type::now() - next < budget) {
+        split = true;
+        break;
+      }
+    }
   } catch (...) {
-    failure = std::current_exception();
+    if (!failure) failure = std::current_exception();
   }
   try {
     flush_vote_batch();
   } catch (...) {
     if (!failure) failure = std::current_exception();
   }
-  arm_timer(wakes_.rearm());  // not armed(): an arm that failed in this pass left it `never`
-  if (failure) std::rethrow_exception(failure);
+  if (split) bump<true>(counters_.keep_alive_passes_split);
 }
 
 // ---- watching and keep-alive: one machine per watched lock, one timer for all of them ----------

@@ -152,6 +152,7 @@ void each_counter(client_stats& a, const client_stats& b, Op op) {
   op(a.fences_unverified, b.fences_unverified);
   op(a.votes_quarantined, b.votes_quarantined);
   op(a.client_pauses, b.client_pauses);
+  op(a.keep_alive_passes_split, b.keep_alive_passes_split);
   op(a.log_messages, b.log_messages);
   op(a.log_sink_errors, b.log_sink_errors);
 }

@@ -353,6 +353,9 @@ void append_prometheus(std::string& out, const client_stats& s, const prometheus
   w.counter("votes_quarantined_total",
             "Grants and extensions not counted: their master was quarantined or refused INFO.", s.votes_quarantined);
   w.counter("client_pauses_total", "Times the client's own clock was found to have stood still.", s.client_pauses);
+  w.counter("keep_alive_passes_split_total",
+            "Keep-alive timer passes that woke their most and left wake-ups due to the next pass.",
+            s.keep_alive_passes_split);
   w.counter("log_messages_total", "Log messages formatted by the client itself.", s.log_messages);
   w.counter("log_sink_errors_total", "Exceptions thrown by the log sink (client and masters).",
             s.log_sink_errors + s.total().log_sink_errors);

@@ -298,6 +298,10 @@ struct REDLOCK_API client_stats {
   /// Times the masters' clocks all moved ahead of the client's at once: the client's own clock
   /// stood still (a frozen machine), and the validity of its held locks was shortened by that much.
   std::uint64_t client_pauses = 0;
+  /// Passes of the keep-alive timer that woke their most (256 kept locks) and left the wake-ups
+  /// still due to the next pass, so that other work on the executor could run in between: many
+  /// kept locks came due at once (docs/design.md, "Keeping a lock alive").
+  std::uint64_t keep_alive_passes_split = 0;
   /// What the hazard guards say of each master, in the order of `client_config::masters`: the
   /// cause and end of its quarantine, whether it is unguarded, restarts and clock jumps seen.
   std::vector<master_hazard> hazards;

@@ -272,7 +272,7 @@ struct client_counters {
       validity_expired{0}, aborted{0}, rejected{0};
   counter extensions{0}, extension_failures{0}, lost{0}, releases{0}, release_failures{0}, background_releases{0},
       releases_resent{0}, releases_expired{0}, wakeups{0}, queued{0}, confirmations{0}, unverified_fences{0};
-  counter votes_quarantined{0}, client_pauses{0};
+  counter votes_quarantined{0}, client_pauses{0}, keep_alive_passes_split{0};
   live_histogram<true> acquire_latency;
 };
 
@@ -470,6 +470,7 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
 
  private:
   void on_timer();
+  void wake_due(std::size_t limit, std::exception_ptr& failure);
   void arm_timer(clock_type::time_point at);
 
   asio::any_io_executor ex_;
@@ -570,6 +571,9 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   // The keep-alive timer: one for every watched lock, armed at the earliest wake-up.
   wake_queue<watch> wakes_;
   redlock::detail::timer timer_;
+  // The smallest notify margin of any lock scheduled so far (it never grows back): what bounds how
+  // long a pass cut short may make a wake-up wait (on_timer).
+  std::chrono::milliseconds least_margin_ = std::chrono::milliseconds::max();
 };
 
 }  // namespace redlock::detail
