@@ -209,11 +209,12 @@ void client_impl::send_votes(std::string_view payload, clock_type::time_point de
 // ---- one TIME per master for a batch of votes --------------------------------------------------
 //
 // A pass of the keep-alive timer extends the locks that came due, up to 256 of them at a time
-// (renewals fall on a grid so that they come due together). Their votes go to each master in requests of up to
-// `max_batch` votes with one TIME behind the last: the master runs a request in order, so that TIME is read after every
-// vote of it, later than the TIME behind each vote would have been. For a clock that moves and stays moved it sees
-// whatever those would have seen (and moves in between), so the guard lets no such vote count that it would have
-// stopped. What it gives up (a move undone before the batch's TIME runs; a vote judged a little later against a
+// (renewals fall on a grid so that they come due together). Their votes go to each master in
+// requests of up to `max_batch` votes with one TIME behind the last: the master runs a request in
+// order, so that TIME is read after every vote of it, later than the TIME behind each vote would
+// have been. For a clock that moves and stays moved it sees whatever those would have seen (and
+// moves in between), so the guard lets no such vote count that it would have stopped. What it
+// gives up (a move undone before the batch's TIME runs; a vote judged a little later against a
 // quarantine's end) is in docs/safety.md, "Restarts and clock jumps".
 
 // A batch's answers on one master (the tag's): the votes' replies, then TIME's.

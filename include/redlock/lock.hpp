@@ -116,12 +116,12 @@ class REDLOCK_API lock {
   /// When the lock can no longer be kept (a master says it is not ours, no quorum before the
   /// deadline, or the cap is reached), it is *lost*: `async_wait_lost` completes,
   /// `opts.notify_margin` before the validity deadline at the latest, even when an extension
-  /// request is merely hanging, give or take the event loop's own latency. One client-wide timer
-  /// serves every kept-alive lock: no thread, strand or timer per lock. When more than 256 of them
-  /// come due together, its pass may let other handlers run between slices, which can put a wake-up
-  /// off by up to an eighth of the smallest notify margin of the client's watched locks and one
-  /// round of the loop (none when that margin is under 8 ms). Calling it again replaces the options. Does nothing on a
-  /// handle that holds no lock.
+  /// request is merely hanging (later only by the event loop's own latency). One client-wide timer
+  /// serves every kept-alive lock: no thread, strand or timer per lock. When more than 256 of
+  /// them come due together, its pass may let other handlers run between slices, which can put
+  /// a wake-up off by up to an eighth of the smallest notify margin of the client's watched
+  /// locks and one round of the loop (none when that margin is under 8 ms). Calling it again
+  /// replaces the options. Does nothing on a handle that holds no lock.
   void keep_alive(keep_alive_options opts = {});
 
   /// True once the lock was lost while held (see `keep_alive`, `async_wait_lost`).

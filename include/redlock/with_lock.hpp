@@ -126,10 +126,10 @@ boost::asio::awaitable<work_result_t<Work>> with_lock_on_strand(client& c, std::
 ///
 /// `work` is invocable as `work(lock&)` returning `asio::awaitable<T>`; it runs on a strand of the
 /// caller's executor. If the lock is lost while the work runs, the work receives terminal
-/// cancellation (`opts.notify_margin` before the validity ends at the latest, as `lock::keep_alive`
-/// says) and, once it has
-/// finished, this throws `lock_lost_error` at once: a `boost::system::system_error` whose `code()`
-/// is `error::lock_lost` and whose `reason()` (and `what()`) says why the lock was lost. The
+/// cancellation (`opts.notify_margin` before the validity ends at the latest, as
+/// `lock::keep_alive` says) and, once it has finished, this throws `lock_lost_error` at once: a
+/// `boost::system::system_error` whose `code()` is `error::lock_lost` and whose `reason()` (and
+/// `what()`) says why the lock was lost. The
 /// release of a lost lock is not awaited: it runs in the background, owned and counted by the
 /// client (`client_stats::background_releases`), bounded by `release_timeout`. Failing to
 /// acquire throws with the acquisition's error. An exception from the work is rethrown after the
