@@ -353,14 +353,19 @@ asio::awaitable<void> renew_together(redlock::client& c, bool tight, renewed_tog
   if (!granted.empty()) out->grants_spread = granted.back() - granted.front();
 }
 
-TEST_F(keep_alive_test, renewals_due_together_beyond_one_timer_pass_are_all_made_in_time) {
+// renew_together on a client of its own.
+renewed_together renew_together_on(redlock::client_config cfg, bool tight) {
   renewed_together r;
+  cfg.request_timeout = 500ms;
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
-    auto cfg = config();
-    cfg.request_timeout = 500ms;
     redlock::client c{ioc.get_executor(), cfg};
-    co_await renew_together(c, false, &r);
+    co_await renew_together(c, tight, &r);
   });
+  return r;
+}
+
+TEST_F(keep_alive_test, renewals_due_together_beyond_one_timer_pass_are_all_made_in_time) {
+  const auto r = renew_together_on(config(), false);
   // Taken within two 32 ms cells of the grid (an optimised build; the sanitizers' builds may take
   // longer), some cell holds more than 256 renewals: a pass must have been cut, or the bound was
   // not there to test.
@@ -372,14 +377,7 @@ TEST_F(keep_alive_test, renewals_due_together_beyond_one_timer_pass_are_all_made
 TEST_F(keep_alive_test, a_lock_with_a_notify_margin_under_8_ms_keeps_every_pass_whole) {
   // Cutting a pass may delay a wake-up by an eighth of the smallest margin: under 8 ms that is
   // nothing, and every pass runs whole, as many renewals as are due.
-  renewed_together r;
-  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
-    auto cfg = config();
-    cfg.request_timeout = 500ms;
-    redlock::client c{ioc.get_executor(), cfg};
-    co_await renew_together(c, true, &r);
-  });
-  EXPECT_EQ(r.passes_split, 0u);
+  EXPECT_EQ(renew_together_on(config(), true).passes_split, 0u);
 }
 
 // A kept-alive lock that nobody listens to pays for its state and its keep-alive machine only:
