@@ -36,10 +36,11 @@ class wake_queue {
     if (at == never) {
       if (live_ > 0) return std::nullopt;
       // Nothing left to wake: no timer stays armed behind the last item.
-      heap_.clear();
+      clear();
       armed_ = never;
       return never;
     }
+    if (heap_.size() > compact_at_) drop_stale();
     // The earliest entry, not `at`: after a `disarm`, an item scheduled earlier may be the one due.
     // Otherwise the timer is never later than an entry, and this is `at` or nothing.
     const auto earliest = heap_.front().at;
@@ -65,7 +66,7 @@ class wake_queue {
       ++woken;
       wake(*t);
     }
-    if (live_ == 0) heap_.clear();
+    if (live_ == 0) clear();
     // A stale entry at the front may make the timer fire early; it is skipped then.
     armed_ = heap_.empty() ? never : heap_.front().at;
     return armed_;
@@ -78,7 +79,7 @@ class wake_queue {
   /// armed: what to arm after a pass of the timer, also when an arm in it failed (`disarm`), where
   /// `armed()` would say `never` with wake-ups still due.
   time_point rearm() noexcept {
-    if (live_ == 0) heap_.clear();
+    if (live_ == 0) clear();
     armed_ = heap_.empty() ? never : heap_.front().at;
     return armed_;
   }
@@ -123,7 +124,27 @@ class wake_queue {
     return false;
   }
 
+  // Every move of a wake-up leaves its old entry behind (a kept-alive lock moves to its loss point
+  // while it extends, then back to its next renewal), stale until its time comes. Dropped once
+  // they outnumber half the live ones, so that the heap holds about 1.5 entries per item rather
+  // than one per move over the longest ttl; the limit grows with what is left, so duplicates that
+  // survive (an item moved away and back) cannot make every call scan.
+  void drop_stale() noexcept {
+    std::erase_if(heap_, [](const entry& e) {
+      const auto t = e.item.lock();
+      return !t || t->scheduled != e.at;
+    });
+    std::make_heap(heap_.begin(), heap_.end(), later);
+    compact_at_ = heap_.size() + std::max(heap_.size(), live_) / 2 + min_compact;
+  }
+  void clear() noexcept {
+    heap_.clear();
+    compact_at_ = min_compact;
+  }
+
+  static constexpr std::size_t min_compact = 64;
   std::vector<entry> heap_;
+  std::size_t compact_at_ = min_compact;
   std::size_t live_ = 0;
   time_point armed_ = never;  // when the caller's timer fires
 };

@@ -118,4 +118,27 @@ TEST(wake_queue, after_a_failed_arm_the_next_schedule_arms_at_the_earliest_due) 
   EXPECT_EQ(woken, std::vector<int>{1});
 }
 
+// A kept-alive lock moves its wake-up twice per renewal (to its loss point while it extends, back
+// to its next renewal), each move leaving a stale entry until its time. Catches a queue that
+// keeps them all (10 moves of 1,000 items: 10,000 entries, 24 bytes each, for 1,000 wake-ups), and
+// one whose clean-up drops a live entry or wakes an item at a time it has left.
+TEST(wake_queue, stale_entries_are_dropped_once_they_outnumber_half_the_live_ones) {
+  queue q;
+  std::vector<std::shared_ptr<item>> items;
+  for (int n = 0; n < 1000; ++n) items.push_back(std::make_shared<item>(n));
+  for (int move = 0; move < 10; ++move) {
+    for (int n = 0; n < 1000; ++n) (void)q.schedule(*items[n], t0 + std::chrono::milliseconds(1000 * (10 - move) + n));
+    EXPECT_LE(q.entries(), 1000u + 500u + 64u) << "after move " << move;
+  }
+  EXPECT_EQ(q.live(), 1000u);
+  // A duplicate that survives (moved away and back) is skipped when woken twice.
+  (void)q.schedule(*items[0], t0 + 5000ms);
+  (void)q.schedule(*items[0], t0 + 1000ms);
+  std::vector<int> woken;
+  EXPECT_EQ(q.fired(t0 + 1999ms, [&](item& i) { woken.push_back(i.id); }), queue::never);
+  ASSERT_EQ(woken.size(), 1000u) << "every item once, at its last time";
+  for (int n = 0; n < 1000; ++n) EXPECT_EQ(woken[static_cast<std::size_t>(n)], n);
+  EXPECT_EQ(q.entries(), 0u);
+}
+
 }  // namespace
