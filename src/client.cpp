@@ -107,7 +107,7 @@ struct lock_op final : started_op {
 
   void act(const core::lock_action& a) {
     auto& c = *owner;
-    if (a.release) c.release_everywhere(*st, &fsm.table().results());
+    if (a.release) c.release_everywhere(*st, &fsm.table().answers());
     switch (a.what) {
       case core::lock_action::type::wait:
         return;
@@ -148,7 +148,7 @@ struct lock_op final : started_op {
       case core::lock_action::type::sleep:
         REDLOCK_LOG(c.log(), log_level::debug, "{}: attempt {} failed: {}; masters: {}; retrying in {}",
                     lock_name(st->resource, st->token), fsm.attempts(), describe(fsm.last_error()),
-                    describe_masters(fsm.table().results(), st->token), format_duration(a.at - clock_type::now()));
+                    describe_masters(fsm.table().answers(), st->token), format_duration(a.at - clock_type::now()));
         timer.expires_at(a.at);
         timer.async_wait([self = std::static_pointer_cast<lock_op>(shared_from_this())](error_code ec) {
           if (!ec) self->act(self->fsm.on_timer(clock_type::now()));
@@ -163,19 +163,19 @@ struct lock_op final : started_op {
           REDLOCK_LOG(c.log(), a.ec == error::not_acquired ? log_level::debug : log_level::warning,
                       "{}: not acquired after {} attempt(s) in {}: {}; masters: {}", lock_name(st->resource, st->token),
                       fsm.attempts(), format_duration(clock_type::now() - fsm.first_start()), describe(a.ec),
-                      describe_masters(fsm.table().results(), st->token));
+                      describe_masters(fsm.table().answers(), st->token));
         } else {
           REDLOCK_LOG(c.log(), log_level::debug, "{}: acquired for {} ms in {} (attempt {}), validity {}; masters: {}",
                       lock_name(st->resource, st->token), st->ttl.count(),
                       format_duration(clock_type::now() - fsm.first_start()), fsm.attempts(),
                       format_duration(fsm.validity_deadline() - clock_type::now()),
-                      describe_masters(fsm.table().results(), st->token));
+                      describe_masters(fsm.table().answers(), st->token));
         }
         if (st->spec->fence) c.note_fence_hint(st->key, std::max(fsm.fence(), fsm.fence_floor()));
         if (!a.ec) {
-          st->holders.granted(fsm.table().results());
+          st->holders.granted(fsm.table().answers());
           st->fence = fsm.fence();
-          if (st->spec->fence && !fsm.fence_verified()) c.note_unverified_fence(*st, fsm.table().results());
+          if (st->spec->fence && !fsm.fence_verified()) c.note_unverified_fence(*st, fsm.table().answers());
         }
         // A claim that holds new readers off (a writer's) is dropped when the acquisition ends:
         // where a master said it queued, and, after a retry or a failure, wherever a late request
@@ -186,11 +186,11 @@ struct lock_op final : started_op {
         if (st->spec->claims && (fsm.queued_seen() || ((a.ec || fsm.attempts() > 1) && fsm.stragglers_possible())))
           c.leave_claims(*st);
         if (!member.empty()) {
-          if (fsm.queued()) c.leave_queues(*st, member, fsm.table().results());
+          if (fsm.queued()) c.leave_queues(*st, member, fsm.table().answers());
           c.forget_waiter(member);
           member.clear();
         }
-        st->set_results(fsm.table().results());
+        st->set_results(fsm.table().answers());
         return finish(a.ec);
     }
   }
@@ -255,7 +255,7 @@ struct lock_op final : started_op {
     owner->note_lock_outcome(ec, fsm.first_start());
     auto h = std::move(*handler);
     handler.reset();
-    complete_handler(std::move(h), st->ex, ec, lock::make(st));
+    complete_handler(std::move(h), st->ex(), ec, lock::make(st));
   }
 };
 
@@ -292,19 +292,19 @@ struct unlock_op final : started_op {
         c.retire(*this);
         if (fsm.decided()) {
           c.note_release(*st, a.ec, fsm.held(), fsm.table());
-          st->set_results(fsm.table().results());
+          st->set_results(fsm.table().answers());
         }
         if (fsm.waiters() && c.fair()) c.note_contended(st->key);
         if (handler) {
           auto h = std::move(*handler);
           handler.reset();
-          complete_handler(std::move(h), st->ex, a.ec, fsm.decided() ? fsm.held() : 0);
+          complete_handler(std::move(h), st->ex(), a.ec, fsm.decided() ? fsm.held() : 0);
         } else if (all_handler) {
           auto h = std::move(*all_handler);
           all_handler.reset();
           unlock_result r;
           if (fsm.decided()) r = {fsm.released(), fsm.not_held(), fsm.no_answer()};
-          complete_handler(std::move(h), st->ex, a.ec, r);
+          complete_handler(std::move(h), st->ex(), a.ec, r);
         }
         return;
     }
@@ -363,11 +363,11 @@ struct extend_op final : started_op {
         return c.send_votes(c.scratch_step(step::extend, *st, values()), a.at, shared_from_this(), 0);
       case core::extend_action::type::complete:
         if (a.ec != asio::error::operation_aborted) {
-          if (fsm.decided()) st->set_results(fsm.table().results());
+          if (fsm.decided()) st->set_results(fsm.table().answers());
           if (!a.ec) {
             st->set_deadline(fsm.validity_deadline());
             ++st->extensions;
-            c.deadline_moved(*st, fsm.decided() ? &fsm.table().results() : nullptr);
+            c.deadline_moved(*st, fsm.decided() ? &fsm.table().answers() : nullptr);
           }
           c.note_extension(*st, a.ec, ttl, fsm, false);
         }
@@ -388,7 +388,7 @@ struct extend_op final : started_op {
     if (!handler) return;
     auto h = std::move(*handler);
     handler.reset();
-    complete_handler(std::move(h), st->ex, ec);
+    complete_handler(std::move(h), st->ex(), ec);
   }
 };
 
@@ -459,18 +459,18 @@ bool lock::lost() const noexcept { return state_ && state_->lost; }
 
 boost::system::error_code lock::loss_reason() const {
   if (!state_) return {};
-  std::lock_guard guard{state_->mutex};
+  std::lock_guard guard{state_->mutex()};
   return state_->loss_reason;
 }
 
 std::string lock::loss_description() const {
   if (!state_) return {};
-  std::lock_guard guard{state_->mutex};
+  std::lock_guard guard{state_->mutex()};
   return state_->loss_detail;
 }
 
 lock::executor_type lock::get_executor() const noexcept {
-  return state_ ? state_->ex : executor_type{boost::asio::system_executor()};
+  return state_ ? state_->ex() : executor_type{boost::asio::system_executor()};
 }
 
 void lock::keep_alive(keep_alive_options opts) {
@@ -555,7 +555,7 @@ void client::start_lock(lock_handler h, std::vector<std::string> resources, std:
                         lock_options opts, bool multi, bool retry) {
   auto& c = *impl_;
   c.note_operation();
-  auto st = std::make_shared<detail::lock_state>(impl_, c.executor());
+  auto st = std::make_shared<detail::lock_state>(impl_, c.shared_executor());
   if (multi) {
     st->resource = resources.empty() ? std::string{} : resources.front();
     st->set_extras().resources = std::move(resources);
@@ -582,7 +582,7 @@ void client::start_lock(lock_handler h, std::vector<std::string> resources, std:
 void client::start_lock(lock_handler h, std::string resource, std::chrono::milliseconds ttl, bool retry) {
   auto& c = *impl_;
   c.note_operation();
-  auto st = std::make_shared<detail::lock_state>(impl_, c.executor());
+  auto st = std::make_shared<detail::lock_state>(impl_, c.shared_executor());
   st->resource = std::move(resource);
   st->ttl = ttl;
   auto op = std::make_shared<detail::lock_op>(impl_, std::move(st), std::move(h), c.lock_rules(ttl, retry));

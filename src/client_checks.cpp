@@ -220,10 +220,10 @@ std::string lock_name(std::string_view resource, std::string_view token) {
 
 // Server texts are untrusted: made printable, and the lock's token is redacted should a server
 // echo it.
-std::string describe_masters(const std::vector<master_result>& results, std::string_view token) {
+std::string describe_masters(const core::compact_results& results, std::string_view token) {
   std::string out;
   for (std::size_t i = 0; i < results.size(); ++i) {
-    const auto& n = results[i];
+    const auto n = results.result(i);
     if (i) out += ", ";
     fmt::format_to(std::back_inserter(out), "{} {}", i + 1, status_text(n.status));
     if (n.status == master_status::server_error) {

@@ -178,7 +178,7 @@ void client_impl::note_contended(const std::string& key) {
   contended_[key] = now + entry_timeout_;
 }
 
-void client_impl::leave_queues(const lock_state& st, std::string_view member, const std::vector<master_result>& round) {
+void client_impl::leave_queues(const lock_state& st, std::string_view member, const core::compact_results& round) {
   scratch_.clear();
   for (const auto suffix : {queue_suffix, expiry_suffix}) {
     scratch_.begin(3);
@@ -191,7 +191,7 @@ void client_impl::leave_queues(const lock_state& st, std::string_view member, co
   // master that is down expires with the entry timeout.
   const auto sink = std::const_pointer_cast<lock_state>(st.shared_from_this());
   for (std::size_t i = 0; i < links_.size(); ++i) {
-    if (i < round.size() && round[i].status == master_status::granted) continue;  // it left that queue
+    if (i < round.size() && round.status(i) == master_status::granted) continue;  // it left that queue
     (void)links_[i]->submit(scratch_.payload(), 2, deadline, sink, make_tag(release_round, i));
   }
 }

@@ -497,7 +497,7 @@ void client_impl::tell_holders(std::size_t i, hazard_cause cause, clock_type::ti
     if (!st || !st->held.load()) continue;
     std::size_t still = 0;  // granting masters whose votes still count
     {
-      std::lock_guard guard{st->mutex};
+      std::lock_guard guard{st->mutex()};
       if (i >= st->results.size() || st->results.status(i) != master_status::granted) continue;
       st->results.annotate(i, error::master_quarantined, words);
       for (std::size_t k = 0; k < st->results.size() && k < guards_.size(); ++k) {

@@ -31,20 +31,27 @@ void lock_state::on_reply(std::uint64_t, error_code, const resp::response&) {}
 
 const lock_extras lock_state::no_extras{};
 
-const std::string& lock_state::background_release_payload() {
-  if (background_release_.empty()) {
-    resp::request req;
-    (void)core::encode_step(req, spec->release, values(), false);
-    background_release_ = std::move(req).take_payload();
-  }
-  return background_release_;
+std::mutex& lock_state::mutex_for(const void* p) noexcept {
+  // Padded to a cache line each, so that locks on different mutexes do not share a line.
+  struct alignas(64) padded {
+    std::mutex m;
+  };
+  static padded mutexes[64];
+  // Lock states are heap blocks at least 64 bytes apart: the low bits say nothing.
+  const auto n = reinterpret_cast<std::uintptr_t>(p) >> 6;
+  return mutexes[(n ^ (n >> 6) ^ (n >> 12)) % std::size(mutexes)].m;
+}
+
+std::string lock_state::background_release_payload() const {
+  resp::request req;
+  (void)core::encode_step(req, spec->release, values(), false);
+  return std::move(req).take_payload();
 }
 
 bool lock_state::new_token(error_code& ec) {
   auto t = make_token(ec);
   if (ec) return false;
   token = std::move(t);
-  background_release_.clear();
   longest_ttl = ttl;
   return true;
 }
@@ -53,6 +60,7 @@ bool lock_state::new_token(error_code& ec) {
 
 client_impl::client_impl(asio::any_io_executor ex, client_config cfg)
     : ex_(std::move(ex)),
+      shared_ex_(std::make_shared<const asio::any_io_executor>(ex_)),
       strand_(asio::make_strand(ex_)),
       cfg_(std::move(cfg)),
       log_(cfg_.logging),
@@ -300,10 +308,10 @@ void client_impl::note_extension(const lock_state& st, error_code ec, std::chron
   if (!ec) {
     REDLOCK_LOG(log_, log_level::debug, "{}: {} to {} ms done in {}; masters: {}", lock_name(st.resource, st.token),
                 what, ttl.count(), format_duration(t.decided_at() - t.start()),
-                describe_masters(t.results(), st.token));
+                describe_masters(t.answers(), st.token));
   } else if (f.decided()) {
     REDLOCK_LOG(log_, log_level::warning, "{}: {} failed: {}; masters: {}", lock_name(st.resource, st.token), what,
-                describe(ec), describe_masters(t.results(), st.token));
+                describe(ec), describe_masters(t.answers(), st.token));
   } else {
     REDLOCK_LOG(log_, log_level::warning, "{}: {} failed: {} (the validity had already run out)",
                 lock_name(st.resource, st.token), what, describe(ec));
@@ -321,15 +329,15 @@ void client_impl::note_release(const lock_state& st, error_code ec, std::size_t 
   if (!ec) {
     REDLOCK_LOG(log_, log_level::debug, "{}: released in {} ({} master(s) still held it); masters: {}",
                 lock_name(st.resource, st.token), format_duration(t.decided_at() - t.start()), held,
-                describe_masters(t.results(), st.token));
+                describe_masters(t.answers(), st.token));
   } else {
     REDLOCK_LOG(log_, log_level::warning,
                 "{}: release answered by too few masters (the rest expire with the ttl); masters: {}",
-                lock_name(st.resource, st.token), describe_masters(t.results(), st.token));
+                lock_name(st.resource, st.token), describe_masters(t.answers(), st.token));
   }
 }
 
-void client_impl::note_unverified_fence(const lock_state& st, const std::vector<master_result>& round) {
+void client_impl::note_unverified_fence(const lock_state& st, const core::compact_results& round) {
   bump<true>(counters_.unverified_fences);
   REDLOCK_LOG(log_, log_level::warning,
               "{}: fence {} could not be checked against a majority of counters (a granting master had none): "

@@ -44,10 +44,10 @@ struct release_job final : reply_sink {
 
 }  // namespace
 
-void client_impl::release_everywhere(lock_state& st, const std::vector<master_result>* round) {
+void client_impl::release_everywhere(lock_state& st, const core::compact_results* round) {
   // A failed round (`round`): only where its request may have set our key (core::may_have_set).
   const auto target = [round](std::size_t i) {
-    return !round || i >= round->size() || core::may_have_set((*round)[i].status);
+    return !round || i >= round->size() || core::may_have_set(round->status(i));
   };
   if (round && !core::any_may_have_set(*round, links_.size())) return;  // nothing to release, nothing to encode
   const auto deadline = clock_type::now() + cfg_.release_timeout;

@@ -63,14 +63,14 @@ void client_impl::stop_watching(lock_state& st, bool released) {
   }
 }
 
-void client_impl::deadline_moved(lock_state& st, const std::vector<master_result>* round) {
+void client_impl::deadline_moved(lock_state& st, const core::compact_results* round) {
   if (!st.watcher) return;
   auto& w = *st.watcher;
   const bool was_finished = w.fsm.finished();
   w.fsm.deadline_moved(st.get_deadline());
   if (!was_finished && w.events_wanted()) {
     auto e = w.make_event(st, lock_event::type::extended);
-    if (round) e.masters = *round;
+    if (round) e.masters = round->expand();
     w.post_event(std::move(e));
   }
   schedule(w);
@@ -81,27 +81,27 @@ void client_impl::add_event_waiter(const std::shared_ptr<lock_state>& st, event_
   watch* w = st->watcher ? st->watcher.get() : watcher_of(st);
   if (!w) {
     const auto ec = closed_ ? make_error_code(asio::error::operation_aborted) : make_error_code(error::not_locked);
-    return complete_handler(std::move(h), st->ex, ec, lock_event{});
+    return complete_handler(std::move(h), st->ex(), ec, lock_event{});
   }
   schedule(*w);
   auto& l = w->listen();
   l.events_wanted = true;
   if (l.event_waiters.empty() && !l.events.empty()) {
     auto e = l.events.next();
-    return complete_handler(std::move(h), st->ex, error_code{}, std::move(*e));
+    return complete_handler(std::move(h), st->ex(), error_code{}, std::move(*e));
   }
   if (w->fsm.finished() && l.events.empty()) {
     // Stopped without a final event (the handle was dropped, or the client closed).
-    return complete_handler(std::move(h), st->ex, make_error_code(asio::error::operation_aborted), lock_event{});
+    return complete_handler(std::move(h), st->ex(), make_error_code(asio::error::operation_aborted), lock_event{});
   }
   l.event_waiters.add(std::move(h), strand_, std::weak_ptr<watch_listeners>(w->listeners),
                       &watch_listeners::event_waiters, ex_);
 }
 
 void client_impl::add_waiter(const std::shared_ptr<lock_state>& st, lost_handler h) {
-  if (st->lost) return complete_handler(std::move(h), st->ex, error_code{});
+  if (st->lost) return complete_handler(std::move(h), st->ex(), error_code{});
   watch* w = watcher_of(st);
-  if (!w) return complete_handler(std::move(h), st->ex, make_error_code(asio::error::operation_aborted));
+  if (!w) return complete_handler(std::move(h), st->ex(), make_error_code(asio::error::operation_aborted));
   schedule(*w);
   w->listen();
   w->listeners->waiters.add(std::move(h), strand_, std::weak_ptr<watch_listeners>(w->listeners),
@@ -285,8 +285,8 @@ void watch::on_extension_done(lock_state& st, error_code ec, clock_type::time_po
   std::vector<master_result> round;  // for the event, copied only when somebody reads events
   if (done->decided()) {
     if (events_wanted()) round = done->table().results();
-    // Kept compact (detail::compact_results): the round's own table goes with the machine.
-    st.set_results(done->table().results());
+    // The round's compact answers become the lock's: the machine goes, nothing is copied.
+    st.set_results(std::move(done->table().answers()));
   }
   const auto a = fsm.on_extended(ec, done->validity_deadline(), now);
   if (a.what == core::keep_alive_action::type::lost) {
@@ -312,7 +312,7 @@ void watch::declare_lost(lock_state& st, error_code reason) {
   // working on, untold.
   std::string detail;
   {
-    std::lock_guard guard{st.mutex};
+    std::lock_guard guard{st.mutex()};
     st.loss_reason = reason;
     try {
       detail = describe_loss(reason);

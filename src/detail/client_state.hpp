@@ -5,13 +5,13 @@
 // counters, logging), and the per-lock watcher. The operations themselves are in src/client.cpp;
 // client_impl's members are defined by concern in src/client_*.cpp.
 
-#include "compact_results.hpp"
 #include "master_link.hpp"
 #include "read_poller.hpp"
 #include "timer.hpp"
 #include "waiter_list.hpp"
 #include "wake_queue.hpp"
 #include <redlock/client.hpp>
+#include <redlock/core/compact_results.hpp>
 #include <redlock/core/event_queue.hpp>
 #include <redlock/core/extend_fsm.hpp>
 #include <redlock/core/hazard_guard.hpp>
@@ -100,7 +100,7 @@ inline std::string_view status_text(master_status s) noexcept {
   return s == master_status::server_error ? std::string_view{"server error"} : to_string(s);
 }
 // What each master answered: "1 granted 412 us, 2 taken 380 us, 3 server error "WRONGTYPE..."".
-std::string describe_masters(const std::vector<master_result>& results, std::string_view token);
+std::string describe_masters(const core::compact_results& results, std::string_view token);
 // The checks behind error::invalid_argument, each filling `what` with the reason when it fails
 // (validate_lock and the operations share them).
 error_code check_resource(const client_config& cfg, std::string_view resource, std::string* what);
@@ -122,10 +122,13 @@ struct lock_extras {
 // The state behind a lock handle, shared by the handle and the operations on it. Fields set
 // before the handle is returned are read-only afterwards; the rest are atomics or under `mutex`.
 struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
-  lock_state(std::shared_ptr<client_impl> c, asio::any_io_executor e) : owner(std::move(c)), ex(std::move(e)) {}
+  lock_state(std::shared_ptr<client_impl> c, std::shared_ptr<const asio::any_io_executor> e)
+      : owner(std::move(c)), ex_(std::move(e)) {}
 
   std::shared_ptr<client_impl> owner;  // reset when the acquisition fails
-  asio::any_io_executor ex;            // the client's executor: completions without their own
+  // The client's executor: completions without their own. Shared by the client's locks (16 bytes
+  // a lock, not an executor's 56), and kept by the lock when its owner goes.
+  const asio::any_io_executor& ex() const noexcept { return *ex_; }
   std::string resource;
   std::string key;
   std::string token;
@@ -134,11 +137,14 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   // acquisition starts; nothing else branches on it. `kind` is what the caller asked for.
   const core::kind_spec* spec = &core::kinds::plain;  // null: no kind has these options
   lock_kind kind = lock_kind::exclusive;
+  // The one-byte fields side by side (no padding between them).
+  bool fence_create = false;  // sent with a confirmation (lock_action::create)
+  std::atomic<bool> held{false};
+  std::atomic<bool> lost{false};
   std::size_t permits = 1;
   std::size_t quorum = 0;        // masters that must grant (0: a majority)
   std::int64_t fence = 0;        // after a fenced acquisition
   std::int64_t fence_floor = 0;  // sent with a fenced round (lock_action::fence)
-  bool fence_create = false;     // sent with a confirmation (lock_action::create)
   bool multi() const noexcept { return spec == &core::kinds::multi; }
   // The values every request of this lock carries; the caller adds the round's (ttl, ticket...).
   core::step_values values() const noexcept {
@@ -165,15 +171,15 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   }
   std::size_t attempts = 0;
   std::atomic<clock_type::rep> deadline{0};
-  std::atomic<bool> held{false};
-  std::atomic<bool> lost{false};
   std::atomic<std::size_t> extensions{0};
-  mutable std::mutex mutex;  // guards results, loss_reason and loss_detail
-  compact_results results;   // the last decided round's
+  // Guards results, loss_reason and loss_detail: one of a fixed set of mutexes, chosen by the
+  // lock's address, rather than 40 bytes of its own. Locks that share one only wait for each
+  // other, rarely and briefly: nothing holds two, nor calls out while holding one.
+  std::mutex& mutex() const noexcept { return mutex_for(this); }
+  core::compact_results results;  // the last decided round's
   error_code loss_reason;
-  std::string loss_detail;          // the reason in words (lock::loss_description)
-  std::shared_ptr<watch> watcher;   // on the strand only; made on demand
-  std::string background_release_;  // encoded on first use (strand)
+  std::string loss_detail;         // the reason in words (lock::loss_description)
+  std::shared_ptr<watch> watcher;  // on the strand only; made on demand
   // The longest ttl any request for the current token set (strand): bounds how long a key of
   // ours can outlive a release that did not arrive.
   mutable std::chrono::milliseconds longest_ttl{0};
@@ -181,12 +187,21 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   // worth sending again.
   core::key_holders holders;
 
-  void set_results(const std::vector<master_result>& r) {
-    std::lock_guard guard{mutex};
-    results.assign(r);
+ private:
+  static std::mutex& mutex_for(const void* p) noexcept;
+  std::shared_ptr<const asio::any_io_executor> ex_;
+
+ public:
+  void set_results(const core::compact_results& r) {
+    std::lock_guard guard{mutex()};
+    results = r;
+  }
+  void set_results(core::compact_results&& r) noexcept {
+    std::lock_guard guard{mutex()};
+    results = std::move(r);
   }
   std::vector<master_result> results_copy() const {
-    std::lock_guard guard{mutex};
+    std::lock_guard guard{mutex()};
     return results.expand();
   }
   void set_deadline(clock_type::time_point tp) noexcept {
@@ -198,7 +213,8 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
   // The release script in full (EVAL), for releases nobody waits for. A failed round's release
   // must run before the retry's SET, which carries the same token; an EVALSHA whose fallback
   // went out only when NOSCRIPT came back could run after it and delete the new key.
-  const std::string& background_release_payload();
+  // Encoded when needed (rarely: a dropped handle, a lost release), not kept by the lock.
+  std::string background_release_payload() const;
   // A new round's token (each round signs its SET with a token never used before, so that a
   // release re-sent late can only ever delete what its own round set). False if none was drawn.
   bool new_token(error_code& ec);
@@ -285,6 +301,8 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   void close();
 
   const asio::any_io_executor& executor() const noexcept { return ex_; }
+  // The same, shared with the locks (lock_state::ex).
+  const std::shared_ptr<const asio::any_io_executor>& shared_executor() const noexcept { return shared_ex_; }
   const strand_type& strand() const noexcept { return strand_; }
   const client_config& config() const noexcept { return cfg_; }
   const logger& log() const noexcept { return log_; }
@@ -334,7 +352,7 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   // answers go to `sink`, tagged so that `is_release` recognises them.
   // With `round` (a failed round's per-master results): masters its SET never reached are left
   // out, and a lost release is kept for re-sending only where the SET may have set a key.
-  void release_everywhere(lock_state& st, const std::vector<master_result>* round = nullptr);
+  void release_everywhere(lock_state& st, const core::compact_results* round = nullptr);
   static bool is_release(std::uint64_t tag) noexcept;
   // Remembers a release (an EVAL payload) to re-send on master `i`'s next connection, while a key
   // of its token, set or extended with at most `ttl`, could still exist (core::release_ledger);
@@ -403,12 +421,12 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   void note_contended(const std::string& key);
   // Takes `member` out of the queues of the masters where it may still be (every master whose
   // answer to the last round was not a grant), after its acquisition ended.
-  void leave_queues(const lock_state& st, std::string_view member, const std::vector<master_result>& round);
+  void leave_queues(const lock_state& st, std::string_view member, const core::compact_results& round);
   void note_queued() noexcept { bump<true>(counters_.queued); }
   void note_wakeup() noexcept { bump<true>(counters_.wakeups); }
   void note_confirm() noexcept { bump<true>(counters_.confirmations); }
   // A fenced lock granted with a fence that rests on the masters' clocks alone (logged).
-  void note_unverified_fence(const lock_state& st, const std::vector<master_result>& round);
+  void note_unverified_fence(const lock_state& st, const core::compact_results& round);
   // The largest fencing counter this client saw on `key` (0: none): the next fenced acquisition
   // of `key` counts on from it (core::lock_fsm::start). A lost hint costs a confirmation only.
   std::int64_t fence_hint(const std::string& key) const;
@@ -453,7 +471,7 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   // `released`: by async_unlock (the final event `released`); else the handle was dropped.
   void stop_watching(lock_state& st, bool released = false);
   // An extension by async_extend succeeded (`round`: its masters' answers, for the event).
-  void deadline_moved(lock_state& st, const std::vector<master_result>* round = nullptr);
+  void deadline_moved(lock_state& st, const core::compact_results* round = nullptr);
   void add_waiter(const std::shared_ptr<lock_state>& st, lost_handler h);
   void add_event_waiter(const std::shared_ptr<lock_state>& st, event_handler h);
   void schedule(watch& w);
@@ -474,6 +492,7 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   void arm_timer(clock_type::time_point at);
 
   asio::any_io_executor ex_;
+  std::shared_ptr<const asio::any_io_executor> shared_ex_;
   strand_type strand_;
   client_config cfg_;
   error_code config_error_;

@@ -254,8 +254,10 @@ class lock_fsm {
   /// which runs after it).
   bool stragglers_possible() const noexcept {
     if (attempts_ > 1) return true;
-    for (const auto& r : table_.results())
-      if (r.status != master_status::granted && r.status != master_status::taken) return true;
+    for (std::size_t i = 0; i < table_.size(); ++i) {
+      const auto s = table_.status(i);
+      if (s != master_status::granted && s != master_status::taken) return true;
+    }
     return false;
   }
   /// The answers of the last round (the one that decided the outcome).
@@ -289,8 +291,7 @@ class lock_fsm {
   /// Whether master `i` must be sent the fence confirmation (it granted with a smaller number).
   bool needs_confirm(std::size_t i) const noexcept {
     if (!rules_.fence || i >= table_.size()) return false;
-    const auto& r = table_.results()[i];
-    return r.status == master_status::granted && r.value < fence_;
+    return table_.status(i) == master_status::granted && table_.value(i) < fence_;
   }
 
  private:
@@ -315,19 +316,21 @@ class lock_fsm {
   };
   fence_view view_fence() const noexcept {
     fence_view v;
-    for (const auto& r : table_.results()) {
-      if (r.status != master_status::granted && r.status != master_status::taken) continue;
-      if (r.value <= -max_counter || r.value >= max_counter) {  // not a counter (nor a clock) of ours
+    for (std::size_t i = 0; i < table_.size(); ++i) {
+      const auto status = table_.status(i);
+      const auto value = table_.value(i);
+      if (status != master_status::granted && status != master_status::taken) continue;
+      if (value <= -max_counter || value >= max_counter) {  // not a counter (nor a clock) of ours
         v.invalid = true;
         continue;
       }
       ++v.heard;
-      if (r.value > 0) ++v.counters;
-      v.heard_top = std::max(v.heard_top, r.value < 0 ? -r.value : r.value);
-      if (r.status != master_status::granted) continue;
-      if (r.value > 0) v.granted_top = std::max(v.granted_top, r.value);
-      v.counterless = v.counterless || r.value < 0;
-      v.invalid = v.invalid || r.value == 0;
+      if (value > 0) ++v.counters;
+      v.heard_top = std::max(v.heard_top, value < 0 ? -value : value);
+      if (status != master_status::granted) continue;
+      if (value > 0) v.granted_top = std::max(v.granted_top, value);
+      v.counterless = v.counterless || value < 0;
+      v.invalid = v.invalid || value == 0;
     }
     return v;
   }
@@ -344,7 +347,7 @@ class lock_fsm {
     }
     auto result = classify(table_.cmd(), ec, reply);
     if (result.status == master_status::unreachable && down_cause) result.error = down_cause;
-    if (master >= table_.size() || table_.results()[master].status != master_status::pending) return {};
+    if (master >= table_.size() || table_.status(master) != master_status::pending) return {};
     (void)table_.record(master, std::move(result), now);  // decided already: only the answer is kept
     if (!fence_heard(view_fence())) return {};
     if (now >= deadline_) return fail_round(error::validity_expired, now, unit_random);
@@ -383,9 +386,8 @@ class lock_fsm {
     confirm_pending_ = 0;
     confirm_taken_ = 0;
     for (std::size_t i = 0; i < table_.size(); ++i) {
-      const auto& r = table_.results()[i];
-      if (r.status != master_status::granted) continue;
-      if (r.value == top) {
+      if (table_.status(i) != master_status::granted) continue;
+      if (table_.value(i) == top) {
         ++confirmed_;
       } else {
         ++confirm_pending_;
@@ -472,7 +474,7 @@ class lock_fsm {
     // Wrong credentials or a host that does not exist stay so: retrying would only wait out the
     // whole retry budget before saying the same. Also when others hold the lock: the quorum is
     // out of reach whoever holds it.
-    if (!quorum_possible(table_.results(), table_.needed())) return finish(error::quorum_unavailable, true);
+    if (!quorum_possible(table_.answers(), table_.needed())) return finish(error::quorum_unavailable, true);
     if (!rules_.retry_enabled || !may_retry(rules_.retry, attempts_, elapsed, delay)) return finish(ec, true);
     // Even "at once" goes through a (zero) sleep: the shell releases the failed round first, from
     // its answers, which the next round would overwrite.

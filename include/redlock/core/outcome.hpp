@@ -5,6 +5,7 @@
 /// round's answers (one per master) with the quorum over them. Pure: times are passed in.
 
 #include <redlock/clock.hpp>
+#include <redlock/core/compact_results.hpp>
 #include <redlock/core/quorum.hpp>
 #include <redlock/error.hpp>
 #include <redlock/master_result.hpp>
@@ -150,22 +151,24 @@ class round_table {
     decided_at_ = {};
     decided_ = false;
     votes_ = needed ? quorum{n, needed} : quorum{n};
-    results_.assign(n, master_result{});
+    results_.reset(n);
   }
 
   /// Records master `i`'s answer at `now` (its latency counts from the round's start). A second
   /// answer of the same master, or an index out of range, is ignored. Returns true when this
   /// answer decided the round (reached or impossible).
   bool record(std::size_t i, master_result r, clock::time_point now) {
-    if (i >= results_.size() || results_[i].status != master_status::pending) return false;
+    if (i >= results_.size() || results_.status(i) != master_status::pending) return false;
     if (r.status == master_status::pending) r.status = master_status::failed;  // an answer is never "pending"
     r.latency = std::chrono::duration_cast<std::chrono::microseconds>(now - start_);
-    if (counts_as_yes(cmd_, r.status)) {
+    const bool yes = counts_as_yes(cmd_, r.status);
+    // Kept before it is counted: a failure to keep it (allocation) leaves the round unchanged.
+    results_.set(i, std::move(r));
+    if (yes) {
       votes_.yes();
     } else {
       votes_.no();
     }
-    results_[i] = std::move(r);
     if (decided_ || votes_.state() == quorum_state::pending) return false;
     decided_ = true;
     decided_at_ = now;
@@ -186,13 +189,23 @@ class round_table {
   std::size_t size() const noexcept { return results_.size(); }
   /// Yes votes the round needs.
   std::size_t needed() const noexcept { return votes_.needed(); }
-  /// Each master's answer, in master order (`pending` for a master that has not answered yet).
-  const std::vector<master_result>& results() const noexcept { return results_; }
+  /// Each master's answer, in master order (`pending` for a master that has not answered yet),
+  /// kept compact: a round in flight costs 16 bytes a master.
+  const compact_results& answers() const noexcept { return results_; }
+  /// The same, mutable (the shell moves them out once the round is done).
+  compact_results& answers() noexcept { return results_; }
+  /// Each master's answer in full (a copy), in master order.
+  std::vector<master_result> results() const { return results_.expand(); }
+  /// Master `i`'s status (`i` below `size()`).
+  master_status status(std::size_t i) const noexcept { return results_.status(i); }
+  /// The number master `i` answered with its status (`master_result::value`).
+  std::int64_t value(std::size_t i) const noexcept { return results_.value(i); }
 
   /// Number of masters whose answer has status `s`.
   std::size_t count(master_status s) const noexcept {
-    return static_cast<std::size_t>(
-        std::count_if(results_.begin(), results_.end(), [s](const master_result& m) { return m.status == s; }));
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < results_.size(); ++i) n += results_.status(i) == s ? 1 : 0;
+    return n;
   }
   /// Whether at least one master's answer has status `s`.
   bool any(master_status s) const noexcept { return count(s) != 0; }
@@ -203,7 +216,7 @@ class round_table {
   clock::time_point decided_at_{};
   bool decided_ = false;
   quorum votes_{0};
-  std::vector<master_result> results_;
+  compact_results results_;
 };
 
 }  // namespace redlock::core

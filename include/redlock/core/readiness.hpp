@@ -5,6 +5,7 @@
 /// usable: the decisions behind `client::async_wait_ready` and behind an `async_lock` that stops
 /// retrying early. Pure: the shell reports connects and failures, these classes decide.
 
+#include <redlock/core/compact_results.hpp>
 #include <redlock/core/quorum.hpp>
 #include <redlock/error.hpp>
 #include <redlock/master_result.hpp>
@@ -37,10 +38,11 @@ inline bool is_hopeless(const boost::system::error_code& ec) noexcept {
 /// later round could still reach one: false when the masters found unreachable for a hopeless
 /// cause (`master_result::error`) leave fewer than `needed` others, so that even if every other
 /// master granted, the quorum would be missed.
-inline bool quorum_possible(const std::vector<master_result>& round, std::size_t needed) noexcept {
+template <class Round = std::vector<master_result>>
+bool quorum_possible(const Round& round, std::size_t needed) noexcept {
   std::size_t hopeless = 0;
-  for (const auto& r : round) {
-    if (r.status == master_status::unreachable && is_hopeless(r.error)) ++hopeless;
+  for (std::size_t i = 0; i < round.size(); ++i) {
+    if (status_at(round, i) == master_status::unreachable && is_hopeless(error_at(round, i))) ++hopeless;
   }
   return round.size() - hopeless >= needed;
 }

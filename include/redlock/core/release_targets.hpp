@@ -4,6 +4,7 @@
 /// Which masters a lock's releases go to, and which lost releases are worth sending again: the
 /// rules behind every release the client sends (docs/design.md, "Releases in doubt"). Pure.
 
+#include <redlock/core/compact_results.hpp>
 #include <redlock/error.hpp>
 #include <redlock/master_result.hpp>
 
@@ -28,9 +29,11 @@ constexpr bool may_have_set(master_status s) noexcept {
 }
 
 /// Whether any master of `round` may hold a key of it (so that its release is worth encoding).
-inline bool any_may_have_set(const std::vector<master_result>& round, std::size_t masters) noexcept {
+/// (`Round`: a `std::vector<master_result>` or a `compact_results`.)
+template <class Round = std::vector<master_result>>
+bool any_may_have_set(const Round& round, std::size_t masters) noexcept {
   for (std::size_t i = 0; i < masters; ++i) {
-    if (i >= round.size() || may_have_set(round[i].status)) return true;
+    if (i >= round.size() || may_have_set(status_at(round, i))) return true;
   }
   return false;
 }
@@ -49,10 +52,11 @@ inline bool release_in_doubt(const boost::system::error_code& ec) noexcept {
 class key_holders {
  public:
   /// The granting round's answers.
-  void granted(const std::vector<master_result>& round) {
+  template <class Round = std::vector<master_result>>
+  void granted(const Round& round) {
     ruled_out_.clear();
     for (std::size_t i = 0; i < round.size(); ++i) {
-      if (!may_have_set(round[i].status)) ruled_out_.push_back(static_cast<std::uint16_t>(i));
+      if (!may_have_set(status_at(round, i))) ruled_out_.push_back(static_cast<std::uint16_t>(i));
     }
   }
   /// Whether master `i` may hold a key of the lock (true for a master the round did not cover).

@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: BSL-1.0
-// The results a lock keeps (src/detail/compact_results.hpp): what goes in comes out, errors and
+// The results a lock keeps (include/redlock/core/compact_results.hpp): what goes in comes out, errors and
 // server texts included, and a later annotation lands on its own master only.
 
-#include "detail/compact_results.hpp"
-
+#include <redlock/core/compact_results.hpp>
 #include <redlock/error.hpp>
 
 #include <boost/asio/error.hpp>
@@ -17,7 +16,7 @@ namespace {
 
 using redlock::master_result;
 using redlock::master_status;
-using redlock::detail::compact_results;
+using redlock::core::compact_results;
 using namespace std::chrono_literals;
 
 master_result result(master_status s, std::chrono::microseconds latency, std::int64_t value = 0) {
@@ -59,11 +58,35 @@ TEST(compact_results, a_new_round_replaces_the_old_one_errors_included) {
   compact_results c{first};
   const std::vector<master_result> second{result(master_status::granted, 3us), result(master_status::granted, 4us),
                                           result(master_status::granted, 5us)};
-  c.assign(second);
+  c = compact_results{second};
   expect_same(c.expand(), second);
-  c.assign({});
+  c = compact_results{std::vector<master_result>{}};
   EXPECT_TRUE(c.empty());
   EXPECT_TRUE(c.expand().empty());
+}
+
+// A lock's results are copied in after each round, into the storage it holds when it can. Catches
+// a copy that keeps the old round's errors (an index into extras that no longer belong to it),
+// loses the new one's, or reuses storage too small for it.
+TEST(compact_results, a_copy_replaces_the_old_answers_errors_included_whatever_the_storage) {
+  std::vector<master_result> with_error{result(master_status::failed, 1us), result(master_status::granted, 2us)};
+  with_error[0].error = boost::asio::error::eof;
+  with_error[0].server_text = "gone";
+  const std::vector<master_result> plain{result(master_status::granted, 3us, 7), result(master_status::taken, 4us)};
+  const std::vector<master_result> larger{result(master_status::granted, 5us), result(master_status::granted, 6us),
+                                          result(master_status::granted, 7us)};
+  compact_results c{with_error};
+  const compact_results p{plain}, w{with_error}, l{larger};
+  c = p;  // into the storage held, whose extras go
+  expect_same(c.expand(), plain);
+  EXPECT_FALSE(c.error(0));
+  c = w;  // with an error: through a copy
+  expect_same(c.expand(), with_error);
+  c = l;  // more masters than the storage held
+  expect_same(c.expand(), larger);
+  c = p;
+  expect_same(c.expand(), plain);
+  expect_same(w.expand(), with_error);  // the source is untouched
 }
 
 TEST(compact_results, latencies_beyond_its_range_are_clamped_not_wrapped) {
