@@ -44,7 +44,7 @@ class compact_results {
   /// if it fails).
   compact_results& operator=(const compact_results& o) {
     if (this == &o) return *this;
-    if (!o.extras_ && entries_.capacity() >= o.entries_.size()) {
+    if ((!o.extras_ || o.extras_->empty()) && entries_.capacity() >= o.entries_.size()) {
       entries_.assign(o.entries_.begin(), o.entries_.end());
       if (extras_) extras_->clear();
       return *this;
