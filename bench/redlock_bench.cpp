@@ -6,15 +6,17 @@
 // its scenarios when asked to).
 //
 // Usage: redlock_bench [--json FILE] [--cycles N] [--seconds S] [--contention-runs R]
-//                      [--only a,b,c,c_no_fair,c_poll_2ms,d,e,g,floor,ceiling] [--hold-for-peers CMD]
+//                      [--only a,b,c,c_wake_only,c_no_fair,c_poll_2ms,d,e,g,floor,ceiling]
+//                      [--hold-for-peers CMD]
 //                      [--floor-bench BIN] [--worker BIN] [--g-seconds S=40] [--g-no-fair-seconds S=20]
 //                      [--c-hold-ms H=0] [--delay-proxy BIN] [--ceiling-runs R=3]
 // --json FILE: where the results go; by default bench/results/local/redlock_bench.json, relative
 // to the working directory (run it from the repository's root). Missing directories are created.
 // Git ignores bench/results/local/: the committed results are the ones bench/run.sh writes.
-// --only c runs (c) in its three configurations (c: the library's defaults, fair hand-over on;
-// c_no_fair: default retry, fairness off; c_poll_2ms: fairness off, 0-2 ms retry, the setting of
-// this benchmark before fair hand-over), each also selectable alone. The configurations take
+// --only c runs (c) in its four configurations (c: the library's defaults, fair hand-over on;
+// c_wake_only: the same without `fairness.hand_over`, so releases wake the first waiter instead of
+// handing it the lock; c_no_fair: default retry, fairness off; c_poll_2ms: fairness off, 0-2 ms
+// retry, the setting of this benchmark before fair hand-over), each also selectable alone. The configurations take
 // turns run by run (run 1 of each, then run 2 of each, ...), so that a busy moment of the machine
 // does not fall on one configuration only. Right before each run, the floor's quorum round trip
 // (PING to all five until three answered) is measured again, 2,000 times: the unit in which that
@@ -510,7 +512,7 @@ struct contention_result {
   long failures = 0, after_deadline = 0, self_regrants = 0;
   std::vector<double> handover_us;  // release -> next grant
   std::vector<double> unlock_us;    // async_unlock call -> its completion
-  std::uint64_t wakeups = 0, queued = 0;
+  std::uint64_t wakeups = 0, queued = 0, handed = 0;
   double client_cpu_us = 0, masters_cpu_us = 0;  // per grant
   std::map<std::string, double> master_calls;    // per grant, all masters together
   std::map<std::string, double> master_usec;     // per grant, all masters together
@@ -588,6 +590,7 @@ contention_result contention(asio::io_context& ioc, redlock::client& c, setup& s
   }
   const auto stats1 = c.stats();
   r.wakeups = stats1.lock_wakeups - stats0.lock_wakeups;
+  r.handed = stats1.lock_handovers - stats0.lock_handovers;
   r.queued = stats1.locks_queued - stats0.locks_queued;
   return r;
 }
@@ -938,19 +941,22 @@ int run_bench(int argc, char** argv) {
     pump_for(ioc, 50ms);
     run_peers("b");
   }
-  // (c) in three configurations, each with its own client: the library's defaults (fair
-  // hand-over on, retry 50-150 ms), fairness off with the default retry, and the 0-2 ms polling
-  // this benchmark used before fair hand-over (fairness off, as there was none then).
+  // (c) in four configurations, each with its own client: the library's defaults (fair
+  // hand-over on, retry 50-150 ms), the same with wake-ups instead of hand-overs, fairness off
+  // with the default retry, and the 0-2 ms polling this benchmark used before fair hand-over
+  // (fairness off, as there was none then).
   struct c_config {
     const char* key;
     bool fair;
+    bool hand_over;
     std::chrono::milliseconds base, jitter, max_wait;
   };
   const redlock::core::retry_policy defaults{};
   const c_config c_configs[] = {
-      {"c", true, defaults.base_delay, defaults.jitter, defaults.max_wait},
-      {"c_no_fair", false, defaults.base_delay, defaults.jitter, defaults.max_wait},
-      {"c_poll_2ms", false, 0ms, 2ms, 10s},
+      {"c", true, true, defaults.base_delay, defaults.jitter, defaults.max_wait},
+      {"c_wake_only", true, false, defaults.base_delay, defaults.jitter, defaults.max_wait},
+      {"c_no_fair", false, false, defaults.base_delay, defaults.jitter, defaults.max_wait},
+      {"c_poll_2ms", false, false, 0ms, 2ms, 10s},
   };
   // What each configuration gathered over its runs.
   struct c_runs {
@@ -966,6 +972,7 @@ int run_bench(int argc, char** argv) {
       any_c = true;
       auto cfg = s.config(false);
       cfg.fairness.enabled = cc.fair;
+      cfg.fairness.hand_over = cc.hand_over;
       cfg.retry.base_delay = cc.base;
       cfg.retry.jitter = cc.jitter;
       cfg.retry.max_wait = cc.max_wait;
@@ -991,21 +998,22 @@ int run_bench(int argc, char** argv) {
       }
       fmt::print(
           "({}) run {:<2} {:>6.0f} hand-overs/s  fairness {:.2f}  release->grant p50 {:.0f} p99 {:.0f} us  "
-          "(unlock p50 {:.0f} us, quorum RTT {:.0f} us)  wake-ups {} queued {} self {} failures {}\n"
+          "(unlock p50 {:.0f} us, quorum RTT {:.0f} us)  wake-ups {} hand-overs {} queued {} self {} failures {}\n"
           "     per grant: CPU client {:.0f} us, masters {:.0f} us; master calls:{}; in-command us:{}\n",
-          cc.key, run_no, r.handovers_per_s, r.fairness, h.p50, h.p99, u.p50, rtt, r.wakeups, r.queued, r.self_regrants,
-          r.failures, r.client_cpu_us, r.masters_cpu_us, calls, usec);
+          cc.key, run_no, r.handovers_per_s, r.fairness, h.p50, h.p99, u.p50, rtt, r.wakeups, r.handed, r.queued,
+          r.self_regrants, r.failures, r.client_cpu_us, r.masters_cpu_us, calls, usec);
       std::string shares;
       for (long v : r.shares) shares += fmt::format("{}{}", shares.empty() ? "" : ", ", v);
       done.rows.push_back(fmt::format(
           "{{\"handovers_per_s\": {:.0f}, \"fairness\": {:.3f}, \"failures\": {}, \"handover_us\": {}, "
           "\"handover_mean_us\": {:.1f}, \"unlock_us\": {}, \"handovers\": {}, \"self_regrants\": {}, "
-          "\"handovers_after_deadline\": {}, \"wall_s\": {:.3f}, \"lock_wakeups\": {}, \"locks_queued\": {}, "
+          "\"handovers_after_deadline\": {}, \"wall_s\": {:.3f}, \"lock_wakeups\": {}, \"lock_handovers\": {}, "
+          "\"locks_queued\": {}, "
           "\"client_cpu_us_per_grant\": {:.1f}, \"masters_cpu_us_per_grant\": {:.1f}, \"quorum_rtt_p50_us\": {:.1f}, "
           "\"master_calls_per_grant\": {{{}}}, \"master_usec_per_grant\": {{{}}}, \"shares\": [{}]}}",
           r.handovers_per_s, r.fairness, r.failures, json_stats(h), mean_of(r.handover_us), json_stats(u),
-          r.handover_us.size(), r.self_regrants, r.after_deadline, r.wall_s, r.wakeups, r.queued, r.client_cpu_us,
-          r.masters_cpu_us, rtt, calls_json, usec_json, shares));
+          r.handover_us.size(), r.self_regrants, r.after_deadline, r.wall_s, r.wakeups, r.handed, r.queued,
+          r.client_cpu_us, r.masters_cpu_us, rtt, calls_json, usec_json, shares));
       done.pooled.insert(done.pooled.end(), r.handover_us.begin(), r.handover_us.end());
       done.rates.push_back(r.handovers_per_s);
       done.fairness.push_back(r.fairness);
@@ -1028,15 +1036,15 @@ int run_bench(int argc, char** argv) {
             : std::string{});
     std::string arr;
     for (const auto& row : done.rows) arr += (arr.empty() ? "" : ", ") + row;
-    json.push_back(
-        fmt::format("\"{}\": {{\"config\": {{\"fairness\": {}, \"retry\": {{\"base_ms\": {}, \"jitter_ms\": {}, "
-                    "\"max_wait_ms\": {}}}}}, "
-                    "\"contenders\": 16, \"hold_ms\": {:.3f}, \"seconds\": {:.1f}, \"handover_us\": {}, "
-                    "\"quorum_rtt_p50_us\": {:.1f}, \"handover_p50_in_rtt\": {:.2f}, \"handover_p99_in_rtt\": {:.2f}, "
-                    "\"interleaved\": true, \"runs\": [{}]}}",
-                    cc.key, cc.fair, cc.base.count(), cc.jitter.count(), cc.max_wait.count(),
-                    std::chrono::duration<double, std::milli>(c_hold).count(), std::min(seconds, 2.0), json_stats(all),
-                    rtt, rtt > 0 ? all.p50 / rtt : 0, rtt > 0 ? all.p99 / rtt : 0, arr));
+    json.push_back(fmt::format(
+        "\"{}\": {{\"config\": {{\"fairness\": {}, \"hand_over\": {}, \"retry\": {{\"base_ms\": {}, \"jitter_ms\": {}, "
+        "\"max_wait_ms\": {}}}}}, "
+        "\"contenders\": 16, \"hold_ms\": {:.3f}, \"seconds\": {:.1f}, \"handover_us\": {}, "
+        "\"quorum_rtt_p50_us\": {:.1f}, \"handover_p50_in_rtt\": {:.2f}, \"handover_p99_in_rtt\": {:.2f}, "
+        "\"interleaved\": true, \"runs\": [{}]}}",
+        cc.key, cc.fair, cc.hand_over, cc.base.count(), cc.jitter.count(), cc.max_wait.count(),
+        std::chrono::duration<double, std::milli>(c_hold).count(), std::min(seconds, 2.0), json_stats(all), rtt,
+        rtt > 0 ? all.p50 / rtt : 0, rtt > 0 ? all.p99 / rtt : 0, arr));
   }
   if (any_c) run_peers("c");
   // (g) four processes with default-configured clients, fair hand-over on, then off.

@@ -38,7 +38,7 @@ from pathlib import Path
 
 LIBS = ("node-redlock", "redlock-universal")
 # redlock_bench's (c) configurations, in the order of the tables.
-C_CONFIGS = ("c", "c_no_fair", "c_poll_2ms")
+C_CONFIGS = ("c", "c_wake_only", "c_no_fair", "c_poll_2ms")
 
 
 def c_config_name(key: str, c: dict) -> str:
@@ -47,7 +47,8 @@ def c_config_name(key: str, c: dict) -> str:
         r = c.get("retry", {})
         return f"retry {r.get('base_ms', '?')}–{r.get('base_ms', 0) + r.get('jitter_ms', 0)} ms"
     r = conf["retry"]
-    return f"`{key}`: fair {'on' if conf['fairness'] else 'off'}, retry {r['base_ms']}–{r['base_ms'] + r['jitter_ms']} ms"
+    fair = "off" if not conf["fairness"] else "on, hand-over off" if conf.get("hand_over") is False else "on"
+    return f"`{key}`: fair {fair}, retry {r['base_ms']}–{r['base_ms'] + r['jitter_ms']} ms"
 
 
 def median(v):

@@ -131,6 +131,9 @@ struct lock_op final : started_op {
             c.note_queued();
           }
           c.ensure_inbox();  // queued on each connection before the round: no wake-up is missed
+          // A cluster's nodes count pub/sub receivers per node: its releases rarely hand over.
+          for (std::size_t i = 0; i < c.config().masters.size(); ++i)
+            fsm.set_deaf(i, c.deaf(i) || c.config().masters[i].cluster.enabled);
           ticket = a.ticket;
           note_sent();
           return c.send_votes(c.scratch_step(step::fair_acquire, *st, values()), a.at, shared_from_this(), fsm.round());
@@ -172,8 +175,9 @@ struct lock_op final : started_op {
                       describe_masters(fsm.table().answers(), st->token));
         }
         if (st->spec->fence) c.note_fence_hint(st->key, std::max(fsm.fence(), fsm.fence_floor()));
+        timer.cancel();  // a hand-over may end the acquisition during the retry delay
         if (!a.ec) {
-          st->holders.granted(fsm.table().answers());
+          st->holders.granted(fsm.table().answers(), fsm.queued());
           st->fence = fsm.fence();
           if (st->spec->fence && !fsm.fence_verified()) c.note_unverified_fence(*st, fsm.table().answers());
         }
@@ -186,7 +190,7 @@ struct lock_op final : started_op {
         if (st->spec->claims && (fsm.queued_seen() || ((a.ec || fsm.attempts() > 1) && fsm.stragglers_possible())))
           c.leave_claims(*st);
         if (!member.empty()) {
-          if (fsm.queued()) c.leave_queues(*st, member, fsm.table().answers());
+          if (fsm.queued()) c.leave_queues(*st, member, a.ec ? std::string_view{} : std::string_view{st->token});
           c.forget_waiter(member);
           member.clear();
         }
@@ -199,6 +203,9 @@ struct lock_op final : started_op {
     if (client_impl::is_release(tag)) return;  // a failed round's release: nobody waits for it
     // A TIME answer is a sample only with its own round's send time.
     ec = owner->vote_reply(master_of(tag), ec, r, round_of(tag) == sent_round ? sent_at : clock_type::time_point{});
+    // A hand-over that came before this answer counts with it only if the answer's clock sample
+    // leaves the master trusted.
+    if (!owner->counts_handover(master_of(tag))) fsm.drop_early(master_of(tag));
     if (!(tag & eval_flag) && core::is_noscript(ec, r)) {
       // The master's script cache was empty (the scripts are loaded first on every connection, but
       // requests queued while it was being made go before them): the request again with EVAL,
@@ -227,6 +234,7 @@ struct lock_op final : started_op {
     auto v = owner->values(*st);
     if (!member.empty()) v.waiter = member;
     v.ticket = ticket;
+    v.round = owner->config().fairness.hand_over ? fsm.round() : 0;  // 0: no offer
     v.fence = fsm.done() ? st->fence : fsm.fence();
     return v;
   }
@@ -234,6 +242,15 @@ struct lock_op final : started_op {
   void on_wake(std::size_t master) override {
     const auto a = fsm.on_wake(master, clock_type::now());
     if (a.what == core::lock_action::type::acquire) owner->note_wakeup();
+    act(a);
+  }
+
+  void on_handover(std::size_t master, std::uint64_t round) override {
+    // A master the guard does not trust now hands nothing over: the message only wakes.
+    if (!owner->counts_handover(master)) return on_wake(master);
+    const auto a = fsm.on_handover(round, master, clock_type::now());
+    if (a.what == core::lock_action::type::complete) owner->note_handover();
+    if (a.what == core::lock_action::type::acquire) owner->note_wakeup();  // hand-overs short of a quorum
     act(a);
   }
 

@@ -34,6 +34,7 @@ struct inbox_sink final : reply_sink {
     if (!ec || ec == asio::error::operation_aborted) return;
     auto c = owner.lock();
     if (!c) return;
+    c->set_deaf(master_of(tag));
     const auto* v = resp::reply_value(r);
     REDLOCK_LOG(c->log(), ec == error::not_supported ? log_level::info : log_level::warning,
                 "master {}: no wake-ups for waiters ({}{}{}); they retry on their schedule", master_of(tag) + 1,
@@ -42,15 +43,36 @@ struct inbox_sink final : reply_sink {
   }
 };
 
-// "<16 hex digits>:<hex number>" -> the number, if the inbox is `inbox`.
-std::optional<std::uint64_t> waiter_number(std::string_view member, std::string_view inbox) noexcept {
-  if (member.size() <= inbox.size() + 1 || member.substr(0, inbox.size()) != inbox || member[inbox.size()] != ':')
+// A waiter's name or a master's message to it: the operation's number, and the round of a
+// hand-over (0 for a wake-up); `probe`: the release asks whether the client is there, and
+// either hands over or wakes next.
+struct waiter_message {
+  std::uint64_t op = 0;
+  std::uint64_t round = 0;
+  bool probe = false;
+};
+
+// "<inbox>:<hex number>" (a waiter's name, or a wake-up), or the same and ":<decimal round>" (a
+// hand-over), and a trailing ':' (a probe) -> the numbers, if the inbox is `inbox`.
+std::optional<waiter_message> parse_waiter(std::string_view text, std::string_view inbox) noexcept {
+  if (text.size() <= inbox.size() + 1 || text.substr(0, inbox.size()) != inbox || text[inbox.size()] != ':')
     return std::nullopt;
-  const auto digits = member.substr(inbox.size() + 1);
-  std::uint64_t n = 0;
-  const auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n, 16);
-  if (ec != std::errc{} || p != digits.data() + digits.size()) return std::nullopt;
-  return n;
+  const char* p = text.data() + inbox.size() + 1;
+  const char* end = text.data() + text.size();
+  waiter_message m;
+  auto r = std::from_chars(p, end, m.op, 16);
+  if (r.ec != std::errc{} || r.ptr == p) return std::nullopt;
+  if (r.ptr == end) return m;
+  if (*r.ptr != ':') return std::nullopt;
+  p = r.ptr + 1;
+  r = std::from_chars(p, end, m.round, 10);
+  if (r.ec != std::errc{} || r.ptr == p || m.round == 0) return std::nullopt;
+  if (r.ptr + 1 == end && *r.ptr == ':') {
+    m.probe = true;
+    return m;
+  }
+  if (r.ptr != end) return std::nullopt;
+  return m;
 }
 
 }  // namespace
@@ -62,7 +84,7 @@ std::string client_impl::new_waiter(op_base& op) {
 }
 
 void client_impl::forget_waiter(std::string_view member) noexcept {
-  if (const auto n = waiter_number(member, inbox_)) waiters_.erase(*n);
+  if (const auto m = parse_waiter(member, inbox_)) waiters_.erase(m->op);
 }
 
 namespace {
@@ -132,6 +154,8 @@ void client_impl::load_scripts(std::size_t i) {
 
 void client_impl::subscribe_inbox(std::size_t i) {
   if (!inbox_sink_) inbox_sink_ = std::make_shared<inbox_sink>(weak_from_this());
+  if (deaf_.size() != links_.size()) deaf_.assign(links_.size(), false);
+  deaf_[i] = false;  // until the master refuses
   scratch_.clear();
   scratch_.push("SUBSCRIBE", wake_channel_);
   // Its deadline is the release timeout: a master that does not confirm is as slow as that.
@@ -154,10 +178,12 @@ void client_impl::on_push(std::size_t i, const resp::response& push) {
   if (push.size() != 4 || push[0].data_type != resp::type::push || push[1].value != "message" ||
       push[2].value != wake_channel_)
     return;
-  const auto n = waiter_number(push[3].value, inbox_);
-  if (!n) return;
-  const auto it = waiters_.find(*n);
-  if (it == waiters_.end()) return;  // that acquisition has ended
+  const auto m = parse_waiter(push[3].value, inbox_);
+  if (!m) return;
+  const auto it = waiters_.find(m->op);
+  if (it == waiters_.end()) return;  // that acquisition has ended (its dequeue gives a hand-over back)
+  if (m->probe) return;              // a hand-over or a wake-up follows
+  if (m->round != 0) return it->second->on_handover(i, m->round);
   it->second->on_wake(i);
 }
 
@@ -178,21 +204,20 @@ void client_impl::note_contended(const std::string& key) {
   contended_[key] = now + entry_timeout_;
 }
 
-void client_impl::leave_queues(const lock_state& st, std::string_view member, const core::compact_results& round) {
+void client_impl::leave_queues(const lock_state& st, std::string_view member, std::string_view keep) {
+  auto v = st.values();
+  v.waiter = member;
+  v.keep = keep;
   scratch_.clear();
-  for (const auto suffix : {queue_suffix, expiry_suffix}) {
-    scratch_.begin(3);
-    scratch_.arg("ZREM");
-    scratch_.arg(st.key, suffix);
-    scratch_.arg(member);
-  }
+  if (!core::encode_step(scratch_, st.spec->dequeue, v, false)) return;
   const auto deadline = clock_type::now() + cfg_.release_timeout;
-  // Nobody waits for the answers (the lock state's sink ignores them); an entry left behind on a
-  // master that is down expires with the entry timeout.
+  // Every master, granting ones too: a master that handed this waiter the key keeps its offer
+  // until now. Nobody waits for the answers (the lock state's sink ignores them); an entry left
+  // behind on a master that is down expires with the entry timeout, and a key handed to the
+  // waiter there with its ttl.
   const auto sink = std::const_pointer_cast<lock_state>(st.shared_from_this());
   for (std::size_t i = 0; i < links_.size(); ++i) {
-    if (i < round.size() && round.status(i) == master_status::granted) continue;  // it left that queue
-    (void)links_[i]->submit(scratch_.payload(), 2, deadline, sink, make_tag(release_round, i));
+    (void)links_[i]->submit(scratch_.payload(), 1, deadline, sink, make_tag(release_round, i));
   }
 }
 

@@ -405,6 +405,16 @@ error_code client_impl::vote_reply(std::size_t i, error_code ec, const resp::res
   return g.cause(now) == hazard_cause::info_refused ? error::restart_guard_refused : error::master_quarantined;
 }
 
+bool client_impl::counts_handover(std::size_t i) {
+  if (i >= guards_.size()) return true;
+  // As a yes vote (vote_reply): a hand-over from a master that restarted without its data, or
+  // whose clock jumped, may stand on a key that is not what it seems; it only wakes the waiter.
+  const bool suspect = cfg_.masters[i].cluster.enabled
+                           ? node_clock(i, links_[i]->answering_node()).last_sample_suspect()
+                           : guards_[i].last_sample_suspect();
+  return guards_[i].counts(clock_type::now()) && !suspect;
+}
+
 bool client_impl::take_time(std::size_t i, const resp::response& r, std::size_t at, clock_type::time_point sent) {
   const auto t = core::parse_time(r, at);
   if (!t || sent == clock_type::time_point{}) return false;

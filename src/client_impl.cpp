@@ -164,6 +164,7 @@ client_stats client_impl::stats() const {
   s.releases_resent = read(c.releases_resent);
   s.releases_expired = read(c.releases_expired);
   s.lock_wakeups = read(c.wakeups);
+  s.lock_handovers = read(c.handovers);
   s.locks_queued = read(c.queued);
   s.fence_confirmations = read(c.confirmations);
   s.fences_unverified = read(c.unverified_fences);
@@ -178,12 +179,14 @@ client_stats client_impl::stats() const {
 }
 
 core::lock_rules client_impl::lock_rules(std::chrono::milliseconds ttl, bool retry) const noexcept {
-  return {links_.size(), ttl, cfg_.request_timeout, cfg_.drift, cfg_.retry, retry, cfg_.fairness.enabled};
+  return {links_.size(), ttl,   cfg_.request_timeout,  cfg_.drift,
+          cfg_.retry,    retry, cfg_.fairness.enabled, cfg_.fairness.enabled && cfg_.fairness.hand_over};
 }
 
 core::lock_rules client_impl::lock_rules(const lock_state& st, bool retry) const noexcept {
   auto r = lock_rules(st.ttl, retry);
   r.fair = r.fair && st.spec->fair;
+  r.hand_over = r.fair && cfg_.fairness.hand_over;
   r.scripted = st.spec->scripted();
   r.fence = st.spec->fence;
   r.quorum = st.quorum;

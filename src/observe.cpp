@@ -147,6 +147,7 @@ void each_counter(client_stats& a, const client_stats& b, Op op) {
   op(a.releases_resent, b.releases_resent);
   op(a.releases_expired, b.releases_expired);
   op(a.lock_wakeups, b.lock_wakeups);
+  op(a.lock_handovers, b.lock_handovers);
   op(a.locks_queued, b.locks_queued);
   op(a.fence_confirmations, b.fence_confirmations);
   op(a.fences_unverified, b.fences_unverified);

@@ -343,8 +343,10 @@ void append_prometheus(std::string& out, const client_stats& s, const prometheus
   w.counter("releases_resent_total", "Releases sent again on a master's new connection.", s.releases_resent);
   w.counter("releases_expired_total", "Releases dropped unsent because every key they covered had expired.",
             s.releases_expired);
-  w.counter("lock_wakeups_total", "Fair hand-over: attempts started because the masters handed the lock over.",
+  w.counter("lock_wakeups_total", "Fair hand-over: attempts started early because the masters woke the waiter.",
             s.lock_wakeups);
+  w.counter("lock_handovers_total", "Fair hand-over: lock operations that the releasing holder handed the lock to.",
+            s.lock_handovers);
   w.counter("locks_queued_total", "Fair hand-over: lock operations that queued behind other waiters.", s.locks_queued);
   w.counter("fence_confirmations_total", "Fenced locks whose fence was confirmed in a second round trip.",
             s.fence_confirmations);

@@ -36,6 +36,16 @@ struct fairness_options {
   /// with the defaults). Must exceed retry.base_delay + retry.jitter + request_timeout, the
   /// longest gap between two attempts of a waiter that hears no wake-up.
   std::chrono::milliseconds entry_timeout{0};
+  /// On: each fair round leaves an offer beside its queue entry (its token, ttl and round), and a
+  /// holder's release sets the key for the first waiter at once, with that offer, if the waiter's
+  /// client is connected to receive the message. The waiter holds the lock when a majority of
+  /// masters has handed it over, without a round of its own: about one round trip from release
+  /// to grant instead of two. The price: a waiter whose process stops (not dies: a dead process
+  /// has no connection left, and is only woken) in the moments between its last round and the
+  /// release holds the lock up until the key's ttl, as a stopped holder does, rather than only
+  /// until its queue entry expires (docs/design.md, "Fair hand-over"). Off: releases only wake the
+  /// first waiter, which then acquires with a round of its own.
+  bool hand_over = true;
 };
 
 /// The masters and the rules of a Redlock client.

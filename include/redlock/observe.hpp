@@ -282,6 +282,9 @@ struct REDLOCK_API client_stats {
   /// Fair hand-over: attempts started early because the masters said the lock was released to
   /// this waiter (rather than at the end of a retry delay).
   std::uint64_t lock_wakeups = 0;
+  /// Fair hand-over: `async_lock` calls that completed because a majority of masters handed them
+  /// the lock as its holder released it (no round of their own after the release).
+  std::uint64_t lock_handovers = 0;
   /// Fair hand-over: `async_lock` calls that queued behind other waiters on the masters.
   std::uint64_t locks_queued = 0;
   /// Fenced locks whose granting masters disagreed on the fence, so that it was confirmed on them

@@ -40,6 +40,8 @@ std::string_view suffix_of(key_ref k) noexcept {
       return detail::queue_suffix;
     case key_ref::expiry:
       return detail::expiry_suffix;
+    case key_ref::offer:
+      return detail::offer_suffix;
     case key_ref::fence:
       return detail::fence_suffix;
     case key_ref::holds:
@@ -111,6 +113,15 @@ void for_each_script_arg(const step_spec& s, const step_values& v, std::size_t k
         break;
       case arg_ref::zero:
         put(std::string_view{"0"}, {});
+        break;
+      case arg_ref::one:
+        put(std::string_view{"1"}, {});
+        break;
+      case arg_ref::round:
+        number(static_cast<std::int64_t>(v.round));
+        break;
+      case arg_ref::keep:
+        put(v.keep, {});
         break;
     }
   }

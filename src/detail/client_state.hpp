@@ -80,6 +80,8 @@ struct op_base : reply_sink, std::enable_shared_from_this<op_base> {
   virtual void cancel() = 0;  // on the strand
   // A master named this operation as the first waiter after a release (fair hand-over).
   virtual void on_wake(std::size_t /*master*/) {}
+  // A master handed this operation the lock with the offer of its round `round`.
+  virtual void on_handover(std::size_t /*master*/, std::uint64_t /*round*/) {}
   virtual ~op_base() = default;
   op_base* prev_op = nullptr;
   op_base* next_op = nullptr;
@@ -287,7 +289,8 @@ struct client_counters {
   counter lock_operations{0}, lock_attempts{0}, acquired{0}, not_acquired{0}, quorum_unavailable{0},
       validity_expired{0}, aborted{0}, rejected{0};
   counter extensions{0}, extension_failures{0}, lost{0}, releases{0}, release_failures{0}, background_releases{0},
-      releases_resent{0}, releases_expired{0}, wakeups{0}, queued{0}, confirmations{0}, unverified_fences{0};
+      releases_resent{0}, releases_expired{0}, wakeups{0}, handovers{0}, queued{0}, confirmations{0},
+      unverified_fences{0};
   counter votes_quarantined{0}, client_pauses{0}, keep_alive_passes_split{0};
   live_histogram<true> acquire_latency;
 };
@@ -376,6 +379,9 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   // and returns the vote's own error, or `master_quarantined` / `restart_guard_refused` for a
   // clean answer that does not count.
   error_code vote_reply(std::size_t i, error_code ec, const resp::response& r, clock_type::time_point sent);
+  // Whether a hand-over from master `i` may count now: its guard counts its votes (not
+  // quarantined after a restart or a clock jump, and its last clock sample not suspect).
+  bool counts_handover(std::size_t i);
   // Between these two, votes are gathered instead of sent, and go out in requests of up to
   // `max_batch` votes with one TIME behind each rather than one behind each vote (the keep-alive
   // timer's pass: docs/safety.md, "Restarts and clock jumps").
@@ -421,9 +427,18 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   void note_contended(const std::string& key);
   // Takes `member` out of the queues of the masters where it may still be (every master whose
   // answer to the last round was not a grant), after its acquisition ended.
-  void leave_queues(const lock_state& st, std::string_view member, const core::compact_results& round);
+  // The end of a fair acquisition: every master's queues, and a key handed to `member` whose token
+  // is not `keep` (the granted lock's token, or empty) given back.
+  void leave_queues(const lock_state& st, std::string_view member, std::string_view keep);
+  // Whether master `i`'s connection refused to subscribe to the inbox (RESP2, or an ACL): no
+  // wake-up or hand-over comes from it.
+  bool deaf(std::size_t i) const noexcept { return i < deaf_.size() && deaf_[i]; }
+  void set_deaf(std::size_t i) {
+    if (i < deaf_.size()) deaf_[i] = true;
+  }
   void note_queued() noexcept { bump<true>(counters_.queued); }
   void note_wakeup() noexcept { bump<true>(counters_.wakeups); }
+  void note_handover() noexcept { bump<true>(counters_.handovers); }
   void note_confirm() noexcept { bump<true>(counters_.confirmations); }
   // A fenced lock granted with a fence that rests on the masters' clocks alone (logged).
   void note_unverified_fence(const lock_state& st, const core::compact_results& round);
@@ -523,6 +538,7 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   std::string wake_channel_;  // where the masters wake them
   bool inbox_wanted_ = false;
   std::shared_ptr<reply_sink> inbox_sink_;
+  std::vector<bool> deaf_;  // per master: its connection could not subscribe to the inbox
   std::shared_ptr<reply_sink> scripts_sink_;
   std::string scripts_payload_;
   std::uint64_t script_loads_ = 0;

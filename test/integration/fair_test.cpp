@@ -213,15 +213,19 @@ struct fair_base : ::testing::Test {
 
 // ---- 1. wake-up -----------------------------------------------------------------------------------
 
-// A waiter's retry delay is 3 s. With fairness, the release wakes it, and it holds the lock within
-// a few round trips; without, it waits for its retry tick (the fallback, which always stays).
-struct wake_up : fair_base, ::testing::WithParamInterface<bool> {};
+// A waiter's retry delay is 3 s. With fairness, the release hands it the lock (or, with hand-over
+// off, wakes it, and it takes the lock with a round of its own) within a few round trips; without,
+// it waits for its retry tick (the fallback, which always stays).
+enum class wake_mode { hand_over, wake_only, off };
+struct wake_up : fair_base, ::testing::WithParamInterface<wake_mode> {};
 
 TEST_P(wake_up, the_release_wakes_the_waiter_long_before_its_retry_delay) {
-  const bool fair = GetParam();
+  const bool fair = GetParam() != wake_mode::off;
+  const bool hand_over = GetParam() == wake_mode::hand_over;
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
     auto cfg = config(3000ms, 0ms, 20s);
     cfg.fairness.enabled = fair;
+    cfg.fairness.hand_over = hand_over;
     redlock::client a{ioc.get_executor(), cfg};
     redlock::client b{ioc.get_executor(), cfg};
     co_await wait_connected(a);
@@ -249,12 +253,23 @@ TEST_P(wake_up, the_release_wakes_the_waiter_long_before_its_retry_delay) {
     EXPECT_TRUE(co_await until([&] { return pb->done; }, 15s));
     EXPECT_FALSE(pb->ec) << pb->ec.message();
     const auto waited = pb->at - released;
-    std::printf("fairness %s: granted %.1f ms after the release (%.1f ms after asking), attempts %zu, wake-ups %llu\n",
-                fair ? "on" : "off", ms_of(waited), ms_of(pb->at - asked), pb->lock.attempts(),
-                static_cast<unsigned long long>(b.stats().lock_wakeups));
-    if (fair) {
+    std::printf(
+        "fairness %s: granted %.1f ms after the release (%.1f ms after asking), attempts %zu, wake-ups %llu, "
+        "hand-overs %llu\n",
+        fair ? (hand_over ? "on" : "on, no hand-over") : "off", ms_of(waited), ms_of(pb->at - asked),
+        pb->lock.attempts(), static_cast<unsigned long long>(b.stats().lock_wakeups),
+        static_cast<unsigned long long>(b.stats().lock_handovers));
+    if (hand_over) {
+      EXPECT_LT(waited, 1s);  // a round trip; its retry tick was 3 s after its queueing round
+      EXPECT_EQ(b.stats().lock_handovers, 1u);
+      EXPECT_EQ(b.stats().lock_wakeups, 0u);
+      EXPECT_EQ(pb->lock.attempts(), 2u);  // plain, queueing: the release handed it the lock
+      // Each master's key is b's, with its own ttl and the token of its queueing round.
+      EXPECT_EQ(holding("wake", pb->lock.token()), 5u);
+    } else if (fair) {
       EXPECT_LT(waited, 1s);  // a few round trips; its retry tick was 3 s after its queueing round
       EXPECT_GE(b.stats().lock_wakeups, 1u);
+      EXPECT_EQ(b.stats().lock_handovers, 0u);
       EXPECT_EQ(pb->lock.attempts(), 3u);  // plain, queueing, woken
     } else {
       // Only the retry tick: never before 3 s after its first round began.
@@ -266,10 +281,19 @@ TEST_P(wake_up, the_release_wakes_the_waiter_long_before_its_retry_delay) {
   });
 }
 
-std::string wake_up_name(const ::testing::TestParamInfo<bool>& p) {
-  return p.param ? "fairness_on" : "fairness_off_polls";
+std::string wake_up_name(const ::testing::TestParamInfo<wake_mode>& p) {
+  switch (p.param) {
+    case wake_mode::hand_over:
+      return "fairness_on";
+    case wake_mode::wake_only:
+      return "fairness_on_without_hand_over";
+    case wake_mode::off:
+      break;
+  }
+  return "fairness_off_polls";
 }
-INSTANTIATE_TEST_SUITE_P(fair, wake_up, ::testing::Values(true, false), wake_up_name);
+INSTANTIATE_TEST_SUITE_P(fair, wake_up, ::testing::Values(wake_mode::hand_over, wake_mode::wake_only, wake_mode::off),
+                         wake_up_name);
 
 // ---- 2. no barging, first come first served --------------------------------------------------------
 
@@ -406,9 +430,9 @@ TEST_P(fifo, queued_waiters_get_the_lock_in_their_order) {
       EXPECT_EQ(w1.stats().lock_wakeups, 0u);  // nobody released: it polled
       EXPECT_LT(took, 2000ms + 1500ms);
     } else {
-      // Handed over by wake-ups: well inside the first waiter's single 2 s retry delay.
+      // Handed over by the releases: well inside the first waiter's single 2 s retry delay.
       EXPECT_LT(took, 1500ms);
-      EXPECT_GE(w1.stats().lock_wakeups, 1u);
+      EXPECT_GE(w1.stats().lock_wakeups + w1.stats().lock_handovers, 1u);
     }
     EXPECT_TRUE(co_await until([&] { return fairness_keys().empty(); }, 2s))
         << fmt::format("{}", fmt::join(fairness_keys(), ", "));
@@ -794,8 +818,8 @@ TEST_P(resp2, waiters_still_get_the_lock_on_resp2_masters) {
       EXPECT_EQ(b.stats().lock_wakeups, 0u);
       EXPECT_GE(pb->at - asked, 2s);
       EXPECT_LT(waited, 2000ms + 1500ms);
-    } else {  // woken by the three RESP3 masters
-      EXPECT_GE(b.stats().lock_wakeups, 1u);
+    } else {  // the three RESP3 masters hand it the lock (or wake it)
+      EXPECT_GE(b.stats().lock_wakeups + b.stats().lock_handovers, 1u);
       EXPECT_LT(waited, 1s);
     }
     co_await pb->lock.async_unlock(use_tuple);
@@ -933,7 +957,7 @@ TEST_F(fair_processes, four_processes_share_one_lock) {
   for (int w = 0; w < count; ++w) {
     auto& c = counts[static_cast<std::size_t>(w)];
     EXPECT_GT(c["queued"], 0) << "worker " << w;
-    EXPECT_GT(c["wakeups"], 0) << "worker " << w;
+    EXPECT_GT(c["wakeups"] + c["handovers"], 0) << "worker " << w;
   }
 }
 
@@ -943,10 +967,14 @@ TEST_F(fair_processes, four_processes_share_one_lock) {
 // (SIGSTOP) or killed (SIGKILL) before H releases. The release names W1, which cannot act; W1's
 // entries expire `entry_timeout` after its last attempt, and W2's next poll then wins. So W2 is
 // held up by at most W1's entry timeout (plus its own poll interval), far below its 20 s
-// max_wait; with a longer entry timeout on W1's side the bound moves with it.
+// max_wait; with a longer entry timeout on W1's side the bound moves with it. A killed W1 has no
+// connection left to hear the release, and is not handed the lock. A stopped W1 that takes
+// hand-overs (the default) still has its connections: the release hands it the lock, and W2 is
+// held up until W1's keys expire, its ttl (2 s here), as by a stopped holder.
 struct stuck_waiter_case {
   int sig;
   long w1_entry_timeout_ms;  // 0: the library's default
+  bool hand_over;            // W1 takes hand-overs
   const char* name;
 };
 
@@ -967,6 +995,11 @@ TEST_P(stuck_waiter, a_stopped_or_killed_waiter_holds_up_the_next_one_only_until
                                 "--out",         (dir / "w1.txt").string(),
                                 "--defaults",    "--no-restart-guard",
                                 "--max-wait-ms", "60000"};
+  if (param.hand_over) {
+    args[7] = "2000";  // W1's ttl: what a stopped W1 that was handed the lock holds it up for
+  } else {
+    args.push_back("--no-hand-over");
+  }
   if (param.w1_entry_timeout_ms > 0) {
     args.push_back("--entry-timeout-ms");
     args.push_back(std::to_string(param.w1_entry_timeout_ms));
@@ -996,9 +1029,15 @@ TEST_P(stuck_waiter, a_stopped_or_killed_waiter_holds_up_the_next_one_only_until
         const auto waited = p2->at - released;
         std::printf("%s: W2 granted %.1f ms after the release (W1's entry timeout %lld ms), attempts %zu\n", param.name,
                     ms_of(waited), static_cast<long long>(entry.count()), p2->lock.attempts());
-        EXPECT_LT(waited, entry + 1500ms);
-        // Nobody woke W2: the release named W1, and W2 got in by polling once W1's entry expired.
+        // Nobody woke W2: the release named W1, and W2 got in by polling once W1's entry (or W1's
+        // handed keys) expired.
         EXPECT_EQ(w2.stats().lock_wakeups, 0u);
+        if (param.hand_over && param.sig == SIGSTOP) {
+          EXPECT_GT(waited, 2000ms - 100ms) << "W1 was not handed the lock";
+          EXPECT_LT(waited, 2000ms + 1500ms);
+        } else {
+          EXPECT_LT(waited, entry + 1500ms);
+        }
         if (param.w1_entry_timeout_ms >= 2000) {
           // W1 really held it up: its last renewal was at most ~150 ms before it stopped.
           EXPECT_GT(waited, entry / 2);
@@ -1013,9 +1052,10 @@ TEST_P(stuck_waiter, a_stopped_or_killed_waiter_holds_up_the_next_one_only_until
 }
 
 const stuck_waiter_case stuck_cases[] = {
-    {SIGSTOP, 0, "stopped"},
-    {SIGKILL, 0, "killed"},
-    {SIGSTOP, 3000, "stopped_3s_entries"},
+    {SIGSTOP, 0, false, "stopped"},
+    {SIGKILL, 0, true, "killed"},
+    {SIGSTOP, 3000, false, "stopped_3s_entries"},
+    {SIGSTOP, 0, true, "stopped_after_taking_hand_overs"},
 };
 std::string stuck_name(const ::testing::TestParamInfo<stuck_waiter_case>& p) { return p.param.name; }
 void PrintTo(const stuck_waiter_case& c, std::ostream* os) { *os << c.name; }

@@ -63,6 +63,7 @@ using core::step;
 using redlock::error;
 using std::int64_t;
 using std::string;
+using std::string_view;
 using vclock = core::clock;  // the machines' clock; here virtual
 
 constexpr std::size_t masters = 5;
@@ -74,6 +75,7 @@ struct lock_request {
   std::vector<string> resources;  // one, or several (multi)
   string owner;                   // reentrant
   std::size_t permits = 1;        // semaphore
+  bool fair = false;              // fair hand-over (`lock_rules::fair`; the kind must have it)
 };
 
 // One request on its way to a master, or its answer on its way back.
@@ -83,8 +85,9 @@ struct wire {
   std::size_t master = 0;
   string payload;
   vclock::time_point deadline{};
-  string reply;       // once the master ran it
-  bool told = false;  // the operation was told of it (answer, timeout or failure)
+  string reply;           // once the master ran it
+  bool told = false;      // the operation was told of it (answer, timeout or failure)
+  bool handover = false;  // not an answer: a release handed the key to the waiter `op` (round `round`)
 };
 
 // A granted lock, as the checker sees it.
@@ -111,6 +114,8 @@ struct overrides {
   const scripts::script* read_release = nullptr;
   const scripts::script* read_extend = nullptr;
   const scripts::script* semaphore_extend = nullptr;
+  const scripts::script* fair_acquire = nullptr;
+  const scripts::script* dequeue = nullptr;
 };
 
 class fleet {
@@ -120,6 +125,12 @@ class fleet {
     for (std::size_t i = 0; i < masters; ++i) {
       servers_[i].command({"FLUSHALL"});
       sessions_.push_back(servers_[i].open());
+      // Every client's connection to the master receives its waiters' messages (a release hands
+      // the key over only to a waiter whose client is subscribed).
+      for (int c = 1; c <= 8; ++c) {
+        subscribers_.push_back(servers_[i].open());
+        subscribers_.back().command({"SUBSCRIBE", fmt::format("redlock:wake:{:016x}", c)});
+      }
       clocks_.push_back(std::make_unique<redlock::test::master_clock>(servers_[i]));
       // How far each master's wall clock is from the others' (fences are seeded from them).
       static constexpr int64_t offsets_ms[] = {0, 0, 3'600'000, -2'000, 250};
@@ -157,6 +168,8 @@ class fleet {
   }
 
   std::size_t grants() const noexcept { return grants_; }
+  std::size_t handovers() const noexcept { return handovers_; }
+  std::size_t handed_grants() const noexcept { return handed_grants_; }
   std::size_t unverified() const noexcept { return unverified_; }
 
  private:
@@ -172,6 +185,7 @@ class fleet {
     int64_t fence_floor = 0;
     bool fence_create = false;
     string waiter;
+    string member;                            // the fair waiter's name: "<16 hex digits of the client>:<op in hex>"
     std::optional<vclock::time_point> timer;  // the lock machine's retry delay
     vclock::time_point let_go{};              // while holding: when it unlocks
     std::size_t holding = 0;                  // index in holdings_ while holding
@@ -224,10 +238,44 @@ class fleet {
     auto& q = to_run_[{c, m}];
     auto w = std::move(q.front());
     q.pop_front();
+    // A release may hand the key to the first fair waiter: its offers, before, say to whom.
+    const bool release = w.payload.find(scripts::release_script.body) != string::npos;
+    const auto& key = wants_[c].resources.front();
+    std::vector<string> offers;
+    if (release)
+      offers = redlock::test::strings_of(sessions_[m].command({"HGETALL", key + string{scripts::offer_suffix}}));
     w.reply = sessions_[m].raw(w.payload);
-    const auto what = fmt::format("master {} ran c{}'s op {} round {}", m, c, w.op, w.round);
+    auto what = fmt::format("master {} ran c{}'s op {} round {}", m, c, w.op, w.round);
     replies_[{c, m}].push_back(std::move(w));
+    if (release && replies_[{c, m}].back().reply == ":2\r\n") what += handed_over(m, key, offers);
     return what;
+  }
+
+  // After a release answered 2 on master `m`: if the key now holds a waiter's offered token, the
+  // release handed it over, and its message (`<waiter>:<round>`) follows on the waiter's
+  // connection to `m`, after what that connection carried before.
+  string handed_over(std::size_t m, const string& key, const std::vector<string>& offers) {
+    const auto now_held = redlock::test::bulk_of(sessions_[m].command({"GET", key}));
+    if (!now_held) return {};
+    for (std::size_t i = 0; i + 1 < offers.size(); i += 2) {
+      const auto& member = offers[i];
+      const auto& offer = offers[i + 1];
+      const auto a = offer.find(':');
+      const auto b = offer.find(':', a + 1);
+      if (offer.substr(b + 1) != *now_held) continue;
+      const auto c = std::stoul(member.substr(0, 16), nullptr, 16) - 1;
+      wire w;
+      w.op = std::stoull(member.substr(17), nullptr, 16);
+      w.round = std::stoull(offer.substr(a + 1, b - a - 1));
+      w.master = m;
+      w.deadline = vclock::time_point::max();
+      w.handover = true;
+      replies_[{c, m}].push_back(std::move(w));
+      ++handovers_;
+      return fmt::format(", handed to c{} (op {} round {})", c, replies_[{c, m}].back().op,
+                         replies_[{c, m}].back().round);
+    }
+    return {};
   }
 
   // A client reads the oldest answer of one of its connections.
@@ -242,6 +290,13 @@ class fleet {
     auto w = std::move(q.front());
     q.pop_front();
     if (w.told) return fmt::format("c{} dropped a late answer of master {}", c, m);
+    if (w.handover) {
+      w.told = true;
+      auto& cl = clients_[c];
+      if (cl.p != phase::locking || cl.op != w.op) return fmt::format("c{} ignored a hand-over of master {}", c, m);
+      act(static_cast<int>(c), cl.lock->on_handover(w.round, m, now_));
+      return fmt::format("c{} read master {}'s hand-over to op {} round {}", c, m, w.op, w.round);
+    }
     answer(static_cast<int>(c), w, {}, w.reply);
     return fmt::format("c{} read master {}'s answer to op {} round {}", c, m, w.op, w.round);
   }
@@ -335,7 +390,8 @@ class fleet {
     v.all_keys = r.resources;
     v.token = cl.token;
     v.owner = r.owner;
-    v.waiter = cl.waiter;
+    v.waiter = cl.member.empty() ? cl.waiter : cl.member;
+    v.round = cl.lock ? cl.lock->round() : 0;
     v.ttl_ms = cl.ttl;
     v.entry_timeout_ms = 500;
     v.permits = static_cast<int64_t>(r.permits);
@@ -360,6 +416,8 @@ class fleet {
       row.script = o_.read_acquire;
     if (s == step::release && row.script == &scripts::read_release_script && o_.read_release)
       row.script = o_.read_release;
+    if (s == step::fair_acquire && o_.fair_acquire) row.script = o_.fair_acquire;
+    if (s == step::dequeue && o_.dequeue) row.script = o_.dequeue;
     redlock::resp::request req;
     core::encode_step(req, row, v, false);
     return std::move(req).take_payload();
@@ -403,6 +461,8 @@ class fleet {
     rules.fence = r.spec->fence;
     rules.quorum = r.spec->semaphore_quorum ? r.spec->quorum(masters, r.permits) : 0;
     rules.resend_after_grant = r.spec->resend_after_grant;
+    rules.fair = r.fair && r.spec->fair;
+    rules.hand_over = rules.fair;
     cl = client_state{};
     cl.p = phase::locking;
     cl.op = ++ops_;
@@ -433,6 +493,13 @@ class fleet {
         if (cl.lock->attempts() > 1) cl.token = new_token();
         cl.timer.reset();
         cl.fence_floor = a.fence;
+        if (a.fair) {
+          cl.member = fmt::format("{:016x}:{:x}", c + 1, cl.op);
+          auto v = values(c, r);
+          v.ticket = a.ticket;
+          send_all(c, cl.op, cl.lock->round(), encode(c, step::fair_acquire, v), a.at);
+          return;
+        }
         send_all(c, cl.op, cl.lock->round(), encode(c, step::acquire, values(c, r)), a.at);
         return;
       }
@@ -457,6 +524,11 @@ class fleet {
         if (r.spec->claims &&
             (cl.lock->queued_seen() || ((a.ec || cl.lock->attempts() > 1) && cl.lock->stragglers_possible()))) {
           send_all(c, 0, 0, encode(c, step::leave, values(c, r)), now_ + 1s);
+        }
+        if (cl.lock->queued()) {  // a fair waiter leaves the queues, and gives back what it does not keep
+          auto v = values(c, r);
+          v.keep = a.ec ? string_view{} : string_view{cl.token};
+          if (pick(16) != 0) send_all(c, 0, 0, encode(c, step::dequeue, v), now_ + 1s);  // else lost (it died)
         }
         if (a.ec) {
           cl.p = phase::idle;
@@ -488,6 +560,7 @@ class fleet {
     h.fence = cl.lock->fence();
     h.verified = cl.lock->fence_verified();
     ++grants_;
+    if (cl.lock->handed()) ++handed_grants_;
     if (std::getenv("REDLOCK_SIM_TRACE")) {
       string answers;
       for (const auto& x : cl.lock->table().results())
@@ -638,6 +711,7 @@ class fleet {
   overrides o_;
   fault_rates faults_;
   std::vector<redlock::local::session> sessions_;
+  std::vector<redlock::local::session> subscribers_;
   std::vector<std::unique_ptr<redlock::test::master_clock>> clocks_;
   std::vector<int64_t> offsets_;
   std::vector<vclock::time_point> down_until_;
@@ -652,6 +726,8 @@ class fleet {
   int tokens_ = 0;
   int step_ = 0;
   std::size_t grants_ = 0;
+  std::size_t handovers_ = 0;
+  std::size_t handed_grants_ = 0;
   std::size_t unverified_ = 0;
   std::deque<string> log_;
   string failure_;
@@ -662,6 +738,7 @@ class fleet {
 lock_request want(const core::kind_spec& k, std::vector<string> names, string owner = {}, std::size_t permits = 1) {
   return {&k, std::move(names), std::move(owner), permits};
 }
+lock_request fair(std::vector<string> names) { return {&core::kinds::plain, std::move(names), {}, 1, true}; }
 
 using scenario = std::vector<lock_request>;
 
@@ -669,6 +746,8 @@ std::map<string, scenario> scenarios() {
   namespace k = core::kinds;
   return {
       {"plain", {want(k::plain, {"r"}), want(k::plain, {"r"}), want(k::plain, {"r"}), want(k::plain, {"r"})}},
+      // Fair waiters, handed the key by releases, and a plain client that jumps the queue.
+      {"fair", {fair({"r"}), fair({"r"}), fair({"r"}), fair({"r"}), want(k::plain, {"r"})}},
       {"fenced", {want(k::fenced, {"f"}), want(k::fenced, {"f"}), want(k::fenced, {"f"}), want(k::fenced, {"f"})}},
       {"reentrant",
        {want(k::reentrant, {"o"}, "owner-A"), want(k::reentrant, {"o"}, "owner-A"),
@@ -696,7 +775,7 @@ TEST_P(fleet_sim, no_seed_breaks_the_guarantees) {
   const int steps = env_int("REDLOCK_SIM_STEPS", 10000);
   const int only = env_int("REDLOCK_SIM_SEED", 0);
   const auto t0 = redlock::clock::now();
-  std::size_t grants = 0, unverified = 0;
+  std::size_t grants = 0, unverified = 0, handovers = 0, handed_grants = 0;
   int violations = 0;
   for (int s = 1; s <= (only ? 1 : seeds); ++s) {
     fleet f{servers, static_cast<std::uint32_t>(only ? only : s)};
@@ -704,6 +783,8 @@ TEST_P(fleet_sim, no_seed_breaks_the_guarantees) {
     const auto why = f.run(steps);
     grants += f.grants();
     unverified += f.unverified();
+    handovers += f.handovers();
+    handed_grants += f.handed_grants();
     if (!why.empty()) {
       ++violations;
       ADD_FAILURE() << GetParam() << " " << why;
@@ -714,10 +795,14 @@ TEST_P(fleet_sim, no_seed_breaks_the_guarantees) {
   std::printf("sim %s: %d seeds x %d steps, %zu grants (%zu fences unchecked), %d violations, %.0f steps/s\n",
               GetParam().c_str(), runs, steps, grants, unverified, violations, runs * steps / secs);
   EXPECT_GT(grants, static_cast<std::size_t>(runs)) << "the scenario must grant locks to be worth anything";
+  if (GetParam() == "fair") {
+    std::printf("sim fair: %zu keys handed over, %zu grants by hand-overs\n", handovers, handed_grants);
+    EXPECT_GT(handed_grants, 0u) << "no acquisition was granted by hand-overs";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(scenarios, fleet_sim,
-                         ::testing::Values("plain", "fenced", "reentrant", "rw", "semaphore", "multi"),
+                         ::testing::Values("plain", "fair", "fenced", "reentrant", "rw", "semaphore", "multi"),
                          [](const auto& p) { return p.param; });
 
 // ---- the faults of the review, put back ----------------------------------------------------------
@@ -765,6 +850,12 @@ TEST(fleet_sim_twins, each_fault_of_the_review_put_back_is_found) {
   o.fence_abandon = &b::unchecked_fence_abandon;
   twins.push_back(
       {"a failed fenced round that takes back a counter step not its own", all.at("fenced"), o, no_restarts});
+  o = {};
+  o.fair_acquire = &b::stealing_fair;
+  twins.push_back({"a fair round that deletes a key handed to another waiter", all.at("fair"), o, no_restarts});
+  o = {};
+  o.dequeue = &b::unkept_dequeue;
+  twins.push_back({"a dequeue that gives back the key its waiter keeps", all.at("fair"), o, no_restarts});
   o = {};
   o.held_release_abandons = true;
   twins.push_back({"a fenced lock handed out, released as a failed round", all.at("fenced"), o, no_restarts});

@@ -156,6 +156,14 @@ class keyspace {
     auto* v = find(k);
     return v && v->hash.count(f);
   }
+  std::optional<string> hget(const string& k, const string& f) {
+    auto* v = find(k);
+    if (!v) return std::nullopt;
+    const auto it = v->hash.find(f);
+    if (it == v->hash.end()) return std::nullopt;
+    return it->second;
+  }
+  void hset(const string& k, const string& f, const string& x) { hash_of(k).hash[f] = x; }
   bool hdel(const string& k, const string& f) {
     auto* v = find(k);
     if (!v || !v->hash.erase(f)) return false;
@@ -205,35 +213,81 @@ string m_set_nx(keyspace& db, const string& k, const string& tok, int64_t ttl) {
   db.set(k, tok, ttl);
   return r_ok;
 }
-string m_release(keyspace& db, const string& k, const string& q, const string& e, const string& tok) {
+// The fair queue's keys beside the lock key.
+struct queue_keys {
+  string q, e, o;  // waiters -> tickets, waiters -> expiries, waiters -> offers
+};
+const queue_keys res_queue{"res:redlock-queue", "res:redlock-expiry", "res:redlock-offer"};
+
+// Drops up to 100 expired waiters; true when it dropped any.
+bool m_sweep(keyspace& db, const queue_keys& w) {
+  int n = 0;
+  for (const auto& [s, m] : db.zsorted(w.e)) {
+    if (s > db.now || n >= 100) break;
+    ++n;
+    db.zrem(w.q, m);
+    db.zrem(w.e, m);
+    db.hdel(w.o, m);
+  }
+  return n > 0;
+}
+// An offer "<ttl>:<round>:<token>" -> {ttl, token}; nullopt when it is not one.
+std::optional<std::pair<int64_t, string>> m_offer(const std::optional<string>& v) {
+  if (!v) return std::nullopt;
+  const auto a = v->find(':');
+  const auto b = a == string::npos ? string::npos : v->find(':', a + 1);
+  if (b == string::npos || a == 0 || b == a + 1 || b + 1 == v->size()) return std::nullopt;
+  return std::pair{std::stoll(v->substr(0, a)), v->substr(b + 1)};
+}
+// The channels a connection is subscribed to (a waiter's client that is alive).
+std::set<string> subscribed;
+
+// The release; `hand` ("1"): the first live waiter with an offer is handed the key if its client
+// is subscribed (a dead one is not).
+string m_release(keyspace& db, const string& k, const queue_keys& w, const string& tok, bool hand = true) {
   if (db.get(k) != tok) return r_int(0);
   db.del(k);
-  if (db.zcard(q) == 0) return r_int(1);
-  int n = 0;
-  for (const auto& [s, m] : db.zsorted(e)) {
-    if (s > db.now || n++ >= 100) break;
-    db.zrem(q, m);
-    db.zrem(e, m);
+  if (db.zcard(w.q) == 0) return r_int(1);
+  m_sweep(db, w);
+  if (db.zcard(w.q) == 0) return r_int(1);
+  const auto head = db.zsorted(w.q).front().second;
+  if (hand && subscribed.count("redlock:wake:" + head.substr(0, 16))) {
+    if (const auto offer = m_offer(db.hget(w.o, head))) {
+      db.set(k, offer->second, offer->first);
+    }
   }
-  return r_int(db.zcard(q) == 0 ? 1 : 2);
+  return r_int(2);
+}
+// A fair waiter's end: leaves the queues; a key handed to it with a token it does not keep goes.
+string m_dequeue(keyspace& db, const string& k, const queue_keys& w, const string& me, const string& keep) {
+  const auto v = db.hget(w.o, me);
+  db.zrem(w.q, me);
+  db.zrem(w.e, me);
+  if (!v) return r_int(0);
+  db.hdel(w.o, me);
+  const auto offer = m_offer(v);
+  if (!offer || offer->second == keep || db.get(k) != offer->second) return r_int(0);
+  db.del(k);
+  return r_int(1);
 }
 string m_extend(keyspace& db, const string& k, const string& tok, int64_t ttl) {
   if (db.get(k) != tok) return r_int(0);
   if (db.pttl(k) < ttl) db.pexpire(k, ttl);
   return r_int(1);
 }
-string m_fair(keyspace& db, const string& k, const string& q, const string& e, const string& tok, int64_t ttl,
-              const string& me, int64_t sent, int64_t timeout) {
+string m_fair(keyspace& db, const string& k, const queue_keys& w, const string& tok, int64_t ttl, const string& me,
+              int64_t sent, int64_t timeout, std::uint64_t round) {
+  const auto& q = w.q;
+  const auto& e = w.e;
+  // A key that holds this waiter's previous offer's token was handed to a round it gave up.
+  const auto held = db.get(k);
+  const auto mine = m_offer(db.hget(w.o, me));
+  const bool stale = held && mine && mine->second == *held;
+  if (stale) db.del(k);
   bool swept = false;
   const auto sweep = [&] {  // true when it dropped any
     swept = true;
-    int n = 0;
-    for (const auto& [s, m] : db.zsorted(e)) {
-      if (s > db.now || n++ >= 100) break;
-      db.zrem(q, m);
-      db.zrem(e, m);
-    }
-    return n > 0;
+    return m_sweep(db, w);
   };
   const auto back = [&] {
     const auto z = db.zsorted(q);
@@ -266,6 +320,7 @@ string m_fair(keyspace& db, const string& k, const string& q, const string& e, c
       db.set(k, tok, ttl);
       db.zrem(q, me);
       db.zrem(e, me);
+      db.hdel(w.o, me);
       return r_pair(1, ticket);
     }
     status = -1;
@@ -275,10 +330,16 @@ string m_fair(keyspace& db, const string& k, const string& q, const string& e, c
   if (ticket == 0) ticket = back();
   db.zadd(q, ticket, me);
   db.zadd(e, db.now + timeout, me);
+  if (round != 0) {
+    db.hset(w.o, me, fmt::format("{}:{}:{}", ttl, round, tok));
+  } else {
+    db.hdel(w.o, me);
+  }
   if (db.pttl(q) < timeout) {
     db.pexpire(q, timeout);
     db.pexpire(e, timeout);
   }
+  if (db.pttl(w.o) < timeout) db.pexpire(w.o, timeout);
   return r_pair(status, ticket);
 }
 
@@ -310,7 +371,7 @@ string m_fence_abandon(keyspace& db, const string& k, const string& q, const str
     const bool digits = !cv->empty() && cv->front() != '0' && cv->find_first_not_of("0123456789") == string::npos;
     if (digits && cv->size() < 17 && std::stoll(*cv) < 9007199254740000) db.set(c, std::to_string(std::stoll(*cv) - 1));
   }
-  return m_release(db, k, q, e, tok);
+  return m_release(db, k, queue_keys{q, e, ""}, tok, false);
 }
 
 // ---- reentrant ----
@@ -549,6 +610,11 @@ class model_run {
   model_run(redlock::test::redis_node& node, std::uint32_t seed, script_set s)
       : node_(node), clock_(node), rng_(seed), seed_(seed), scripts_(s) {}
 
+  // Plain: keys a release handed to a waiter, and keys a waiter's dequeue gave back (both must
+  // happen for the run to show anything about them).
+  int handed = 0;
+  int given_back = 0;
+
   // Runs `steps` calls of `kind`; returns the first failure (empty when none).
   string run(std::string_view kind, int steps) {
     node_.command({"FLUSHALL"});
@@ -557,6 +623,16 @@ class model_run {
     db_ = keyspace{};
     db_.now = clock_.now_ms();
     bystanders();
+    // Clients 0 and 1 are alive and subscribed to their channels; client 2's waiters died (or
+    // its masters speak RESP2): releases only wake them.
+    subscribers_.clear();
+    subscribed.clear();
+    for (int c = 0; c < 2; ++c) {
+      const auto channel = fmt::format("redlock:wake:inbox{}:1", c);
+      subscribers_.push_back(node_.open());
+      subscribers_.back().command({"SUBSCRIBE", channel});
+      subscribed.insert(channel);
+    }
     kind_ = kind;
     for (step_ = 0; step_ < steps; ++step_) {
       const auto before = db_;
@@ -670,12 +746,25 @@ class model_run {
 
   string plain_call(int c, int roll) {
     auto& h = hold_of(c);
-    const string k = "res", q = "res:redlock-queue", e = "res:redlock-expiry";
+    const string k = "res";
     const string waiter = fmt::format("inbox{}:{}", c, 1);
-    release_now_fn = [this, k, q, e](int, const core::step_values& v) {
-      const auto real = send(core::kinds::plain.release, v);
-      expect_reply("release after cancel", real, m_release(db_, k, q, e, string{v.token}));
+    release_now_fn = [this, k, waiter](int, const core::step_values& v) {
+      const auto real = send(core::kinds::plain.of(step::abandon), v);
+      expect_reply("release after cancel", real, m_release(db_, k, res_queue, string{v.token}, false));
+      if (v.waiter.empty()) return;
+      dequeue(k, waiter, "");  // the cancelled acquisition leaves the queues
     };
+    if (roll >= 14 && roll < 20) {
+      // A fair acquisition ends: granted, it keeps its key; failed (its other masters made no
+      // quorum), it gives back what this one handed it.
+      const string keep = h.held && pick(2) == 0 ? h.token : string{};
+      const auto real = dequeue(k, waiter, keep);
+      const bool gave_back = real == r_int(1);
+      given_back += gave_back;
+      if (gave_back) h.held = false;
+      return fmt::format("c{} dequeue keeping {}: {}", c, keep.empty() ? "nothing" : keep,
+                         gave_back ? "gave a handed key back" : printable(real));
+    }
     const auto what = choose(roll, h);
     switch (what) {
       case call::acquire:
@@ -693,8 +782,9 @@ class model_run {
           // The ticket sent is the largest any master gave: here, now and then above this one's.
           v.ticket = pick(4) == 0 ? -1 : h.ticket > 0 ? h.ticket + pick(3) : 0;
           v.entry_timeout_ms = 550;
+          v.round = pick(8) == 0 ? 0 : ++rounds_;  // 0: a client that takes no hand-over
           real = send(core::kinds::plain.fair_acquire, v, scripts_.fair);
-          model = m_fair(db_, k, q, e, h.token, h.ttl, waiter, v.ticket, 550);
+          model = m_fair(db_, k, res_queue, h.token, h.ttl, waiter, v.ticket, 550, v.round);
           if (model.size() > 1 && model[0] == '*') h.ticket = std::stoll(model.substr(model.rfind(':') + 1));
         }
         expect_reply("acquire", real, model);
@@ -706,11 +796,34 @@ class model_run {
             c, k, [&](const core::step_values& v) { return m_extend(db_, k, h.token, v.ttl_ms); },
             core::kinds::plain.extend, scripts_.plain_extend);
       case call::release:
-      case call::stale_release:
-        return release(c, roll, k, core::kinds::plain.release,
-                       [&](const string& tok) { return m_release(db_, k, q, e, tok); });
+      case call::stale_release: {
+        auto out = release(c, roll, k, core::kinds::plain.release,
+                           [&](const string& tok) { return m_release(db_, k, res_queue, tok); });
+        // A waiter the release handed the key to holds it from now on: nobody else's call may
+        // take it away or shorten it.
+        for (int j = 0; j < clients; ++j) {
+          auto& w = hold_of(j);
+          if (!w.held && db_.get(k) == w.token) {
+            w.held = true;
+            out += fmt::format(", handed to c{}", j);
+            ++handed;
+          }
+        }
+        return out;
+      }
     }
     return {};
+  }
+
+  // The end of waiter `me`'s fair acquisition (the kind's dequeue), keeping `keep`.
+  string dequeue(const string& k, const string& me, const string& keep) {
+    core::step_values v;
+    v.key = k;
+    v.waiter = me;
+    v.keep = keep;
+    const auto real = send(core::kinds::plain.dequeue, v);
+    expect_reply("dequeue", real, m_dequeue(db_, k, res_queue, me, keep));
+    return real;
   }
 
   // After an acquisition's round ran: kept, or cancelled (the release follows at once), or
@@ -790,9 +903,8 @@ class model_run {
             core::kinds::fenced.extend, scripts_.plain_extend);
       case call::release:
       case call::stale_release:
-        return release(c, roll, k, core::kinds::fenced.release, [&](const string& tok) {
-          return m_release(db_, k, "res:redlock-queue", "res:redlock-expiry", tok);
-        });
+        return release(c, roll, k, core::kinds::fenced.release,
+                       [&](const string& tok) { return m_release(db_, k, res_queue, tok); });
     }
     return {};
   }
@@ -849,9 +961,8 @@ class model_run {
       const auto& row = writer ? core::kinds::writer.release : core::kinds::reader.release;
       const auto real = send(row, v, writer ? nullptr : scripts_.read_release);
       const string tok{v.token};
-      expect_reply(
-          "release after cancel", real,
-          writer ? m_release(db_, k, "res:redlock-queue", "res:redlock-expiry", tok) : m_read_release(db_, k, r, tok));
+      expect_reply("release after cancel", real,
+                   writer ? m_release(db_, k, res_queue, tok) : m_read_release(db_, k, r, tok));
     };
     const auto what = choose(roll, h);
     switch (what) {
@@ -896,9 +1007,7 @@ class model_run {
         v.token = tok;
         const auto real =
             writer ? send(core::kinds::writer.release, v) : send(core::kinds::reader.release, v, scripts_.read_release);
-        expect_reply("release", real,
-                     writer ? m_release(db_, k, "res:redlock-queue", "res:redlock-expiry", tok)
-                            : m_read_release(db_, k, r, tok));
+        expect_reply("release", real, writer ? m_release(db_, k, res_queue, tok) : m_read_release(db_, k, r, tok));
         if (!stale) h.held = false;
         return fmt::format("c{} {}release: {}", c, stale ? "stale " : "", printable(real));
       }
@@ -1070,6 +1179,7 @@ class model_run {
   redlock::test::redis_node& node_;
   redlock::test::master_clock clock_;
   std::optional<redlock::local::session> session_;
+  std::vector<redlock::local::session> subscribers_;
   std::mt19937 rng_;
   std::uint32_t seed_;
   script_set scripts_;
@@ -1077,6 +1187,7 @@ class model_run {
   std::string_view kind_;
   int step_ = 0;
   int tokens_ = 0;
+  std::uint64_t rounds_ = 0;
   int64_t fence_floor_ = 0;
   std::vector<hold> holds_;
   std::vector<string> log_;
@@ -1099,10 +1210,13 @@ TEST_P(script_model, every_call_does_what_the_model_says) {
   const int only = env_int("REDLOCK_MODEL_SEED", 0);
   const auto t0 = redlock::clock::now();
   int failures = 0;
+  int handed = 0, given_back = 0;
   for (int s = 1; s <= seeds; ++s) {
     const auto seed = static_cast<std::uint32_t>(only ? only : s);
     model_run run{servers[0], seed, {}};
     const auto why = run.run(GetParam(), steps);
+    handed += run.handed;
+    given_back += run.given_back;
     if (!why.empty()) {
       ++failures;
       ADD_FAILURE() << why;
@@ -1110,6 +1224,11 @@ TEST_P(script_model, every_call_does_what_the_model_says) {
     if (only) break;
   }
   const auto secs = std::chrono::duration<double>(redlock::clock::now() - t0).count();
+  if (GetParam() == "plain" && !only) {
+    EXPECT_GT(handed, 0) << "no release handed a key over";
+    EXPECT_GT(given_back, 0) << "no dequeue gave a handed key back";
+    std::printf("model plain: %d keys handed over, %d given back\n", handed, given_back);
+  }
   std::printf("model %s: %d seeds x %d steps, %d violations, %.0f steps/s\n", string{GetParam()}.c_str(),
               only ? 1 : seeds, steps, failures, (only ? 1 : seeds) * steps / secs);
 }

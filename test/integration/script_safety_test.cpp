@@ -110,6 +110,13 @@ struct script_safety : ::testing::Test {
     return std::stoll(t.at(0)) * 1000000 + std::stoll(t.at(1));
   }
   bool up(std::size_t i) { return servers[i].running() && !servers[i].paused(); }
+  // A connection to master `i` subscribed to the channel of the client whose inbox is `inbox`, as
+  // a live client's is (a release hands the key only to a waiter whose client receives it).
+  std::vector<redlock::local::session> subscribers;
+  void subscribe(std::size_t i, const std::string& inbox) {
+    subscribers.push_back(servers[i].open());
+    subscribers.back().command({"SUBSCRIBE", "redlock:wake:" + inbox});
+  }
   std::size_t holding(const std::string& key, const std::string& value) {
     std::size_t n = 0;
     for (std::size_t i = 0; i < servers.size(); ++i) n += up(i) && get(i, key) == value;
@@ -641,9 +648,17 @@ TEST_F(script_safety, an_error_reply_means_the_script_wrote_nothing) {
   const std::vector<call> calls{
       {"fair acquire",
        &scripts::fair_acquire_script,
-       {"k", "k:redlock-queue", "k:redlock-expiry"},
-       {tok, "10000", "inbox:1", "0", "5000"},
+       {"k", "k:redlock-queue", "k:redlock-expiry", "k:redlock-offer"},
+       {tok, "10000", "inbox:1", "0", "5000", "1"},
        none},
+      {"fair acquire after a hand-over",
+       &scripts::fair_acquire_script,
+       {"k", "k:redlock-queue", "k:redlock-expiry", "k:redlock-offer"},
+       {tok, "10000", "inbox:1", "3", "5000", "2"},
+       [](script_safety& t) {
+         t.run(0, {"SET", "k", "tok-0", "PX", "10000"});
+         t.run(0, {"HSET", "k:redlock-offer", "inbox:1", "10000:1:tok-0"});
+       }},
       {"fence acquire", &scripts::fence_acquire_script, {"k", "k:redlock-fence"}, {tok, "10000", "0"}, none},
       {"fence confirm",
        &scripts::fence_confirm_script,
@@ -730,15 +745,16 @@ TEST_F(script_safety, an_error_reply_means_the_script_wrote_nothing) {
 // it does where W1's ticket is 3: this master must not grant W1. Ordered by the ticket stored here
 // (1), it grants W1 while another master grants W2: a split round.
 TEST_F(script_safety, fair_rounds_order_waiters_by_the_ticket_they_send) {
-  const std::vector<std::string> k{"q", suffixed("q", scripts::queue_suffix), suffixed("q", scripts::expiry_suffix)};
+  const std::vector<std::string> k{"q", suffixed("q", scripts::queue_suffix), suffixed("q", scripts::expiry_suffix),
+                                   suffixed("q", scripts::offer_suffix)};
   const auto later = std::to_string(server_ms(0) + 60000);
   run(0, {"ZADD", k[1], "1", "inbox-1:1", "2", "inbox-2:1"});
   run(0, {"ZADD", k[2], later, "inbox-1:1", later, "inbox-2:1"});
-  EXPECT_EQ(eval(0, scripts::fair_acquire_script, k, {"tok-1", "10000", "inbox-1:1", "3", "5000"}),
+  EXPECT_EQ(eval(0, scripts::fair_acquire_script, k, {"tok-1", "10000", "inbox-1:1", "3", "5000", "1"}),
             "*2\r\n:-1\r\n:3\r\n")
       << "W1 was granted ahead of W2 by its stale ticket";
   EXPECT_EQ(get(0, "q"), std::nullopt);
-  EXPECT_EQ(eval(0, scripts::fair_acquire_script, k, {"tok-2", "10000", "inbox-2:1", "2", "5000"}),
+  EXPECT_EQ(eval(0, scripts::fair_acquire_script, k, {"tok-2", "10000", "inbox-2:1", "2", "5000", "1"}),
             "*2\r\n:1\r\n:2\r\n");
   EXPECT_EQ(get(0, "q"), "tok-2");
 }
@@ -748,7 +764,8 @@ TEST_F(script_safety, fair_rounds_order_waiters_by_the_ticket_they_send) {
 // free key, expired entries before a live waiter with a ticket do not hold it up: it drops them
 // and is granted in the same call.
 TEST_F(script_safety, dead_fair_waiters_are_dropped_by_arrivals_and_never_stand_first) {
-  const std::vector<std::string> k{"q", suffixed("q", scripts::queue_suffix), suffixed("q", scripts::expiry_suffix)};
+  const std::vector<std::string> k{"q", suffixed("q", scripts::queue_suffix), suffixed("q", scripts::expiry_suffix),
+                                   suffixed("q", scripts::offer_suffix)};
   run(0, {"SET", "q", "holder", "PX", "60000"});
   const auto past = std::to_string(server_ms(0) - 1000);
   for (int i = 0; i < 250; ++i) {
@@ -761,11 +778,11 @@ TEST_F(script_safety, dead_fair_waiters_are_dropped_by_arrivals_and_never_stand_
     EXPECT_EQ(std::sscanf(r.c_str(), "*2\r\n:%" SCNd64 "\r\n:%" SCNd64, &status, &ticket), 2) << r;
     return std::pair{status, ticket};
   };
-  const auto w = answer(eval(0, scripts::fair_acquire_script, k, {"tok-w", "10000", "w:1", "0", "60000"}));
+  const auto w = answer(eval(0, scripts::fair_acquire_script, k, {"tok-w", "10000", "w:1", "0", "60000", "1"}));
   EXPECT_EQ(w.first, 0);
   EXPECT_EQ(run(0, {"ZCARD", k[1]}), ":151\r\n") << "the arrival dropped 100 dead entries";
-  EXPECT_EQ(answer(eval(0, scripts::fair_acquire_script, k, {"tok-x", "10000", "x:1", "0", "60000"})).first, 0);
-  EXPECT_EQ(answer(eval(0, scripts::fair_acquire_script, k, {"tok-y", "10000", "y:1", "-1", "60000"})).first, 0);
+  EXPECT_EQ(answer(eval(0, scripts::fair_acquire_script, k, {"tok-x", "10000", "x:1", "0", "60000", "1"})).first, 0);
+  EXPECT_EQ(answer(eval(0, scripts::fair_acquire_script, k, {"tok-y", "10000", "y:1", "-1", "60000", "1"})).first, 0);
   EXPECT_EQ(run(0, {"ZCARD", k[1]}), ":3\r\n") << "dead entries were left behind by arrivals";
   EXPECT_EQ(run(0, {"ZCARD", k[2]}), ":3\r\n");
   // A waiter with a ticket but no entry on this master (its first round was lost here) adds one
@@ -774,11 +791,11 @@ TEST_F(script_safety, dead_fair_waiters_are_dropped_by_arrivals_and_never_stand_
     run(0, {"ZADD", k[1], std::to_string(i + 1), fmt::format("gone-{}:1", i)});
     run(0, {"ZADD", k[2], past, fmt::format("gone-{}:1", i)});
   }
-  EXPECT_EQ(answer(eval(0, scripts::fair_acquire_script, k, {"tok-z", "10000", "z:1", "500", "60000"})).first, 0);
+  EXPECT_EQ(answer(eval(0, scripts::fair_acquire_script, k, {"tok-z", "10000", "z:1", "500", "60000", "1"})).first, 0);
   EXPECT_EQ(run(0, {"ZCARD", k[1]}), ":24\r\n") << "an arrival with a ticket dropped no dead entries";
-  EXPECT_EQ(answer(eval(0, scripts::fair_acquire_script, k, {"tok-z", "10000", "z:1", "500", "60000"})).first, 0);
+  EXPECT_EQ(answer(eval(0, scripts::fair_acquire_script, k, {"tok-z", "10000", "z:1", "500", "60000", "1"})).first, 0);
   EXPECT_EQ(run(0, {"ZCARD", k[1]}), ":24\r\n") << "a renewal needs not drop them";
-  EXPECT_EQ(answer(eval(0, scripts::fair_acquire_script, k, {"tok-v", "10000", "v:1", "501", "60000"})).first, 0);
+  EXPECT_EQ(answer(eval(0, scripts::fair_acquire_script, k, {"tok-v", "10000", "v:1", "501", "60000", "1"})).first, 0);
   EXPECT_EQ(run(0, {"ZCARD", k[1]}), ":5\r\n");
   run(0, {"ZREM", k[1], "z:1", "v:1"});
   run(0, {"ZREM", k[2], "z:1", "v:1"});
@@ -789,10 +806,127 @@ TEST_F(script_safety, dead_fair_waiters_are_dropped_by_arrivals_and_never_stand_
     run(0, {"ZADD", k[2], past, fmt::format("late-{}:1", i)});
   }
   const auto sent = std::to_string(w.second);
-  EXPECT_EQ(answer(eval(0, scripts::fair_acquire_script, k, {"tok-w", "10000", "w:1", sent, "60000"})),
+  EXPECT_EQ(answer(eval(0, scripts::fair_acquire_script, k, {"tok-w", "10000", "w:1", sent, "60000", "1"})),
             (std::pair<std::int64_t, std::int64_t>{1, w.second}));
   EXPECT_EQ(get(0, "q"), "tok-w");
   EXPECT_EQ(run(0, {"ZCARD", k[1]}), ":2\r\n") << "x and y wait on";
+}
+
+// ==== 8. A holder's release hands the key to the first live waiter, and only it =======================
+
+// The release of a held lock sets the key for the first live waiter, with the token and ttl of the
+// offer its last fair round left, and takes it out of the queue; the release of a failed round
+// (ARGV[2] "0") hands nothing over. A wrong release that hands the key to a dead waiter, or on a
+// failed round's release, or a dequeue that keeps a key its waiter gave up, leaves a key nobody
+// knows it holds.
+TEST_F(script_safety, a_holders_release_hands_the_key_to_the_first_live_waiter_only) {
+  const std::vector<std::string> k{"h", suffixed("h", scripts::queue_suffix), suffixed("h", scripts::expiry_suffix),
+                                   suffixed("h", scripts::offer_suffix)};
+  const auto fair = [&](const std::string& tok, const std::string& me, const std::string& ticket,
+                        const std::string& round, const std::string& timeout = "60000") {
+    return eval(0, scripts::fair_acquire_script, k, {tok, "5000", me, ticket, timeout, round});
+  };
+  // Two live waiters, and before them a dead one (its entry expired) that still has an offer.
+  for (const auto* inbox : {"aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb", "dddddddddddddddd", "eeeeeeeeeeeeeeee"})
+    subscribe(0, inbox);
+  run(0, {"SET", "h", "tok-holder", "PX", "10000"});
+  EXPECT_EQ(fair("tok-a7", "aaaaaaaaaaaaaaaa:1", "0", "7"), "*2\r\n:0\r\n:1\r\n");
+  EXPECT_EQ(fair("tok-b2", "bbbbbbbbbbbbbbbb:1", "0", "2"), "*2\r\n:0\r\n:2\r\n");
+  run(0, {"ZADD", k[1], "0", "dddddddddddddddd:1"});
+  run(0, {"ZADD", k[2], std::to_string(server_ms(0) - 1000), "dddddddddddddddd:1"});
+  run(0, {"HSET", k[3], "dddddddddddddddd:1", "5000:3:tok-dead"});
+  EXPECT_EQ(run(0, {"HGET", k[3], "aaaaaaaaaaaaaaaa:1"}), redlock::test::bulk("5000:7:tok-a7"));
+  // Another client's token releases nothing and hands nothing over.
+  EXPECT_EQ(eval(0, scripts::release_script, k, {"tok-other", "1"}), ":0\r\n");
+  EXPECT_EQ(get(0, "h"), "tok-holder");
+  EXPECT_EQ(eval(0, scripts::release_script, k, {"tok-holder", "1"}), ":2\r\n");
+  EXPECT_EQ(get(0, "h"), "tok-a7") << "the key went to the dead waiter, or to nobody";
+  EXPECT_GT(pttl(0, "h"), 4000);
+  EXPECT_LE(pttl(0, "h"), 5000) << "the hand-over must use the waiter's ttl";
+  // It keeps its place until its acquisition ends: a round of it that does not count the key
+  // must not lose it to a newcomer's ticket.
+  EXPECT_EQ(score(0, k[1], "aaaaaaaaaaaaaaaa:1"), 1) << "the waiter handed the key lost its place";
+  EXPECT_EQ(score(0, k[1], "dddddddddddddddd:1"), -1) << "the dead waiter was not dropped";
+  EXPECT_EQ(run(0, {"HEXISTS", k[3], "dddddddddddddddd:1"}), ":0\r\n") << "the dead waiter's offer stayed";
+  // The offer stays until the waiter's acquisition ends: its dequeue must find the token.
+  EXPECT_EQ(run(0, {"HEXISTS", k[3], "aaaaaaaaaaaaaaaa:1"}), ":1\r\n");
+
+  // A failed round's release ("0") deletes its key and hands nothing to the next waiter.
+  EXPECT_EQ(eval(0, scripts::release_script, k, {"tok-a7", "0"}), ":2\r\n");
+  EXPECT_EQ(get(0, "h"), std::nullopt) << "a failed round's release handed the key over";
+  EXPECT_EQ(score(0, k[1], "bbbbbbbbbbbbbbbb:1"), 2);
+  // A gives up: its dequeue takes it out of the queue (and finds no key of its own to give back).
+  EXPECT_EQ(eval(0, scripts::dequeue_script, k, {"aaaaaaaaaaaaaaaa:1", ""}), ":0\r\n");
+
+  // B is handed the key and its acquisition succeeds: its dequeue keeps the key. One that gives
+  // up gives the key back.
+  run(0, {"SET", "h", "tok-holder2", "PX", "10000"});
+  EXPECT_EQ(eval(0, scripts::release_script, k, {"tok-holder2", "1"}), ":2\r\n");
+  EXPECT_EQ(get(0, "h"), "tok-b2");
+  EXPECT_EQ(eval(0, scripts::dequeue_script, k, {"bbbbbbbbbbbbbbbb:1", "tok-b2"}), ":0\r\n");
+  EXPECT_EQ(get(0, "h"), "tok-b2") << "the dequeue of the granted lock deleted its key";
+  EXPECT_EQ(run(0, {"HEXISTS", k[3], "bbbbbbbbbbbbbbbb:1"}), ":0\r\n");
+  EXPECT_EQ(eval(0, scripts::dequeue_script, k, {"bbbbbbbbbbbbbbbb:1", ""}), ":0\r\n");
+  EXPECT_EQ(get(0, "h"), "tok-b2") << "a second dequeue must find no offer";
+  run(0, {"DEL", "h"});
+  EXPECT_EQ(fair("tok-c1", "cccccccccccccccc:1", "0", "1"), "*2\r\n:1\r\n:0\r\n");  // nobody queued
+  EXPECT_EQ(get(0, "h"), "tok-c1");
+  EXPECT_EQ(fair("tok-e1", "eeeeeeeeeeeeeeee:1", "0", "1"), "*2\r\n:0\r\n:1\r\n");
+  EXPECT_EQ(eval(0, scripts::release_script, k, {"tok-c1", "1"}), ":2\r\n");
+  EXPECT_EQ(get(0, "h"), "tok-e1");
+  EXPECT_EQ(eval(0, scripts::dequeue_script, k, {"eeeeeeeeeeeeeeee:1", ""}), ":1\r\n");
+  EXPECT_EQ(get(0, "h"), std::nullopt) << "a waiter that gave up kept the key it was handed";
+  // A waiter whose client has no connection to receive the message (its process died; or its
+  // master speaks RESP2) is handed nothing: it would hold the key for its whole ttl.
+  EXPECT_EQ(fair("tok-f1", "ffffffffffffffff:1", "0", "1"), "*2\r\n:1\r\n:0\r\n");
+  EXPECT_EQ(fair("tok-g1", "9999999999999999:1", "0", "1"), "*2\r\n:0\r\n:1\r\n");
+  EXPECT_EQ(eval(0, scripts::release_script, k, {"tok-f1", "1"}), ":2\r\n");
+  EXPECT_EQ(get(0, "h"), std::nullopt) << "the key was handed to a waiter nobody listens for";
+  EXPECT_EQ(score(0, k[1], "9999999999999999:1"), 1) << "the waiter not handed the key stays first";
+}
+
+// A waiter's next round finds the key it was handed in its round before (whose hand-over it did
+// not count: the round had failed, and the release of that round was sent before it): the key is
+// its own, given up, and judged free. Another waiter's handed key is not.
+TEST_F(script_safety, a_waiters_next_round_gives_back_the_key_its_last_round_was_handed) {
+  const std::vector<std::string> k{"n", suffixed("n", scripts::queue_suffix), suffixed("n", scripts::expiry_suffix),
+                                   suffixed("n", scripts::offer_suffix)};
+  const auto fair = [&](const std::string& tok, const std::string& me, const std::string& ticket,
+                        const std::string& round) {
+    return eval(0, scripts::fair_acquire_script, k, {tok, "5000", me, ticket, "60000", round});
+  };
+  subscribe(0, "aaaaaaaaaaaaaaaa");
+  subscribe(0, "bbbbbbbbbbbbbbbb");
+  run(0, {"SET", "n", "tok-holder", "PX", "10000"});
+  EXPECT_EQ(fair("tok-a1", "aaaaaaaaaaaaaaaa:1", "0", "1"), "*2\r\n:0\r\n:1\r\n");
+  EXPECT_EQ(fair("tok-b1", "bbbbbbbbbbbbbbbb:1", "0", "1"), "*2\r\n:0\r\n:2\r\n");
+  EXPECT_EQ(eval(0, scripts::release_script, k, {"tok-holder", "1"}), ":2\r\n");
+  EXPECT_EQ(get(0, "n"), "tok-a1");
+  // B's round sees A's key: held.
+  EXPECT_EQ(fair("tok-b2", "bbbbbbbbbbbbbbbb:1", "2", "2"), "*2\r\n:0\r\n:2\r\n");
+  EXPECT_EQ(get(0, "n"), "tok-a1") << "a waiter took the key handed to another";
+  // A's next round: its old key goes, and A, first, is granted with the new round's token.
+  EXPECT_EQ(fair("tok-a2", "aaaaaaaaaaaaaaaa:1", "1", "2"), "*2\r\n:1\r\n:1\r\n");
+  EXPECT_EQ(get(0, "n"), "tok-a2");
+  EXPECT_EQ(run(0, {"HEXISTS", k[3], "aaaaaaaaaaaaaaaa:1"}), ":0\r\n") << "a granted waiter's offer stayed";
+  // A queues again behind B; B is handed the key and its next round is granted with its new token.
+  EXPECT_EQ(fair("tok-a3", "aaaaaaaaaaaaaaaa:1", "9", "3"), "*2\r\n:0\r\n:9\r\n");
+  EXPECT_EQ(eval(0, scripts::release_script, k, {"tok-a2", "1"}), ":2\r\n");
+  EXPECT_EQ(get(0, "n"), "tok-b2");
+  EXPECT_EQ(fair("tok-b3", "bbbbbbbbbbbbbbbb:1", "2", "3"), "*2\r\n:1\r\n:2\r\n");
+  EXPECT_EQ(get(0, "n"), "tok-b3");
+  // B queues again ahead of A (ticket 2 < 9), but its entry is gone here: A is handed the key;
+  // A's next round says B comes first: the key handed to A's given-up round is deleted, not kept.
+  run(0, {"SET", "n", "tok-x", "PX", "10000"});
+  EXPECT_EQ(eval(0, scripts::release_script, k, {"tok-b3", "1"}), ":0\r\n");
+  EXPECT_EQ(eval(0, scripts::release_script, k, {"tok-x", "1"}), ":2\r\n");
+  EXPECT_EQ(get(0, "n"), "tok-a3");
+  EXPECT_EQ(eval(0, scripts::fair_acquire_script, k, {"tok-b4", "5000", "bbbbbbbbbbbbbbbb:1", "2", "60000", "4"}),
+            "*2\r\n:0\r\n:2\r\n");
+  EXPECT_EQ(fair("tok-a4", "aaaaaaaaaaaaaaaa:1", "9", "4"), "*2\r\n:-1\r\n:9\r\n")
+      << "B's ticket comes first: A's given-up key must go and A must not be granted";
+  EXPECT_EQ(get(0, "n"), std::nullopt) << "the key handed to the round given up stayed";
+  EXPECT_EQ(run(0, {"HGET", k[3], "aaaaaaaaaaaaaaaa:1"}), redlock::test::bulk("5000:4:tok-a4"));
 }
 
 // ==== digests ========================================================================================

@@ -40,13 +40,14 @@
 //
 // `--hold-ms A-B` holds each lock for a uniform A..B ms (default 1-8) and, for the fair
 // hand-over tests, reports the longest `async_lock` wait (`longest_wait_ms`), the waits that
-// queued and the attempts started by wake-ups; `--no-fair` turns `client_config::fairness` off.
+// queued, the attempts started by wake-ups and the locks handed over; `--no-fair` turns
+// `client_config::fairness` off, `--no-hand-over` only its hand-over.
 // `--max-wait-ms N` and `--entry-timeout-ms N` set `retry.max_wait` and `fairness.entry_timeout`
 // (also with `--defaults`): a waiter that stays queued for the fair hand-over tests.
 //
 // Usage: redlock_worker --masters h:p,... --resources a,b --seconds S --ttl-ms T --out FILE
 //                       [--mode normal|no_nx|first_ok] [--request-timeout-ms R] [--seed N]
-//                       [--defaults] [--no-fair] [--hold-ms A-B] [--max-wait-ms N]
+//                       [--defaults] [--no-fair] [--no-hand-over] [--hold-ms A-B] [--max-wait-ms N]
 //                       [--entry-timeout-ms N] [--kind K] [--write-percent W] [--permits P]
 //                       [--fence] [--multi A-B] [--owners N] [--no-guard] [--no-restart-guard]
 //                       [--mode writer_reads|over_permits|fake_fence|first_only|paused_writer|
@@ -102,6 +103,7 @@ struct options {
   unsigned seed = 1;
   bool defaults = false;
   bool fair = true;
+  bool hand_over = true;
   bool guard = true;          // the hazard guards (restarts, clock jumps) as the library sets them
   bool restart_guard = true;  // the restart guard alone (--no-restart-guard)
   int hold_min_ms = 1, hold_max_ms = 8;
@@ -248,6 +250,7 @@ asio::awaitable<void> run_normal(const options& o, recorder& rec) {
   }
   if (o.max_wait_ms >= 0) cfg.retry.max_wait = std::chrono::milliseconds{o.max_wait_ms};
   if (o.entry_timeout_ms >= 0) cfg.fairness.entry_timeout = std::chrono::milliseconds{o.entry_timeout_ms};
+  cfg.fairness.hand_over = o.hand_over;
   redlock::client c{co_await asio::this_coro::executor, cfg};
   std::mt19937 rng{o.seed};
   const auto until =
@@ -330,6 +333,7 @@ asio::awaitable<void> run_normal(const options& o, recorder& rec) {
   rec.counts["releases_resent"] += static_cast<long>(stats.releases_resent);
   rec.counts["queued"] += static_cast<long>(stats.locks_queued);
   rec.counts["wakeups"] += static_cast<long>(stats.lock_wakeups);
+  rec.counts["handovers"] += static_cast<long>(stats.lock_handovers);
   rec.counts["fence_confirmations"] += static_cast<long>(stats.fence_confirmations);
   for (const auto& h : c.hazards()) {
     rec.counts["restarts_seen"] += static_cast<long>(h.restarts);
@@ -410,6 +414,10 @@ int main(int argc, char** argv) {
     }
     if (a == "--no-fair") {
       o.fair = false;
+      continue;
+    }
+    if (a == "--no-hand-over") {
+      o.hand_over = false;
       continue;
     }
     if (a == "--fence") {

@@ -30,6 +30,9 @@ enum class step : std::uint8_t {
   extend,        ///< an extension (`async_extend`, keep-alive)
   confirm,       ///< the fence confirmation (`lock_action::type::confirm`)
   leave,         ///< a writer's acquisition ended: drop its claim
+  /// A fair waiter's acquisition ended: leave the queues, and give back a key handed to it that
+  /// it does not keep (`kind_spec::dequeue`).
+  dequeue,
   /// The release of a round that failed or was cancelled: `kind_spec::abandon` where the kind has
   /// one (a fenced round gives back its counter step), else the release.
   abandon,
@@ -41,6 +44,7 @@ enum class key_ref : std::uint8_t {
   all,      ///< every resource's lock key, in order (`async_lock_all`): expands to several KEYS
   queue,    ///< the fair queue: lock key + `detail::queue_suffix`
   expiry,   ///< the fair queue's expiries: lock key + `detail::expiry_suffix`
+  offer,    ///< the fair waiters' offers: lock key + `detail::offer_suffix`
   fence,    ///< the fencing counter: lock key + `detail::fence_suffix`
   holds,    ///< a reentrant lock's holds: lock key + `detail::holds_suffix`
   readers,  ///< a read/write lock's readers: lock key + `detail::readers_suffix`
@@ -60,7 +64,10 @@ enum class arg_ref : std::uint8_t {
   fence_floor,    ///< the largest counter seen so far (fenced acquire)
   fence,          ///< the fence to confirm
   create,         ///< "1" when the confirmation may create a missing counter, else "0"
-  zero,           ///< "0": a place holder the script does not read (keeps later ARGV in place)
+  zero,           ///< "0": a place holder the script does not read (keeps later ARGV in place); "no"
+  one,            ///< "1": "yes" (the release hands the key to the first fair waiter)
+  round,          ///< the acquisition's round number (the fair waiter's offer)
+  keep,           ///< the token a fair waiter keeps when it leaves the queues (empty: none)
 };
 
 /// One step of a kind: a script with its KEYS and ARGV, or `SET key token NX PX ttl`, or nothing.
@@ -69,7 +76,7 @@ struct step_spec {
   bool set_nx = false;                     ///< the plain acquire: `SET lock token NX PX ttl`
   std::array<key_ref, 4> keys{};           ///< the script's KEYS, in order (the first `key_count`)
   std::uint8_t key_count = 0;              ///< how many of `keys`
-  std::array<arg_ref, 5> args{};           ///< the script's ARGV, in order (the first `arg_count`)
+  std::array<arg_ref, 6> args{};           ///< the script's ARGV, in order (the first `arg_count`)
   std::uint8_t arg_count = 0;              ///< how many of `args`
 
   /// Whether the kind has this step.
@@ -90,6 +97,7 @@ struct kind_spec {
   step_spec extend;        ///< an extension (`async_extend`, keep-alive)
   step_spec confirm;       ///< the fence confirmation (only with `fence`)
   step_spec leave;         ///< dropping a claim when the acquisition ends (only with `claims`)
+  step_spec dequeue;       ///< leaving the fair queues when the acquisition ends (only with `fair`)
   /// The release of a failed or cancelled round, when it must differ from `release` (`step::abandon`).
   step_spec abandon;
   /// Whether grants need more than a majority: `semaphore_quorum(N, permits)` instead.
@@ -121,6 +129,8 @@ struct kind_spec {
         return confirm;
       case step::leave:
         return leave;
+      case step::dequeue:
+        return dequeue;
       case step::abandon:
         return abandon.exists() ? abandon : release;
     }
@@ -160,9 +170,9 @@ constexpr step_spec set_nx_step() {
 
 // The plain lock's release and extension: every kind whose held key is a plain token key (plain,
 // fenced, writer) shares them, byte for byte.
-/// The check-the-token release (and wake-up of the first waiter).
+/// The check-the-token release, which hands the key to the first fair waiter (or wakes it).
 inline constexpr step_spec plain_release =
-    script_step(detail::release_script, {K::lock, K::queue, K::expiry}, {A::token});
+    script_step(detail::release_script, {K::lock, K::queue, K::expiry, K::offer}, {A::token, A::one});
 /// The check-the-token extension, never shortening.
 inline constexpr step_spec plain_extend = script_step(detail::extend_script, {K::lock}, {A::token, A::ttl});
 
@@ -173,14 +183,17 @@ inline constexpr step_spec plain_extend = script_step(detail::extend_script, {K:
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
-/// Plain Redlock: `SET NX PX`, interoperable with other Redlock clients; fair hand-over.
+/// Plain Redlock: `SET NX PX`, interoperable with other Redlock clients; fair hand-over. A failed
+/// round's release wakes the first waiter but hands it nothing (docs/design.md, "Fair hand-over").
 REDLOCK_API inline constexpr kind_spec plain{
     .name = "plain",
     .acquire = set_nx_step(),
-    .fair_acquire = script_step(detail::fair_acquire_script, {K::lock, K::queue, K::expiry},
-                                {A::token, A::ttl, A::waiter, A::ticket, A::entry_timeout}),
+    .fair_acquire = script_step(detail::fair_acquire_script, {K::lock, K::queue, K::expiry, K::offer},
+                                {A::token, A::ttl, A::waiter, A::ticket, A::entry_timeout, A::round}),
     .release = plain_release,
     .extend = plain_extend,
+    .dequeue = script_step(detail::dequeue_script, {K::lock, K::queue, K::expiry, K::offer}, {A::waiter, A::keep}),
+    .abandon = script_step(detail::release_script, {K::lock, K::queue, K::expiry, K::offer}, {A::token, A::zero}),
     .fair = true,
 };
 
@@ -270,6 +283,8 @@ struct step_values {
   std::int64_t fence_floor = 0;           ///< `arg_ref::fence_floor`
   std::int64_t fence = 0;                 ///< `arg_ref::fence`
   bool create = false;                    ///< `arg_ref::create`
+  std::uint64_t round = 0;                ///< `arg_ref::round`
+  std::string_view keep;                  ///< `arg_ref::keep`
 };
 
 /// Appends `s` for `v` to `req`: `EVALSHA sha numkeys KEYS... ARGV...` when `by_sha`, else the

@@ -22,6 +22,7 @@
 #include <redlock/core/kind_spec.hpp>
 #include <redlock/core/outcome.hpp>
 #include <redlock/core/readiness.hpp>
+#include <redlock/core/release_targets.hpp>
 #include <redlock/core/retry.hpp>
 #include <redlock/core/validity.hpp>
 #include <redlock/error.hpp>
@@ -48,6 +49,9 @@ struct lock_rules {
   bool retry_enabled = true;                       ///< false: one attempt (`async_try_lock`)
   /// Rounds after the first queue fairly and wait for wake-ups (`client_config::fairness`).
   bool fair = false;
+  /// Fair rounds leave offers, and releases may hand the lock over (`fairness_options::hand_over`):
+  /// a wake-up does not start the next round while the round's masters can still hand it over.
+  bool hand_over = false;
   /// Masters that must grant (0: a majority; a semaphore's is larger, see `semaphore_quorum`).
   std::size_t quorum = 0;
   /// Acquire with a lock kind's script (answers `{status, number}`) instead of `SET NX PX`.
@@ -157,8 +161,21 @@ class lock_fsm {
     }
     auto result = classify(table_.cmd(), ec, reply);
     if (result.status == master_status::unreachable && down_cause) result.error = down_cause;
-    if (!table_.record(master, std::move(result), now)) return {};
+    const bool decided = table_.record(master, std::move(result), now);
+    if (master < early_.size() && early_[master]) {
+      early_[master] = false;
+      const auto s = table_.status(master);
+      if ((s == master_status::taken || s == master_status::queued) && !handed_[master]) {
+        handed_[master] = true;
+        ++handed_count_;
+      }
+    }
+    if (handed_count_ != 0) {
+      if (auto a = check_handed(now); a.what != lock_action::type::wait) return a;
+    }
+    if (table_.state() == quorum_state::pending) return {};
     if (table_.state() == quorum_state::reached) {
+      if (!decided) return {};
       if (validity<clock>(rules_.ttl, table_.start(), now, rules_.drift) > clock::duration::zero()) {
         deadline_ = core::validity_deadline<clock>(rules_.ttl, table_.start(), rules_.drift);
         if (rules_.fence) return begin_confirm(now, unit_random);
@@ -168,6 +185,10 @@ class lock_fsm {
       // A majority said yes, but too late to rely on it: as good as a failure.
       return fail_round(error::validity_expired, now, unit_random);
     }
+    // A round that leaves offers fails only once every master answered (or timed out): its
+    // failure then releases only masters whose answer may have set the key, and a round that
+    // released nothing can still be handed the lock while it sleeps.
+    if (rules_.hand_over && rules_.retry_enabled && fair_round_ && table_.any(master_status::pending)) return {};
     const bool contended = table_.any(master_status::taken) || table_.any(master_status::queued);
     return fail_round(contended ? error::not_acquired : error::quorum_unavailable, now, unit_random);
   }
@@ -178,15 +199,78 @@ class lock_fsm {
   lock_action on_wake(std::size_t master, clock::time_point now) {
     if (!rules_.fair || master >= rules_.masters) return {};
     if (state_ != state::waiting && state_ != state::sleeping) return {};
-    if (woken_.size() != rules_.masters) woken_.assign(rules_.masters, false);
-    if (woken_[master]) return {};
-    woken_[master] = true;
-    ++woken_count_;
-    if (state_ == state::sleeping && woken_count_ >= majority(rules_.masters)) {
+    // A release that hands nothing over only wakes: no hand-over comes from that master now.
+    if (master < table_.size()) {
+      if (passed_.size() != table_.size()) passed_.assign(table_.size(), false);
+      passed_[master] = true;
+    }
+    return woken(master, now);
+  }
+
+  /// A hand-over from `master` that came before its answer is not to be counted after all (the
+  /// answer's clock sample made the guard stop trusting that master).
+  void drop_early(std::size_t master) noexcept {
+    if (master < early_.size()) early_[master] = false;
+  }
+
+  /// (Internal to `on_wake` and `on_handover`: a wake-up from `master` counted.)
+  lock_action woken(std::size_t master, clock::time_point now) {
+    if (!note_woken(master)) return {};
+    if (state_ == state::sleeping && woken_count_ >= majority(rules_.masters) && !handovers_possible()) {
       ++wakeups_;
       return begin_round(now);
     }
     return {};
+  }
+
+  /// @brief A master handed the lock to this waiter: a holder's release set the key there with the
+  /// token and ttl of the offer that round `round`'s fair request left (docs/design.md, "Fair
+  /// hand-over").
+  ///
+  /// Counted only for the round in progress, and only where that round's request was answered
+  /// "taken" or "queued" (the offer is that request's, so the key was set after the round
+  /// began: its validity counts from the round's start like a grant's; a master whose request was
+  /// not answered, or whose failed round was released there, is not counted). Once the hand-overs
+  /// and the round's own grants still standing make a quorum within the validity, the acquisition
+  /// succeeds. While the round is still being answered the grants count too; once it failed, only
+  /// hand-overs do (its grants were released). Hand-overs of a round that did not succeed are
+  /// given back by the next round's request (the fair acquire script) or by the `dequeue` when
+  /// the acquisition ends. Every hand-over also says that the holder released: it counts as a
+  /// wake-up (`on_wake`), so that hand-overs that cannot make a quorum start the next round; while
+  /// the round's other masters can still hand it over (their messages are on the way), it waits.
+  lock_action on_handover(std::uint64_t round, std::size_t master, clock::time_point now) {
+    if (!rules_.fair || master >= rules_.masters) return {};
+    if (state_ != state::waiting && state_ != state::sleeping) return {};
+    bool kept = false;  // counted now, or once its master's answer comes
+    if (fair_round_ && round == round_ && master < table_.size() && !(state_ == state::sleeping && released_)) {
+      const auto s = table_.status(master);
+      if (handed_.size() != table_.size()) handed_.assign(table_.size(), false);
+      if (s == master_status::pending && state_ == state::waiting) {
+        // Before its answer (the answer and TIME behind it come together): counted once it comes.
+        if (early_.size() != table_.size()) early_.assign(table_.size(), false);
+        early_[master] = true;
+        kept = true;
+      }
+      if ((s == master_status::taken || s == master_status::queued) && !handed_[master]) {
+        handed_[master] = true;
+        ++handed_count_;
+        kept = true;
+        if (auto a = check_handed(now); a.what != lock_action::type::wait) return a;
+      }
+    }
+    if (!kept && master < table_.size()) {  // that master has handed over what it had: nothing more comes
+      if (passed_.size() != table_.size()) passed_.assign(table_.size(), false);
+      passed_[master] = true;
+    }
+    return woken(master, now);
+  }
+
+  /// Master `master` cannot tell this waiter of a release (its connection could not subscribe:
+  /// RESP2, or an ACL): no hand-over is waited for from it (`on_handover`).
+  void set_deaf(std::size_t master, bool deaf) {
+    if (master >= rules_.masters) return;
+    if (deaf_.size() != rules_.masters) deaf_.assign(rules_.masters, false);
+    deaf_[master] = deaf;
   }
 
   /// The retry delay has passed: the next attempt.
@@ -277,6 +361,8 @@ class lock_fsm {
   std::int64_t ticket() const noexcept { return ticket_; }
   /// Rounds started early by wake-ups rather than by the retry delay.
   std::size_t wakeups() const noexcept { return wakeups_; }
+  /// Whether the acquisition succeeded by masters handing it the lock (`on_handover`).
+  bool handed() const noexcept { return succeeded_ && handed_count_ != 0; }
   /// The lock's fencing token after success with `lock_rules::fence` (0 otherwise).
   std::int64_t fence() const noexcept { return fence_; }
   /// The largest counter any master answered so far, or the floor `start` was given (fenced rules).
@@ -433,6 +519,56 @@ class lock_fsm {
     return {};
   }
 
+  // Counts master `i`'s wake-up since the round was sent; false if it had woken the waiter already.
+  bool note_woken(std::size_t i) {
+    if (woken_.size() != rules_.masters) woken_.assign(rules_.masters, false);
+    if (woken_[i]) return false;
+    woken_[i] = true;
+    ++woken_count_;
+    return true;
+  }
+
+  // Whether the round in progress, not yet granted, can still be granted by hand-overs on their
+  // way: then a majority of wake-ups (each master's release wakes before it hands over) waits.
+  bool handovers_possible() const noexcept { return handovers_possible(state_ == state::waiting); }
+  // The same, judged as while the round is answered (`answering`) or once it failed.
+  bool handovers_possible(bool answering) const noexcept {
+    if (!rules_.hand_over || !fair_round_ || (!answering && released_)) return false;
+    const auto have = handed_count_ + (answering ? table_.count(master_status::granted) : 0);
+    return have < table_.needed() && handed_count_ + still_possible(answering) >= table_.needed();
+  }
+
+  // Masters of the round in progress that may still count for it besides its hand-overs so far:
+  // those that answered "taken" or "queued" and have not handed it the key yet, and, while the
+  // round is being answered, its grants and the masters yet to answer.
+  std::size_t still_possible(bool answering) const noexcept {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < table_.size(); ++i) {
+      const auto s = table_.status(i);
+      const bool silent = (i < deaf_.size() && deaf_[i]) || (i < passed_.size() && passed_[i]);
+      const bool handable =
+          (s == master_status::taken || s == master_status::queued) && !(i < handed_.size() && handed_[i]) && !silent;
+      const bool open = answering && (s == master_status::granted || (s == master_status::pending && !silent));
+      n += handable || open ? 1 : 0;
+    }
+    return n;
+  }
+
+  // The round's hand-overs, with its grants while it is still being answered: success once they
+  // make a quorum within the validity; a hand-over that comes too late is given back by the next
+  // round or the dequeue.
+  lock_action check_handed(clock::time_point now) {
+    const auto grants = state_ == state::waiting ? table_.count(master_status::granted) : 0;
+    if (grants + handed_count_ < table_.needed()) return {};
+    if (validity<clock>(rules_.ttl, table_.start(), now, rules_.drift) <= clock::duration::zero()) return {};
+    for (std::size_t i = 0; i < handed_.size(); ++i) {
+      if (handed_[i]) table_.hand_over(i, now);
+    }
+    deadline_ = core::validity_deadline<clock>(rules_.ttl, table_.start(), rules_.drift);
+    last_error_.clear();
+    return finish({}, false);
+  }
+
   lock_action begin_round(clock::time_point now) {
     ++round_;
     acquire_round_ = round_;
@@ -445,6 +581,11 @@ class lock_fsm {
     sent_fair_ = sent_fair_ || fair_round_;
     std::fill(woken_.begin(), woken_.end(), false);
     woken_count_ = 0;
+    std::fill(handed_.begin(), handed_.end(), false);
+    std::fill(early_.begin(), early_.end(), false);
+    std::fill(passed_.begin(), passed_.end(), false);
+    handed_count_ = 0;
+    released_ = false;
     const std::int64_t ticket = requeue_ ? -1 : ticket_;
     requeue_ = false;
     table_.begin(fair_round_ || rules_.scripted ? command::acquire_script : command::acquire, rules_.masters, now,
@@ -459,6 +600,10 @@ class lock_fsm {
   // plain round (to take its place in the queues), and when it was woken while the round ran.
   lock_action fail_round(boost::system::error_code ec, clock::time_point now, double unit_random) {
     last_error_ = ec;
+    // Its release goes where its request may have set the key; a release sent now may be sent
+    // again later, with this round's token, and delete a key handed over with it: the round is
+    // not granted by hand-overs after that.
+    released_ = any_may_have_set(table_.answers(), table_.size());
     fence_ = 0;  // the round's fence was never granted: nothing may use it
     bool now_again = false;
     if (rules_.fair) {
@@ -467,7 +612,7 @@ class lock_fsm {
       const auto unanswered = table_.count(master_status::timeout) + table_.count(master_status::unreachable) +
                               table_.count(master_status::failed) + table_.count(master_status::server_error);
       if (unanswered > rules_.masters - majority(rules_.masters)) requeue_ = true;
-      now_again = !fair_round_ || woken_count_ >= majority(rules_.masters);
+      now_again = !fair_round_ || (woken_count_ >= majority(rules_.masters) && !handovers_possible(false));
     }
     const auto delay = now_again ? std::chrono::milliseconds{0} : retry_delay(rules_.retry, unit_random);
     const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(now - first_start_);
@@ -509,6 +654,12 @@ class lock_fsm {
   std::vector<bool> woken_;  // per master: a wake-up came since the round was sent
   std::size_t woken_count_ = 0;
   std::size_t wakeups_ = 0;
+  std::vector<bool> handed_;  // per master: handed the lock to the round in progress
+  std::vector<bool> deaf_;    // per master: tells nothing (`set_deaf`)
+  std::vector<bool> early_;   // per master: handed over before the round's answer came
+  std::vector<bool> passed_;  // per master: its release woke without handing over
+  bool released_ = false;     // the failed round in progress sent a release
+  std::size_t handed_count_ = 0;
   // Fencing (rules_.fence).
   std::int64_t fence_ = 0;
   std::int64_t fence_floor_ = 0;     // the largest counter any master answered

@@ -175,6 +175,20 @@ class round_table {
     return true;
   }
 
+  /// Master `i`, which answered "taken" or "queued", was then handed the key by a holder's
+  /// release (fair hand-over): its answer becomes a grant, with its latency up to `now`. The
+  /// quorum is the caller's to judge (`lock_fsm::on_handover`); the votes stay as answered.
+  void hand_over(std::size_t i, clock::time_point now) {
+    if (i >= results_.size()) return;
+    const auto s = results_.status(i);
+    if (s != master_status::taken && s != master_status::queued) return;
+    master_result r;
+    r.status = master_status::granted;
+    r.value = results_.value(i);
+    r.latency = std::chrono::duration_cast<std::chrono::microseconds>(now - start_);
+    results_.set(i, std::move(r));
+  }
+
   /// The command of the round (`begin`'s `cmd`).
   command cmd() const noexcept { return cmd_; }
   /// Where the round's quorum stands.

@@ -51,12 +51,16 @@ inline bool release_in_doubt(const boost::system::error_code& ec) noexcept {
 /// worth sending again.
 class key_holders {
  public:
-  /// The granting round's answers.
+  /// The granting round's answers. `offers`: the acquisition queued fairly, so a master that
+  /// answered "taken" or "queued" may still have been handed the key, with the lock's token, by
+  /// a holder's release after the answer (docs/design.md, "Fair hand-over").
   template <class Round = std::vector<master_result>>
-  void granted(const Round& round) {
+  void granted(const Round& round, bool offers = false) {
     ruled_out_.clear();
     for (std::size_t i = 0; i < round.size(); ++i) {
-      if (!may_have_set(status_at(round, i))) ruled_out_.push_back(static_cast<std::uint16_t>(i));
+      const auto s = status_at(round, i);
+      if (offers && (s == master_status::taken || s == master_status::queued)) continue;
+      if (!may_have_set(s)) ruled_out_.push_back(static_cast<std::uint16_t>(i));
     }
   }
   /// Whether master `i` may hold a key of the lock (true for a master the round did not cover).

@@ -17,10 +17,18 @@ struct script {
   std::string_view sha1;
 };
 
-/// KEYS[1] = key, KEYS[2] = its waiter queue, KEYS[3] = the queue's expiries; ARGV[1] = token.
-/// Deletes the key only if it still holds our token: 0 (not ours), 1 (deleted), 2 (deleted, and
-/// waiters are queued: the first of them, after dropping expired entries, is woken by a message
-/// on its client's channel). See docs/design.md, "Fair hand-over".
+/// KEYS[1] = key, KEYS[2] = its waiter queue, KEYS[3] = the queue's expiries, KEYS[4] = the
+/// waiters' offers; ARGV[1] = token, ARGV[2] = "1" to hand the key over (a held lock's release),
+/// else "0" (a failed round's). Deletes the key only if it still holds our token: 0 (not ours), 1
+/// (deleted), 2 (deleted, and waiters are queued). With waiters, after dropping expired entries,
+/// the first of them is told on its client's channel. With "1" and an offer from that waiter, a
+/// first message `<waiter>:<round>:` asks whether its client is there: if a connection of this
+/// master received it (a waiter whose process died has none left; `PUBLISH` counts only this
+/// node's receivers), the key is set for the waiter with the offer's token and ttl (the waiter
+/// keeps its place in the queue until its acquisition ends), and only then a second message,
+/// `<waiter>:<round>`, hands it over. Otherwise the message is the
+/// waiter's name: a wake-up, which also says that this master hands it nothing this time. See
+/// docs/design.md, "Fair hand-over".
 REDLOCK_API inline constexpr script release_script{
     R"(if redis.call("get",KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call("del",KEYS[1])
@@ -31,12 +39,40 @@ local gone = redis.call("zrangebyscore",KEYS[3],"-inf",t[1]*1000+math.floor(t[2]
 if #gone > 0 then
   redis.call("zrem",KEYS[2],unpack(gone))
   redis.call("zrem",KEYS[3],unpack(gone))
+  redis.call("hdel",KEYS[4],unpack(gone))
   h = redis.call("zrange",KEYS[2],0,0)[1]
   if not h then return 1 end
 end
-redis.call("publish","redlock:wake:"..string.sub(h,1,16),h)
+local c = "redlock:wake:"..string.sub(h,1,16)
+if ARGV[2] == "1" then
+  local ttl, round, tok = string.match(redis.call("hget",KEYS[4],h) or "","^(%d+):(%d+):(.+)$")
+  if tok and redis.call("publish",c,h..":"..round..":") > 0 then
+    redis.call("set",KEYS[1],tok,"px",ttl)
+    redis.call("publish",c,h..":"..round)
+    return 2
+  end
+end
+redis.call("publish",c,h)
 return 2)",
-    "07bcbc10cd59cbaf016856570d4b8c83d1b28354"};
+    "d9fc5322d78ef1f022e8a90389cbdcb9d7e80e7f"};
+
+/// The end of a fair waiter's acquisition (docs/design.md, "Fair hand-over"). KEYS as for
+/// `release_script`; ARGV[1] = the waiter, ARGV[2] = the token it keeps (the granted lock's, or
+/// empty). Drops the waiter's queue entry and offer; if a release handed it the key with an offer
+/// whose token is not the one kept, deletes the key and wakes the first waiter: 1; else 0.
+REDLOCK_API inline constexpr script dequeue_script{
+    R"(local v = redis.call("hget",KEYS[4],ARGV[1])
+redis.call("zrem",KEYS[2],ARGV[1])
+redis.call("zrem",KEYS[3],ARGV[1])
+if not v then return 0 end
+redis.call("hdel",KEYS[4],ARGV[1])
+local tok = string.match(v,"^%d+:%d+:(.+)$")
+if tok == ARGV[2] or redis.call("get",KEYS[1]) ~= tok then return 0 end
+redis.call("del",KEYS[1])
+local h = redis.call("zrange",KEYS[2],0,0)[1]
+if h then redis.call("publish","redlock:wake:"..string.sub(h,1,16),h) end
+return 1)",
+    "9a6a3488cebdd9f937bfaea6a1c14c061e0fcc11"};
 
 /// KEYS[1] = key, ARGV[1] = token, ARGV[2] = ttl in ms. If the key still holds our token, makes it
 /// live at least ttl more (never less than it already had: an extension that fails after moving an
@@ -50,21 +86,30 @@ return 1)",
 /// The fair acquisition (docs/design.md, "Fair hand-over"). KEYS as for `release_script`; ARGV[1]
 /// = token, ARGV[2] = ttl in ms, ARGV[3] = the waiter (`<client inbox>:<operation>`), ARGV[4] = its
 /// ticket (>0: keep it; 0: none yet, take the one held here or the next free one; -1: move to the
-/// back), ARGV[5] = how long its queue entry lives without being renewed, in ms. Sets the key
-/// (`SET NX PX`, as plain Redlock) only if the key is absent and no live waiter with a smaller
-/// (ticket, name) is queued; otherwise queues or renews the waiter. The caller is judged by the
-/// ticket it sent against the first other waiter, whatever ticket this master still stores for it.
-/// A caller that adds an entry (ticket 0 or -1, or a ticket but no entry here) first drops
-/// expired ones, as the release does, so that dead entries stay few. A caller renewing its entry,
-/// or the woken head's round, drops them only when it is not first at a free key: dropping entries
-/// can only move the caller forward, so looking first decides alike, and these two commonest
-/// calls skip the `TIME` and the range scan. Every path reads the expiries or the queue before it
-/// writes to them (the grant drops the caller's expiry first): a key of the wrong type fails the
-/// script before it writes, as every script must.
-/// Returns {status, ticket}: status 1 granted, 0 the key is held, -1 the key is free but another
-/// waiter comes first.
+/// back), ARGV[5] = how long its queue entry lives without being renewed, in ms, ARGV[6] = the
+/// round ("0": the waiter takes no hand-over, and leaves no offer). Sets the key (`SET NX PX`, as plain Redlock) only
+/// if the key is absent and no live waiter with a smaller (ticket, name) is queued; otherwise queues or renews the
+/// waiter, with its offer: the token, ttl and round with which a holder's release hands it the key (`release_script`).
+/// A key that still holds the token of the waiter's previous offer was handed to one of its earlier rounds, which the
+/// waiter has given up: it is deleted first, and the key is judged free. The caller is judged by the ticket it sent
+/// against the first other waiter, whatever ticket this master still stores for it. A caller that adds an entry (ticket
+/// 0 or -1, or a ticket but no entry here) first drops expired ones, as the release does, so that dead entries stay
+/// few. A caller renewing its entry, or the woken head's round, drops them only when it is not first at a free key:
+/// dropping entries can only move the caller forward, so looking first decides alike, and these two commonest calls
+/// skip the `TIME` and the range scan. Every path reads the offers and the expiries or the queue before it writes
+/// (the grant drops the caller's expiry first): a helper key of the wrong type fails the script before it writes, as
+/// every script must; a lock key that is not a string (another kind's, on the same name) is held, as for `SET NX`.
+/// Returns {status, ticket}: status 1 granted, 0 the key is held, -1 the key is free but another waiter comes first.
 REDLOCK_API inline constexpr script fair_acquire_script{
-    R"(local q, e, me = KEYS[2], KEYS[3], ARGV[3]
+    R"(local q, e, o, me = KEYS[2], KEYS[3], KEYS[4], ARGV[3]
+local held = redis.call("exists",KEYS[1]) == 1
+local mine = redis.call("hget",o,me)
+local stale = false
+if held and mine then
+  local v = redis.pcall("get",KEYS[1])
+  stale = type(v) == "string" and string.match(mine,"^%d+:%d+:(.+)$") == v
+  held = not stale
+end
 local sent = tonumber(ARGV[4])
 local ticket = sent
 local now
@@ -82,6 +127,7 @@ local function sweep()
   if #gone == 0 then return false end
   redis.call("zrem",q,unpack(gone))
   redis.call("zrem",e,unpack(gone))
+  redis.call("hdel",o,unpack(gone))
   return true
 end
 local function back()
@@ -101,7 +147,7 @@ if sent <= 0 then
   end
 end
 local status = 0
-if redis.call("exists",KEYS[1]) == 0 then
+if not held then
   local function first()
     local h = redis.call("zrange",q,0,1,"withscores")
     local i = h[1] == me and 3 or 1
@@ -112,6 +158,8 @@ if redis.call("exists",KEYS[1]) == 0 then
   if ok then
     redis.call("zrem",e,me)
     redis.call("zrem",q,me)
+    if mine then redis.call("hdel",o,me) end
+    if stale then redis.call("del",KEYS[1]) end
     redis.call("set",KEYS[1],ARGV[1],"nx","px",ARGV[2])
     return {1,ticket}
   end
@@ -123,12 +171,19 @@ if ticket == 0 then ticket = back() end
 local timeout = tonumber(ARGV[5])
 redis.call("zadd",q,ticket,me)
 redis.call("zadd",e,clock()+timeout,me)
+if ARGV[6] ~= "0" then
+  redis.call("hset",o,me,ARGV[2]..":"..ARGV[6]..":"..ARGV[1])
+elseif mine then
+  redis.call("hdel",o,me)
+end
+if stale then redis.call("del",KEYS[1]) end
 if redis.call("pttl",q) < timeout then
   redis.call("pexpire",q,timeout)
   redis.call("pexpire",e,timeout)
 end
+if redis.call("pttl",o) < timeout then redis.call("pexpire",o,timeout) end
 return {status,ticket})",
-    "745d20973d49cb1df2db4b29c6142ef20cf70d49"};
+    "123f76b72df177fc376d0e2addf1837aba884d6b"};
 
 // ---- lock kinds (docs/design.md, "Lock kinds"; docs/safety.md, "Lock kinds") ---------------------
 // Each acquire script answers {status, number} like the fair one (core::command::acquire_script);
@@ -419,6 +474,8 @@ inline constexpr std::string_view wake_channel_prefix = "redlock:wake:";
 /// Suffixes of a lock key's waiter queue and its expiries.
 inline constexpr std::string_view queue_suffix = ":redlock-queue";
 inline constexpr std::string_view expiry_suffix = ":redlock-expiry";
+/// Suffix of a lock key's waiters' offers: waiter name -> "<ttl>:<round>:<token>".
+inline constexpr std::string_view offer_suffix = ":redlock-offer";
 
 /// Suffixes of the keys beside a lock key that the lock kinds use.
 inline constexpr std::string_view fence_suffix = ":redlock-fence";
@@ -435,8 +492,8 @@ inline constexpr std::string_view reserved_value_prefix = "redlock:";
 /// Every suffix above. A lock key that ends with one of them could be another lock's helper key
 /// (resource "x:redlock-fence" is the fencing counter of resource "x"), so that one user's lock
 /// could overwrite, or block, another's: such resource names are refused.
-inline constexpr std::string_view helper_suffixes[] = {queue_suffix,   expiry_suffix, fence_suffix,  holds_suffix,
-                                                       readers_suffix, writer_suffix, permits_suffix};
+inline constexpr std::string_view helper_suffixes[] = {queue_suffix, expiry_suffix,  offer_suffix,  fence_suffix,
+                                                       holds_suffix, readers_suffix, writer_suffix, permits_suffix};
 
 /// Every script, loaded (`SCRIPT LOAD`) on each new connection before any request of a lock can
 /// use it, so that an `EVALSHA` never meets an empty script cache: its `NOSCRIPT` answer, coming
@@ -445,16 +502,13 @@ inline constexpr std::string_view helper_suffixes[] = {queue_suffix,   expiry_su
 /// lock whose `NOSCRIPT` comes after its quorum sends its `EVAL` while it is still held (see
 /// `lock_op::on_reply`). The fallback to `EVAL` stays for a cache flushed while connected.
 inline constexpr const script* all_scripts[] = {
-    &release_script,           &extend_script,
-    &fair_acquire_script,      &fence_acquire_script,
-    &fence_confirm_script,     &fence_abandon_script,
-    &multi_acquire_script,     &multi_release_script,
-    &multi_extend_script,      &reentrant_acquire_script,
-    &reentrant_release_script, &reentrant_extend_script,
-    &read_acquire_script,      &read_release_script,
-    &read_extend_script,       &write_acquire_script,
-    &write_leave_script,       &semaphore_acquire_script,
-    &semaphore_release_script, &semaphore_extend_script,
+    &release_script,           &dequeue_script,           &extend_script,
+    &fair_acquire_script,      &fence_acquire_script,     &fence_confirm_script,
+    &fence_abandon_script,     &multi_acquire_script,     &multi_release_script,
+    &multi_extend_script,      &reentrant_acquire_script, &reentrant_release_script,
+    &reentrant_extend_script,  &read_acquire_script,      &read_release_script,
+    &read_extend_script,       &write_acquire_script,     &write_leave_script,
+    &semaphore_acquire_script, &semaphore_release_script, &semaphore_extend_script,
 };
 
 }  // namespace redlock::detail

@@ -149,7 +149,8 @@ class tiny_redis {
     }
     if (name == "SCRIPT") {
       if (cmd.size() == 3 && upper(cmd[1]) == "LOAD") {
-        for (const auto* s : {&detail::release_script, &detail::extend_script, &detail::fair_acquire_script}) {
+        for (const auto* s :
+             {&detail::release_script, &detail::extend_script, &detail::fair_acquire_script, &detail::dequeue_script}) {
           if (cmd[2] == s->body) return bulk(s->sha1);
         }
         return "-ERR the fake server runs only the lock client's scripts\r\n";
@@ -239,13 +240,16 @@ class tiny_redis {
     return ok;
   }
 
-  // EVALSHA sha|EVAL body with the lock client's arguments: release (numkeys 3: key, queue,
-  // expiries; token), extend (numkeys 1: key; token, ttl ms), fair acquire (numkeys 3; token, ttl
-  // ms, waiter, ticket, entry timeout). No queue is kept: a fair acquire is a plain SET NX PX here.
+  // EVALSHA sha|EVAL body with the lock client's arguments: release (numkeys 4: key, queue,
+  // expiries, offers; token, hand over), extend (numkeys 1: key; token, ttl ms), fair acquire
+  // (numkeys 4; token, ttl ms, waiter, ticket, entry timeout, round), dequeue (numkeys 4; waiter,
+  // token kept). No queue is kept: a fair acquire is a plain SET NX PX here, nothing is handed
+  // over, and a dequeue does nothing.
   std::string eval(const std::string& name, const fake_server::command& cmd) {
     if (cmd.size() < 3) return wrong_args(name);
     const detail::script* s = nullptr;
-    for (const auto* known : {&detail::release_script, &detail::extend_script, &detail::fair_acquire_script}) {
+    for (const auto* known :
+         {&detail::release_script, &detail::extend_script, &detail::fair_acquire_script, &detail::dequeue_script}) {
       if (name == "EVALSHA" ? cmd[1] == known->sha1 : cmd[1] == known->body) s = known;
     }
     if (!s) {
@@ -254,19 +258,21 @@ class tiny_redis {
     }
     const bool extend = s == &detail::extend_script;
     const bool fair = s == &detail::fair_acquire_script;
-    const auto args = extend ? 6u : fair ? 11u : 7u;
-    if (cmd[2] != (extend ? "1" : "3") || cmd.size() != args) return "-ERR wrong arguments for the lock script\r\n";
+    const bool dequeue = s == &detail::dequeue_script;
+    const auto args = extend ? 6u : fair ? 13u : 9u;
+    if (cmd[2] != (extend ? "1" : "4") || cmd.size() != args) return "-ERR wrong arguments for the lock script\r\n";
+    if (dequeue) return integer(0);
     if (fair) {
-      const auto ms = to_integer(cmd[7]);
+      const auto ms = to_integer(cmd[8]);
       if (!ms || *ms <= 0) return "-ERR invalid expire time\r\n";
       if (find(cmd[3])) return "*2\r\n" + integer(0) + integer(1);
       auto& e = data_[cmd[3]];
-      e.value = cmd[6];
+      e.value = cmd[7];
       e.expires = clock_type::now() + std::chrono::milliseconds{*ms};
       return "*2\r\n" + integer(1) + integer(0);
     }
     const auto* e = find(cmd[3]);
-    const auto& token = extend ? cmd[4] : cmd[6];
+    const auto& token = extend ? cmd[4] : cmd[7];
     if (!e || e->value != token) return integer(0);
     if (!extend) {
       data_.erase(cmd[3]);

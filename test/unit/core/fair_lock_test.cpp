@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSL-1.0
 // Fair hand-over in the acquisition machine (docs/design.md, "Fair hand-over"): when the first,
 // plain round finds the lock taken the waiter queues at once; its ticket is the highest any master
-// gave it; a majority of wake-ups starts the next round before the retry delay ends; a waiter that
-// cannot reach a majority moves to the back. Also the replies of the fair and release scripts.
+// gave it; a majority of wake-ups starts the next round before the retry delay ends; a majority of
+// hand-overs grants the round; a waiter that cannot reach a majority moves to the back. Also the
+// replies of the fair and release scripts.
 
 #include "transcript.hpp"
 #include <redlock/core/lock_fsm.hpp>
@@ -38,6 +39,13 @@ lock_rules fair_rules(std::size_t masters = 5, bool retry = true) {
   r.retry = retry_policy{0, 2000ms, 50ms, 100ms};
   r.retry_enabled = retry;
   r.fair = true;
+  return r;
+}
+
+// Fair rules whose rounds leave offers: releases may hand the lock over.
+lock_rules handover_rules() {
+  auto r = fair_rules();
+  r.hand_over = true;
   return r;
 }
 
@@ -218,6 +226,222 @@ TEST(fair_lock, cancelled_while_queued) {
   EXPECT_EQ(what(f.cancel()), "complete system:Operation canceled");
   EXPECT_TRUE(f.queued());
   EXPECT_EQ(what(f.on_wake(0, at(2ms))), "wait");
+}
+
+// ---- hand-over: a holder's release sets the key for the first waiter -------------------------------
+
+TEST(fair_lock, a_majority_of_hand_overs_grants_the_round_with_validity_from_its_start) {
+  lock_fsm f{handover_rules()};
+  f.start(at(0ms), true);
+  // A round that leaves offers fails once every master answered (not at the third "taken").
+  EXPECT_EQ(what(answer_all(f, 0, 4, fair(0, 3), 1ms)), "sleep +51000us +release");
+  const auto r = f.round();
+  EXPECT_EQ(what(f.on_handover(r, 2, at(5ms))), "wait");
+  EXPECT_EQ(what(f.on_handover(r, 2, at(5ms))), "wait");  // one master counts once
+  EXPECT_EQ(what(f.on_handover(r, 9, at(5ms))), "wait");  // no such master
+  EXPECT_EQ(what(f.on_handover(r, 0, at(6ms))), "wait");
+  EXPECT_FALSE(f.done());
+  // No release: the keys are the lock now.
+  EXPECT_EQ(what(f.on_handover(r, 1, at(7ms))), "complete ok");
+  EXPECT_TRUE(f.handed());
+  // The key was set after the round began: the validity counts from there, as for a grant.
+  EXPECT_EQ(f.validity_deadline(), at(10s - 102ms));
+  EXPECT_EQ(f.table().status(0), master_status::granted);
+  EXPECT_EQ(f.table().status(2), master_status::granted);
+  EXPECT_EQ(f.table().status(3), master_status::taken);
+  EXPECT_EQ(what(f.on_timer(at(51ms))), "wait");  // the retry delay's end finds it done
+  EXPECT_EQ(what(f.on_handover(r, 4, at(8ms))), "wait");
+}
+
+TEST(fair_lock, hand_overs_count_with_the_grants_of_a_round_still_being_answered) {
+  lock_fsm f{handover_rules()};
+  f.start(at(0ms), true);
+  const auto r = f.round();
+  EXPECT_EQ(what(f.on_reply(r, 0, {}, fair(1, 2), at(1ms), 0.0)), "wait");
+  EXPECT_EQ(what(f.on_reply(r, 1, {}, fair(0, 2), at(1ms), 0.0)), "wait");
+  EXPECT_EQ(what(f.on_handover(r, 1, at(2ms))), "wait");
+  EXPECT_EQ(what(f.on_reply(r, 2, {}, fair(0, 2), at(2ms), 0.0)), "wait");
+  // The grant and two hand-overs are a majority, though two masters said "taken".
+  EXPECT_EQ(what(f.on_handover(r, 2, at(3ms))), "complete ok");
+  EXPECT_EQ(f.table().count(master_status::granted), 3U);
+  // A grant that comes with a hand-over already counted makes the majority too.
+  lock_fsm g{handover_rules()};
+  g.start(at(0ms), true);
+  const auto r2 = g.round();
+  g.on_reply(r2, 0, {}, fair(0, 2), at(1ms), 0.0);
+  g.on_handover(r2, 0, at(1ms));
+  g.on_reply(r2, 1, {}, fair(1, 2), at(1ms), 0.0);
+  g.on_reply(r2, 2, {}, fair(0, 2), at(1ms), 0.0);
+  EXPECT_EQ(what(g.on_reply(r2, 3, {}, fair(1, 2), at(2ms), 0.0)), "complete ok");
+}
+
+TEST(fair_lock, a_failed_round_that_released_anything_takes_hand_overs_as_wake_ups_only) {
+  // Its release may be sent again later with the same token (a reply lost: `defer_release`) and
+  // delete a key handed over with it, on a master the lock would then count.
+  lock_fsm f{handover_rules()};
+  f.start(at(0ms), true);
+  const auto r = f.round();
+  f.on_reply(r, 0, {}, fair(1, 2), at(1ms), 0.0);
+  f.on_reply(r, 1, {}, fair(1, 2), at(1ms), 0.0);
+  f.on_reply(r, 2, {}, fair(0, 2), at(1ms), 0.0);
+  f.on_reply(r, 3, {}, fair(0, 2), at(1ms), 0.0);
+  EXPECT_EQ(what(f.on_reply(r, 4, {}, fair(0, 2), at(1ms), 0.0)), "sleep +51000us +release");
+  EXPECT_EQ(what(f.on_handover(r, 2, at(2ms))), "wait");
+  EXPECT_EQ(what(f.on_handover(r, 3, at(2ms))), "wait");
+  EXPECT_EQ(what(f.on_handover(r, 4, at(3ms))), "fair 2");  // three wake-ups: the next round
+  EXPECT_FALSE(f.handed());
+  // The same with a request that timed out (its release goes there).
+  lock_fsm g{handover_rules()};
+  g.start(at(0ms), true);
+  const auto r2 = g.round();
+  answer_all(g, 0, 1, fair(0, 1), 1ms);
+  g.on_reply(r2, 2, redlock::error::master_timeout, no_reply(), at(250ms), 0.0);
+  EXPECT_EQ(what(answer_all(g, 3, 4, fair(0, 1), 250ms)), "sleep +300000us +release");
+  EXPECT_EQ(what(g.on_handover(r2, 0, at(251ms))), "wait");
+  EXPECT_EQ(what(g.on_handover(r2, 1, at(251ms))), "wait");
+  EXPECT_EQ(what(g.on_handover(r2, 3, at(251ms))), "fair 1");
+}
+
+TEST(fair_lock, only_the_round_in_progress_and_its_answered_masters_take_hand_overs) {
+  lock_fsm f{handover_rules()};
+  f.start(at(0ms), true);
+  const auto r = f.round();
+  answer_all(f, 0, 2, fair(0, 1), 1ms);  // masters 3 and 4 have not answered
+  // Not answered yet: kept until its answer comes (which this test never sends).
+  EXPECT_EQ(what(f.on_handover(r, 3, at(2ms))), "wait");
+  EXPECT_EQ(what(f.on_handover(r + 1, 0, at(2ms))), "wait");  // no such round yet: a wake-up too
+  EXPECT_EQ(what(f.on_handover(r, 0, at(2ms))), "wait");
+  EXPECT_EQ(what(f.on_handover(r, 4, at(3ms))), "wait");  // masters 1 and 2 may still hand it over
+  EXPECT_FALSE(f.done());
+  EXPECT_EQ(what(f.on_handover(r, 1, at(3ms))), "wait");
+  EXPECT_EQ(what(f.on_handover(r, 2, at(4ms))), "complete ok");
+  EXPECT_EQ(f.validity_deadline(), at(10s - 102ms));
+  EXPECT_EQ(f.wakeups(), 0U);
+}
+
+TEST(fair_lock, wake_ups_wait_for_hand_overs_that_can_still_make_the_quorum) {
+  lock_fsm f{handover_rules()};
+  f.start(at(0ms), true);
+  const auto r = f.round();
+  // A round that leaves offers fails once every master answered, not at the third "taken".
+  for (std::size_t m = 0; m < 4; ++m) EXPECT_EQ(what(f.on_reply(r, m, {}, fair(0, 1), at(1ms), 0.0)), "wait");
+  EXPECT_EQ(what(f.on_reply(r, 4, {}, fair(0, 1), at(1ms), 0.0)), "sleep +51000us +release");
+  EXPECT_EQ(what(f.on_handover(r, 0, at(2ms))), "wait");
+  EXPECT_EQ(what(f.on_handover(r, 1, at(2ms))), "wait");
+  // A plain wake-up says master 4 hands nothing over; three masters said the holder released,
+  // but masters 2 and 3 can still hand over: no new round yet.
+  EXPECT_EQ(what(f.on_wake(4, at(2ms))), "wait");
+  EXPECT_EQ(what(f.on_handover(r, 2, at(2ms))), "complete ok");
+  EXPECT_EQ(f.wakeups(), 0U);
+  // Plain wake-ups from three masters: no quorum of hand-overs can come, the next round starts.
+  lock_fsm h{handover_rules()};
+  h.start(at(0ms), true);
+  answer_all(h, 0, 4, fair(0, 1), 1ms);
+  h.on_wake(0, at(2ms));
+  h.on_wake(1, at(2ms));
+  EXPECT_EQ(what(h.on_wake(2, at(2ms))), "fair 1");
+  // Without hand-overs, wake-ups start the next round, and a round fails at the third "taken".
+  lock_fsm g{fair_rules()};
+  g.start(at(0ms), true);
+  EXPECT_EQ(what(answer_all(g, 0, 2, fair(0, 1), 1ms)), "sleep +51000us +release");
+  g.on_wake(0, at(2ms));
+  g.on_wake(1, at(2ms));
+  EXPECT_EQ(what(g.on_wake(2, at(2ms))), "fair 1");
+  // A try_lock does not wait for the last answers of a round that cannot succeed either.
+  auto once = handover_rules();
+  once.retry_enabled = false;
+  lock_fsm t{once};
+  t.start(at(0ms), true);
+  EXPECT_EQ(what(answer_all(t, 0, 2, fair(0, 1), 1ms)), "complete redlock:the lock is held by another client +release");
+}
+
+TEST(fair_lock, each_round_starts_without_the_last_ones_hand_overs_and_releases) {
+  lock_fsm f{handover_rules()};
+  f.start(at(0ms), true);
+  const auto r = f.round();
+  f.on_reply(r, 0, {}, fair(1, 1), at(1ms), 0.0);  // a grant: released when the round fails
+  for (std::size_t m = 1; m < 5; ++m) f.on_reply(r, m, {}, fair(0, 1), at(1ms), 0.0);
+  EXPECT_EQ(what(f.on_timer(at(60ms))), "fair 1");
+  const auto r2 = f.round();
+  answer_all(f, 0, 4, fair(0, 1), 61ms);  // nothing granted: nothing released
+  EXPECT_EQ(what(f.on_handover(r2, 0, at(62ms))), "wait");
+  EXPECT_EQ(what(f.on_handover(r2, 1, at(62ms))), "wait");
+  EXPECT_EQ(what(f.on_handover(r2, 2, at(62ms))), "complete ok");
+  EXPECT_EQ(f.validity_deadline(), at(60ms + 10s - 102ms));
+}
+
+TEST(fair_lock, an_early_hand_over_of_a_master_that_then_times_out_is_not_counted) {
+  lock_fsm f{handover_rules()};
+  f.start(at(0ms), true);
+  const auto r = f.round();
+  answer_all(f, 0, 1, fair(0, 1), 1ms);
+  f.on_handover(r, 0, at(2ms));
+  f.on_handover(r, 1, at(2ms));
+  EXPECT_EQ(what(f.on_handover(r, 2, at(2ms))), "wait");  // before its answer
+  EXPECT_EQ(what(f.on_reply(r, 2, redlock::error::master_timeout, no_reply(), at(250ms), 0.0)), "wait");
+  EXPECT_FALSE(f.done());
+  // An early hand-over the guard withdrew (`drop_early`) is not counted either.
+  lock_fsm g{handover_rules()};
+  g.start(at(0ms), true);
+  const auto r2 = g.round();
+  answer_all(g, 0, 1, fair(0, 1), 1ms);
+  g.on_handover(r2, 0, at(2ms));
+  g.on_handover(r2, 1, at(2ms));
+  g.on_handover(r2, 2, at(2ms));
+  g.drop_early(2);
+  EXPECT_EQ(what(g.on_reply(r2, 2, {}, fair(0, 1), at(3ms), 0.0)), "wait");
+  EXPECT_FALSE(g.done());
+}
+
+TEST(fair_lock, a_hand_over_that_comes_before_its_masters_answer_counts_once_the_answer_comes) {
+  // The answer and the TIME behind it are delivered together: a release that ran between the two
+  // sends its hand-over first.
+  lock_fsm f{handover_rules()};
+  f.start(at(0ms), true);
+  const auto r = f.round();
+  answer_all(f, 0, 1, fair(0, 1), 1ms);
+  EXPECT_EQ(what(f.on_handover(r, 0, at(2ms))), "wait");
+  EXPECT_EQ(what(f.on_handover(r, 1, at(2ms))), "wait");
+  EXPECT_EQ(what(f.on_handover(r, 2, at(2ms))), "wait");  // not answered yet
+  EXPECT_EQ(what(f.on_reply(r, 2, {}, fair(0, 1), at(3ms), 0.0)), "complete ok");
+  EXPECT_EQ(f.table().count(master_status::granted), 3U);
+  // A master with no hand-over to tell (RESP2: `set_deaf`) is not waited for.
+  lock_fsm g{handover_rules()};
+  g.start(at(0ms), true);
+  for (std::size_t m = 0; m < 3; ++m) g.set_deaf(m, true);
+  EXPECT_EQ(what(answer_all(g, 0, 4, fair(0, 1), 1ms)), "sleep +51000us +release");
+  EXPECT_EQ(what(g.on_wake(3, at(2ms))), "wait");
+  EXPECT_EQ(what(g.on_wake(4, at(2ms))), "wait");  // two of five: no majority
+}
+
+TEST(fair_lock, hand_overs_too_late_for_the_validity_are_not_relied_on) {
+  lock_fsm f{handover_rules()};
+  f.start(at(0ms), true);
+  const auto r = f.round();
+  answer_all(f, 0, 4, fair(0, 1), 1ms);
+  EXPECT_EQ(what(f.on_handover(r, 0, at(10s - 102ms))), "wait");
+  EXPECT_EQ(what(f.on_handover(r, 1, at(10s - 102ms))), "wait");
+  // Three masters handed the round its key, too late to rely on: only a wake-up.
+  EXPECT_EQ(what(f.on_handover(r, 2, at(10s - 102ms))), "fair 1");
+  EXPECT_FALSE(f.done());
+}
+
+TEST(fair_lock, without_fairness_hand_overs_are_ignored_and_a_cancel_ends_a_waiter_holding_some) {
+  auto rules = handover_rules();
+  rules.fair = false;
+  lock_fsm plain{rules};
+  plain.start(at(0ms), true);
+  answer_all(plain, 0, 4, nil_reply(), 1ms);
+  for (std::size_t m = 0; m < 5; ++m) EXPECT_EQ(what(plain.on_handover(plain.round(), m, at(2ms))), "wait");
+  EXPECT_FALSE(plain.done());
+  lock_fsm f{handover_rules()};
+  f.start(at(0ms), true);
+  answer_all(f, 0, 4, fair(0, 1), 1ms);
+  f.on_handover(f.round(), 0, at(2ms));
+  f.on_handover(f.round(), 1, at(2ms));
+  // Its dequeue gives the two keys back (the shell sends it when the acquisition ends).
+  EXPECT_EQ(what(f.cancel()), "complete system:Operation canceled");
+  EXPECT_FALSE(f.handed());
 }
 
 TEST(fair_reply, reads_status_and_ticket) {

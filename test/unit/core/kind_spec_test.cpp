@@ -61,6 +61,8 @@ struct fixture {
     v.fence_floor = 1700000000000123;
     v.fence = 1700000000000999;
     v.create = true;
+    v.round = 7;
+    v.keep = "kept-token";
   }
 };
 
@@ -70,20 +72,27 @@ TEST(kind_spec, plain_lock_requests_are_redlocks_byte_for_byte) {
   fixture f;
   const auto& v = f.v;
   EXPECT_EQ(encoded(kinds::plain, step::acquire, v), resp({"SET", "p:res", v.token, "NX", "PX", "30000"}));
-  EXPECT_EQ(encoded(kinds::plain, step::release, v), resp({"EVALSHA", scripts::release_script.sha1, "3", "p:res",
-                                                           "p:res:redlock-queue", "p:res:redlock-expiry", v.token}));
+  EXPECT_EQ(encoded(kinds::plain, step::release, v),
+            resp({"EVALSHA", scripts::release_script.sha1, "4", "p:res", "p:res:redlock-queue", "p:res:redlock-expiry",
+                  "p:res:redlock-offer", v.token, "1"}));
   EXPECT_EQ(encoded(kinds::plain, step::release, v, false),
-            resp({"EVAL", scripts::release_script.body, "3", "p:res", "p:res:redlock-queue", "p:res:redlock-expiry",
-                  v.token}));
+            resp({"EVAL", scripts::release_script.body, "4", "p:res", "p:res:redlock-queue", "p:res:redlock-expiry",
+                  "p:res:redlock-offer", v.token, "1"}));
   EXPECT_EQ(encoded(kinds::plain, step::extend, v),
             resp({"EVALSHA", scripts::extend_script.sha1, "1", "p:res", v.token, "30000"}));
-  EXPECT_EQ(encoded(kinds::plain, step::fair_acquire, v),
-            resp({"EVALSHA", scripts::fair_acquire_script.sha1, "3", "p:res", "p:res:redlock-queue",
-                  "p:res:redlock-expiry", v.token, "30000", "fedcba9876543210:2a", "41", "550"}));
+  EXPECT_EQ(
+      encoded(kinds::plain, step::fair_acquire, v),
+      resp({"EVALSHA", scripts::fair_acquire_script.sha1, "4", "p:res", "p:res:redlock-queue", "p:res:redlock-expiry",
+            "p:res:redlock-offer", v.token, "30000", "fedcba9876543210:2a", "41", "550", "7"}));
   EXPECT_EQ(encoded(kinds::plain, step::confirm, v), "(none)");
   EXPECT_EQ(encoded(kinds::plain, step::leave, v), "(none)");
-  // A failed round is released as a held lock is.
-  EXPECT_EQ(encoded(kinds::plain, step::abandon, v), encoded(kinds::plain, step::release, v));
+  EXPECT_EQ(encoded(kinds::plain, step::dequeue, v),
+            resp({"EVALSHA", scripts::dequeue_script.sha1, "4", "p:res", "p:res:redlock-queue", "p:res:redlock-expiry",
+                  "p:res:redlock-offer", "fedcba9876543210:2a", "kept-token"}));
+  // A failed round is released as a held lock is, but hands the key to nobody ("0").
+  EXPECT_EQ(encoded(kinds::plain, step::abandon, v),
+            resp({"EVALSHA", scripts::release_script.sha1, "4", "p:res", "p:res:redlock-queue", "p:res:redlock-expiry",
+                  "p:res:redlock-offer", v.token, "0"}));
 }
 
 // ---- every other kind, every step -------------------------------------------------------------------
@@ -246,8 +255,8 @@ TEST(kind_spec, every_step_sends_what_its_script_reads) {
     return top;
   };
   for (const auto* k : kinds::all) {
-    for (const auto s :
-         {step::acquire, step::fair_acquire, step::release, step::extend, step::confirm, step::leave, step::abandon}) {
+    for (const auto s : {step::acquire, step::fair_acquire, step::release, step::extend, step::confirm, step::leave,
+                         step::dequeue, step::abandon}) {
       const auto& row = k->of(s);
       if (!row.script) continue;
       SCOPED_TRACE(std::string{k->name} + " step " + std::to_string(static_cast<int>(s)));
