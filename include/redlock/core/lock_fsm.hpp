@@ -529,7 +529,8 @@ class lock_fsm {
   }
 
   // Whether the round in progress, not yet granted, can still be granted by hand-overs on their
-  // way: then a majority of wake-ups (each master's release wakes before it hands over) waits.
+  // way: then a majority of wake-ups waits for them (masters that woke the waiter with a plain
+  // wake-up, or are deaf, hand nothing over this time).
   bool handovers_possible() const noexcept { return handovers_possible(state_ == state::waiting); }
   // The same, judged as while the round is answered (`answering`) or once it failed.
   bool handovers_possible(bool answering) const noexcept {
