@@ -205,7 +205,7 @@ struct lock_op final : started_op {
     ec = owner->vote_reply(master_of(tag), ec, r, round_of(tag) == sent_round ? sent_at : clock_type::time_point{});
     // A hand-over that came before this answer counts with it only if the answer's clock sample
     // leaves the master trusted.
-    if (!owner->counts_handover(master_of(tag))) fsm.drop_early(master_of(tag));
+    if (fsm.has_early(master_of(tag)) && !owner->counts_handover(master_of(tag))) fsm.drop_early(master_of(tag));
     if (!(tag & eval_flag) && core::is_noscript(ec, r)) {
       // The master's script cache was empty (the scripts are loaded first on every connection, but
       // requests queued while it was being made go before them): the request again with EVAL,

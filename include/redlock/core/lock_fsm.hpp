@@ -162,11 +162,11 @@ class lock_fsm {
     auto result = classify(table_.cmd(), ec, reply);
     if (result.status == master_status::unreachable && down_cause) result.error = down_cause;
     const bool decided = table_.record(master, std::move(result), now);
-    if (master < early_.size() && early_[master]) {
-      early_[master] = false;
+    if (has(master, heard_early)) {
+      clear(master, heard_early);
       const auto s = table_.status(master);
-      if ((s == master_status::taken || s == master_status::queued) && !handed_[master]) {
-        handed_[master] = true;
+      if ((s == master_status::taken || s == master_status::queued) && !has(master, heard_handed)) {
+        mark(master, heard_handed);
         ++handed_count_;
       }
     }
@@ -200,28 +200,15 @@ class lock_fsm {
     if (!rules_.fair || master >= rules_.masters) return {};
     if (state_ != state::waiting && state_ != state::sleeping) return {};
     // A release that hands nothing over only wakes: no hand-over comes from that master now.
-    if (master < table_.size()) {
-      if (passed_.size() != table_.size()) passed_.assign(table_.size(), false);
-      passed_[master] = true;
-    }
+    if (master < table_.size()) mark(master, heard_passed);
     return woken(master, now);
   }
 
+  /// Whether a hand-over from `master` came before its answer, to be counted with it.
+  bool has_early(std::size_t master) const noexcept { return has(master, heard_early); }
   /// A hand-over from `master` that came before its answer is not to be counted after all (the
   /// answer's clock sample made the guard stop trusting that master).
-  void drop_early(std::size_t master) noexcept {
-    if (master < early_.size()) early_[master] = false;
-  }
-
-  /// (Internal to `on_wake` and `on_handover`: a wake-up from `master` counted.)
-  lock_action woken(std::size_t master, clock::time_point now) {
-    if (!note_woken(master)) return {};
-    if (state_ == state::sleeping && woken_count_ >= majority(rules_.masters) && !handovers_possible()) {
-      ++wakeups_;
-      return begin_round(now);
-    }
-    return {};
-  }
+  void drop_early(std::size_t master) noexcept { clear(master, heard_early); }
 
   /// @brief A master handed the lock to this waiter: a holder's release set the key there with the
   /// token and ttl of the offer that round `round`'s fair request left (docs/design.md, "Fair
@@ -244,33 +231,30 @@ class lock_fsm {
     bool kept = false;  // counted now, or once its master's answer comes
     if (fair_round_ && round == round_ && master < table_.size() && !(state_ == state::sleeping && released_)) {
       const auto s = table_.status(master);
-      if (handed_.size() != table_.size()) handed_.assign(table_.size(), false);
       if (s == master_status::pending && state_ == state::waiting) {
         // Before its answer (the answer and TIME behind it come together): counted once it comes.
-        if (early_.size() != table_.size()) early_.assign(table_.size(), false);
-        early_[master] = true;
+        mark(master, heard_early);
         kept = true;
       }
-      if ((s == master_status::taken || s == master_status::queued) && !handed_[master]) {
-        handed_[master] = true;
+      if ((s == master_status::taken || s == master_status::queued) && !has(master, heard_handed)) {
+        mark(master, heard_handed);
         ++handed_count_;
         kept = true;
         if (auto a = check_handed(now); a.what != lock_action::type::wait) return a;
       }
     }
-    if (!kept && master < table_.size()) {  // that master has handed over what it had: nothing more comes
-      if (passed_.size() != table_.size()) passed_.assign(table_.size(), false);
-      passed_[master] = true;
-    }
+    if (!kept && master < table_.size()) mark(master, heard_passed);  // it handed over what it had: nothing more comes
     return woken(master, now);
   }
 
   /// Master `master` cannot tell this waiter of a release (its connection could not subscribe:
   /// RESP2, or an ACL): no hand-over is waited for from it (`on_handover`).
-  void set_deaf(std::size_t master, bool deaf) {
-    if (master >= rules_.masters) return;
-    if (deaf_.size() != rules_.masters) deaf_.assign(rules_.masters, false);
-    deaf_[master] = deaf;
+  void set_deaf(std::size_t master, bool on) {
+    if (on) {
+      mark(master, heard_deaf);
+    } else {
+      clear(master, heard_deaf);
+    }
   }
 
   /// The retry delay has passed: the next attempt.
@@ -519,13 +503,36 @@ class lock_fsm {
     return {};
   }
 
-  // Counts master `i`'s wake-up since the round was sent; false if it had woken the waiter already.
-  bool note_woken(std::size_t i) {
-    if (woken_.size() != rules_.masters) woken_.assign(rules_.masters, false);
-    if (woken_[i]) return false;
-    woken_[i] = true;
+  // What the round in progress heard from each master, as `heard_bit`s in `heard_` (all but `heard_deaf` are
+  // cleared when a round begins).
+  enum heard_bit : std::uint8_t {
+    heard_woke = 1,    // a wake-up came since the round was sent
+    heard_handed = 2,  // it handed the lock to the round in progress
+    heard_early = 4,   // it handed over before the round's answer came
+    heard_passed = 8,  // its release woke without handing over
+    heard_deaf = 16,   // it tells nothing (`set_deaf`)
+  };
+  bool has(std::size_t i, heard_bit h) const noexcept { return i < heard_.size() && (heard_[i] & h) != 0; }
+  void mark(std::size_t i, heard_bit h) {
+    if (i >= rules_.masters) return;
+    if (heard_.size() != rules_.masters) heard_.assign(rules_.masters, 0);
+    heard_[i] = static_cast<std::uint8_t>(heard_[i] | h);
+  }
+  void clear(std::size_t i, heard_bit h) noexcept {
+    if (i < heard_.size()) heard_[i] = static_cast<std::uint8_t>(heard_[i] & ~h);
+  }
+
+  // A wake-up from `master` (`on_wake`, `on_handover`): the next round starts at once when a
+  // majority has woken the sleeping waiter and no hand-over can still come.
+  lock_action woken(std::size_t master, clock::time_point now) {
+    if (has(master, heard_woke)) return {};
+    mark(master, heard_woke);
     ++woken_count_;
-    return true;
+    if (state_ == state::sleeping && woken_count_ >= majority(rules_.masters) && !handovers_possible()) {
+      ++wakeups_;
+      return begin_round(now);
+    }
+    return {};
   }
 
   // Whether the round in progress, not yet granted, can still be granted by hand-overs on their
@@ -546,9 +553,9 @@ class lock_fsm {
     std::size_t n = 0;
     for (std::size_t i = 0; i < table_.size(); ++i) {
       const auto s = table_.status(i);
-      const bool silent = (i < deaf_.size() && deaf_[i]) || (i < passed_.size() && passed_[i]);
+      const bool silent = has(i, heard_deaf) || has(i, heard_passed);
       const bool handable =
-          (s == master_status::taken || s == master_status::queued) && !(i < handed_.size() && handed_[i]) && !silent;
+          (s == master_status::taken || s == master_status::queued) && !has(i, heard_handed) && !silent;
       const bool open = answering && (s == master_status::granted || (s == master_status::pending && !silent));
       n += handable || open ? 1 : 0;
     }
@@ -562,8 +569,8 @@ class lock_fsm {
     const auto grants = state_ == state::waiting ? table_.count(master_status::granted) : 0;
     if (grants + handed_count_ < table_.needed()) return {};
     if (validity<clock>(rules_.ttl, table_.start(), now, rules_.drift) <= clock::duration::zero()) return {};
-    for (std::size_t i = 0; i < handed_.size(); ++i) {
-      if (handed_[i]) table_.hand_over(i, now);
+    for (std::size_t i = 0; i < heard_.size(); ++i) {
+      if (has(i, heard_handed)) table_.hand_over(i, now);
     }
     deadline_ = core::validity_deadline<clock>(rules_.ttl, table_.start(), rules_.drift);
     last_error_.clear();
@@ -580,11 +587,8 @@ class lock_fsm {
     fence_verified_ = true;
     fair_round_ = rules_.fair && (attempts_ > 1 || queue_first_);
     sent_fair_ = sent_fair_ || fair_round_;
-    std::fill(woken_.begin(), woken_.end(), false);
+    for (auto& h : heard_) h = static_cast<std::uint8_t>(h & heard_deaf);
     woken_count_ = 0;
-    std::fill(handed_.begin(), handed_.end(), false);
-    std::fill(early_.begin(), early_.end(), false);
-    std::fill(passed_.begin(), passed_.end(), false);
     handed_count_ = 0;
     released_ = false;
     const std::int64_t ticket = requeue_ ? -1 : ticket_;
@@ -652,14 +656,10 @@ class lock_fsm {
   bool requeue_ = false;  // the next fair round moves this waiter to the back
   bool queue_first_ = false;
   std::int64_t ticket_ = 0;
-  std::vector<bool> woken_;  // per master: a wake-up came since the round was sent
+  std::vector<std::uint8_t> heard_;  // per master: `heard_bit`s
   std::size_t woken_count_ = 0;
   std::size_t wakeups_ = 0;
-  std::vector<bool> handed_;  // per master: handed the lock to the round in progress
-  std::vector<bool> deaf_;    // per master: tells nothing (`set_deaf`)
-  std::vector<bool> early_;   // per master: handed over before the round's answer came
-  std::vector<bool> passed_;  // per master: its release woke without handing over
-  bool released_ = false;     // the failed round in progress sent a release
+  bool released_ = false;  // the failed round in progress sent a release
   std::size_t handed_count_ = 0;
   // Fencing (rules_.fence).
   std::int64_t fence_ = 0;
