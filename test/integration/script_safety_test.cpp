@@ -110,6 +110,12 @@ struct script_safety : ::testing::Test {
     return std::stoll(t.at(0)) * 1000000 + std::stoll(t.at(1));
   }
   bool up(std::size_t i) { return servers[i].running() && !servers[i].paused(); }
+  // PUBLISH calls master `i` ran so far, scripts' included (`INFO commandstats`).
+  std::int64_t publishes(std::size_t i) {
+    const auto info = bulk_of(run(i, {"INFO", "commandstats"})).value_or("");
+    const auto at = info.find("cmdstat_publish:calls=");
+    return at == std::string::npos ? 0 : std::stoll(info.substr(at + 22));
+  }
   // A connection to master `i` subscribed to the channel of the client whose inbox is `inbox`, as
   // a live client's is (a release hands the key only to a waiter whose client receives it).
   std::vector<redlock::local::session> subscribers;
@@ -923,9 +929,12 @@ TEST_F(script_safety, a_waiters_next_round_gives_back_the_key_its_last_round_was
   EXPECT_EQ(get(0, "n"), "tok-a3");
   EXPECT_EQ(eval(0, scripts::fair_acquire_script, k, {"tok-b4", "5000", "bbbbbbbbbbbbbbbb:1", "2", "60000", "4"}),
             "*2\r\n:0\r\n:2\r\n");
+  const auto wakes = publishes(0);
   EXPECT_EQ(fair("tok-a4", "aaaaaaaaaaaaaaaa:1", "9", "4"), "*2\r\n:-1\r\n:9\r\n")
       << "B's ticket comes first: A's given-up key must go and A must not be granted";
   EXPECT_EQ(get(0, "n"), std::nullopt) << "the key handed to the round given up stayed";
+  // The key is free now, and B comes first: B is woken, as by a release, not left to its retry.
+  EXPECT_EQ(publishes(0), wakes + 1) << "the first waiter was not woken when the given-up key went";
   EXPECT_EQ(run(0, {"HGET", k[3], "aaaaaaaaaaaaaaaa:1"}), redlock::test::bulk("5000:4:tok-a4"));
 }
 

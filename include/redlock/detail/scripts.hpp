@@ -91,7 +91,8 @@ return 1)",
 /// if the key is absent and no live waiter with a smaller (ticket, name) is queued; otherwise queues or renews the
 /// waiter, with its offer: the token, ttl and round with which a holder's release hands it the key (`release_script`).
 /// A key that still holds the token of the waiter's previous offer was handed to one of its earlier rounds, which the
-/// waiter has given up: it is deleted first, and the key is judged free. The caller is judged by the ticket it sent
+/// waiter has given up: it is deleted first, and the key is judged free (when the caller is not first, the first other
+/// waiter is woken, as by a release). The caller is judged by the ticket it sent
 /// against the first other waiter, whatever ticket this master still stores for it. A caller that adds an entry (ticket
 /// 0 or -1, or a ticket but no entry here) first drops expired ones, as the release does, so that dead entries stay
 /// few. A caller renewing its entry, or the woken head's round, drops them only when it is not first at a free key:
@@ -176,14 +177,19 @@ if ARGV[6] ~= "0" then
 elseif mine then
   redis.call("hdel",o,me)
 end
-if stale then redis.call("del",KEYS[1]) end
+if stale then
+  redis.call("del",KEYS[1])
+  local h = redis.call("zrange",q,0,1)
+  local w = h[1] == me and h[2] or h[1]
+  if w then redis.call("publish","redlock:wake:"..string.sub(w,1,16),w) end
+end
 if redis.call("pttl",q) < timeout then
   redis.call("pexpire",q,timeout)
   redis.call("pexpire",e,timeout)
 end
 if redis.call("pttl",o) < timeout then redis.call("pexpire",o,timeout) end
 return {status,ticket})",
-    "123f76b72df177fc376d0e2addf1837aba884d6b"};
+    "76667bf9e01f4a557d3f073c0b31ff7f0fe7c87f"};
 
 // ---- lock kinds (docs/design.md, "Lock kinds"; docs/safety.md, "Lock kinds") ---------------------
 // Each acquire script answers {status, number} like the fair one (core::command::acquire_script);
