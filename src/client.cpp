@@ -68,6 +68,14 @@ struct lock_op final : started_op {
   redlock::detail::timer timer;  // the retry delay
   std::string member;            // the waiter's name in the masters' queues, once it queued
   std::int64_t ticket = 0;       // sent with the fair round in progress
+  // Per master: a request of this waiter may have run there (answered, or not refused as
+  // unsent), so that its entry, offer or a key handed to it may be there: a lost dequeue is
+  // worth sending again only to those.
+  std::vector<bool> reached;
+  void note_reached(std::size_t i) {
+    if (reached.size() != owner->config().masters.size()) reached.assign(owner->config().masters.size(), false);
+    if (i < reached.size()) reached[i] = true;
+  }
 
   void start() override {
     auto& c = *owner;
@@ -190,7 +198,12 @@ struct lock_op final : started_op {
         if (st->spec->claims && (fsm.queued_seen() || ((a.ec || fsm.attempts() > 1) && fsm.stragglers_possible())))
           c.leave_claims(*st);
         if (!member.empty()) {
-          if (fsm.queued()) c.leave_queues(*st, member, a.ec ? std::string_view{} : std::string_view{st->token});
+          if (fsm.queued()) {
+            // A request still unanswered may run yet, before the dequeue behind it.
+            for (std::size_t i = 0; i < fsm.table().size(); ++i)
+              if (fsm.table().status(i) == master_status::pending) note_reached(i);
+            c.leave_queues(*st, member, a.ec ? std::string_view{} : std::string_view{st->token}, reached);
+          }
           c.forget_waiter(member);
           member.clear();
         }
@@ -201,6 +214,7 @@ struct lock_op final : started_op {
 
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override {
     if (client_impl::is_release(tag)) return;  // a failed round's release: nobody waits for it
+    if (!member.empty() && ec != error::not_connected) note_reached(master_of(tag));
     // A TIME answer is a sample only with its own round's send time.
     ec = owner->vote_reply(master_of(tag), ec, r, round_of(tag) == sent_round ? sent_at : clock_type::time_point{});
     // A hand-over that came before this answer counts with it only if the answer's clock sample

@@ -204,21 +204,21 @@ void client_impl::note_contended(const std::string& key) {
   contended_[key] = now + entry_timeout_;
 }
 
-void client_impl::leave_queues(const lock_state& st, std::string_view member, std::string_view keep) {
+void client_impl::leave_queues(const lock_state& st, std::string_view member, std::string_view keep,
+                               const std::vector<bool>& reached) {
   auto v = st.values();
   v.waiter = member;
   v.keep = keep;
   scratch_.clear();
   if (!core::encode_step(scratch_, st.spec->dequeue, v, false)) return;
-  const auto deadline = clock_type::now() + cfg_.release_timeout;
   // Every master, granting ones too: a master that handed this waiter the key keeps its offer
-  // until now. Nobody waits for the answers (the lock state's sink ignores them); an entry left
-  // behind on a master that is down expires with the entry timeout, and a key handed to the
-  // waiter there with its ttl.
-  const auto sink = std::const_pointer_cast<lock_state>(st.shared_from_this());
-  for (std::size_t i = 0; i < links_.size(); ++i) {
-    (void)links_[i]->submit(scratch_.payload(), 1, deadline, sink, make_tag(release_round, i));
-  }
+  // until now. A dequeue that may not have run (its master was down, or its connection broke
+  // or stalled first) could leave a key handed to the waiter with a token it does not keep
+  // there until the key's ttl: where the waiter's requests may have run, it is sent again on
+  // that master's next connection, as a release in doubt is. Run twice, it finds nothing the
+  // second time; run late, it can only delete a key of the waiter's own offer, which nothing
+  // else ever writes. Worth sending while the entry lives and, after it, a key handed to it.
+  send_in_background(std::string{scratch_.payload()}, std::max(st.ttl, st.longest_ttl) + entry_timeout_, reached);
 }
 
 }  // namespace detail

@@ -78,6 +78,18 @@ void client_impl::release_everywhere(lock_state& st, const core::compact_results
   }
 }
 
+void client_impl::send_in_background(std::string payload, std::chrono::milliseconds ttl,
+                                     const std::vector<bool>& worth) {
+  const auto deadline = clock_type::now() + cfg_.release_timeout;
+  auto job = std::make_shared<release_job>(weak_from_this(), std::move(payload), ttl);
+  job->settled.assign(links_.size(), true);
+  for (std::size_t i = 0; i < links_.size() && i < worth.size(); ++i) job->settled[i] = !worth[i];
+  for (std::size_t i = 0; i < links_.size(); ++i) {
+    if (links_[i]->submit(job->payload, 1, deadline, job, make_tag(release_round, i)) && !job->settled[i])
+      defer_release(i, job->payload, ttl);
+  }
+}
+
 std::int64_t client_impl::fence_hint(const std::string& key) const {
   const auto it = fence_hints_.find(key);
   return it == fence_hints_.end() ? 0 : it->second;

@@ -272,9 +272,9 @@ struct REDLOCK_API client_stats {
   std::uint64_t release_failures = 0;
   /// Held locks released in the background because their handle was destroyed.
   std::uint64_t background_releases = 0;
-  /// Releases sent again on a master's new connection because the master was down, or the
-  /// connection broke or timed out, before the first one was answered (a key of ours could
-  /// otherwise stay there until its ttl).
+  /// Releases (and fair waiters' dequeues) sent again on a master's new connection because the
+  /// master was down, or the connection broke or timed out, before the first one was answered (a
+  /// key of ours could otherwise stay there until its ttl).
   std::uint64_t releases_resent = 0;
   /// Such releases dropped unsent: every key they could have removed had expired by the time the
   /// master was back (or, rarely, more than 4096 were waiting for one master).

@@ -357,6 +357,10 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   // out, and a lost release is kept for re-sending only where the SET may have set a key.
   void release_everywhere(lock_state& st, const core::compact_results* round = nullptr);
   static bool is_release(std::uint64_t tag) noexcept;
+  // Queues `payload` (an EVAL that may delete a key of a token living at most `ttl`, and that is
+  // harmless to run twice) on every master, nobody waiting; kept for re-sending as a release is
+  // where it may not have run, on the masters that `worth` marks.
+  void send_in_background(std::string payload, std::chrono::milliseconds ttl, const std::vector<bool>& worth);
   // Remembers a release (an EVAL payload) to re-send on master `i`'s next connection, while a key
   // of its token, set or extended with at most `ttl`, could still exist (core::release_ledger);
   // `until` bounds one that was re-sent already.
@@ -429,7 +433,10 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   // answer to the last round was not a grant), after its acquisition ended.
   // The end of a fair acquisition: every master's queues, and a key handed to `member` whose token
   // is not `keep` (the granted lock's token, or empty) given back.
-  void leave_queues(const lock_state& st, std::string_view member, std::string_view keep);
+  // `reached`: the masters where its requests may have run (a lost dequeue is kept for re-sending
+  // only for those).
+  void leave_queues(const lock_state& st, std::string_view member, std::string_view keep,
+                    const std::vector<bool>& reached);
   // Whether master `i`'s connection refused to subscribe to the inbox (RESP2, or an ACL): no
   // wake-up or hand-over comes from it.
   bool deaf(std::size_t i) const noexcept { return i < deaf_.size() && deaf_[i]; }

@@ -638,6 +638,83 @@ TEST_F(fair, waiters_that_time_out_are_cancelled_or_are_granted_leave_no_queue_b
   });
 }
 
+// A waiter's leaving (the dequeue) that a stalled connection swallowed is sent again once the
+// master is reachable, as a lost release is: otherwise its entry there, and a key that master
+// may have handed it, would stay until they expire (30 s and the key's ttl).
+TEST_F(fair, a_dequeue_lost_with_a_stalled_connection_is_sent_again_on_the_new_one) {
+  redlock::test::fault_proxy proxy{servers[0].host(), servers[0].port()};
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    auto cfg = config(50ms, 100ms, 20s);
+    cfg.fairness.entry_timeout = 30s;
+    redlock::client h{ioc.get_executor(), cfg};
+    auto wcfg = cfg;
+    wcfg.masters[0].host = proxy.host();
+    wcfg.masters[0].port = proxy.port();
+    wcfg.masters[0].stall_grace = 200ms;
+    wcfg.request_timeout = 100ms;
+    wcfg.release_timeout = 200ms;
+    redlock::client w{ioc.get_executor(), wcfg};
+    co_await wait_connected(h);
+    co_await wait_connected(w);
+    auto [eh, lh] = co_await h.async_lock("lost-dequeue", 10s, use_tuple);
+    EXPECT_FALSE(eh) << eh.message();
+    co_await held_everywhere("lost-dequeue", lh.token());
+    auto pw = start_lock(w, "lost-dequeue");
+    const auto name = co_await newcomer("lost-dequeue", {});
+    proxy.set_blackhole(true);  // master 0 goes silent for the waiter: its leaving is written, never run
+    pw->cancel.emit(asio::cancellation_type::terminal);
+    EXPECT_TRUE(co_await until([&] { return pw->done; }, 2s));
+    EXPECT_EQ(pw->ec, asio::error::operation_aborted);
+    EXPECT_TRUE(co_await until([&] { return listing("lost-dequeue", name) == 1; }, 1s))
+        << "listed on " << listing("lost-dequeue", name) << " master(s), not only on the silent one";
+    EXPECT_TRUE(co_await until([&] { return w.stats().masters[0].stalls >= 1; })) << "the stall was not detected";
+    EXPECT_NE(servers[0].command({"ZSCORE", queue_of("lost-dequeue"), name}), nil)
+        << "the dequeue must not have arrived";
+    const auto resent = w.stats().releases_resent;
+    proxy.set_blackhole(false);
+    EXPECT_TRUE(co_await until([&] { return listing("lost-dequeue", name) == 0; }, 3s))
+        << "the lost dequeue was not sent again on the new connection";
+    EXPECT_GT(w.stats().releases_resent, resent);
+    co_await lh.async_unlock(use_tuple);
+  });
+}
+
+// A master that was down for the whole of a waiter's acquisition holds nothing of it: the
+// dequeue refused there is not kept for its next connection (where it would take a place in
+// the ledger of releases in doubt, for nothing, each time a waiter ends during an outage).
+TEST_F(fair, no_dequeue_is_kept_for_a_master_the_waiter_never_reached) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    auto cfg = config(50ms, 100ms, 20s);
+    cfg.fairness.entry_timeout = 30s;
+    redlock::client h{ioc.get_executor(), cfg};
+    redlock::client w{ioc.get_executor(), cfg};
+    co_await wait_connected(h);
+    co_await wait_connected(w);
+    auto [eh, lh] = co_await h.async_lock("unreached", 10s, use_tuple);
+    EXPECT_FALSE(eh) << eh.message();
+    co_await held_everywhere("unreached", lh.token());
+    servers[4].kill();
+    EXPECT_TRUE(co_await until([&] { return w.masters()[4].state != redlock::connection_state::up; }, 2s));
+    auto pw = start_lock(w, "unreached");
+    // Queued on the four masters that are up (the dead one is not asked: it has no server).
+    const auto queued = [&] {
+      std::size_t n = 0;
+      for (std::size_t i = 0; i < 4; ++i) n += queue(i, "unreached").size();
+      return n;
+    };
+    EXPECT_TRUE(co_await until([&] { return queued() == 4; }));
+    pw->cancel.emit(asio::cancellation_type::terminal);
+    EXPECT_TRUE(co_await until([&] { return pw->done; }, 2s));
+    EXPECT_TRUE(co_await until([&] { return queued() == 0; }, 1s));
+    const auto resent = w.stats().releases_resent;
+    servers[4].start();
+    co_await wait_connected(w);
+    co_await sleep_for(200ms);  // past the reconnection's re-sends
+    EXPECT_EQ(w.stats().releases_resent, resent) << "a dequeue was kept for a master the waiter never reached";
+    co_await lh.async_unlock(use_tuple);
+  });
+}
+
 // A waiter whose client is closed while it is queued completes with operation_aborted. Its
 // leaving (ZREM) is submitted on each connection just before close() closes them, which writes
 // what was queued first (see a_waiter_closed_mid_round_leaves_its_queues_at_once below); should a
