@@ -248,7 +248,7 @@ struct lock_op final : started_op {
     auto v = owner->values(*st);
     if (!member.empty()) v.waiter = member;
     v.ticket = ticket;
-    v.round = owner->config().fairness.hand_over ? fsm.round() : 0;  // 0: no offer
+    v.round = fsm.hands_over() ? fsm.round() : 0;  // 0: no offer
     v.fence = fsm.done() ? st->fence : fsm.fence();
     return v;
   }

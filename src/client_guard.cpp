@@ -394,13 +394,10 @@ error_code client_impl::vote_reply(std::size_t i, error_code ec, const resp::res
   g.heard(now);
   // Only a yes is withheld: a refusal ("taken", "queued", "not ours") says the same whoever asks.
   if (!is_yes(first, r)) return ec;
-  // A lone backward reading does not count its vote (the node's, for a cluster).
-  const bool suspect = cfg_.masters[i].cluster.enabled
-                           ? node_clock(i, links_[i]->answering_node()).last_sample_suspect()
-                           : g.last_sample_suspect();
+  // A lone backward reading does not count its vote.
   // Sampled: by the TIME behind it, or by its batch's (deliver_batch took that sample).
   const bool sampled = second < r.size() || shared_sample_;
-  if (g.counts(now) && !(sampled && suspect)) return ec;
+  if (g.counts(now) && !(sampled && last_sample_suspect(i))) return ec;
   bump<true>(counters_.votes_quarantined);
   return g.cause(now) == hazard_cause::info_refused ? error::restart_guard_refused : error::master_quarantined;
 }
@@ -409,10 +406,13 @@ bool client_impl::counts_handover(std::size_t i) {
   if (i >= guards_.size()) return true;
   // As a yes vote (vote_reply): a hand-over from a master that restarted without its data, or
   // whose clock jumped, may stand on a key that is not what it seems; it only wakes the waiter.
-  const bool suspect = cfg_.masters[i].cluster.enabled
-                           ? node_clock(i, links_[i]->answering_node()).last_sample_suspect()
-                           : guards_[i].last_sample_suspect();
-  return guards_[i].counts(clock_type::now()) && !suspect;
+  return guards_[i].counts(clock_type::now()) && !last_sample_suspect(i);
+}
+
+bool client_impl::last_sample_suspect(std::size_t i) {
+  // A cluster's clocks are its nodes': the one that answered last.
+  return cfg_.masters[i].cluster.enabled ? node_clock(i, links_[i]->answering_node()).last_sample_suspect()
+                                         : guards_[i].last_sample_suspect();
 }
 
 bool client_impl::take_time(std::size_t i, const resp::response& r, std::size_t at, clock_type::time_point sent) {

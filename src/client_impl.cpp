@@ -186,7 +186,7 @@ core::lock_rules client_impl::lock_rules(std::chrono::milliseconds ttl, bool ret
 core::lock_rules client_impl::lock_rules(const lock_state& st, bool retry) const noexcept {
   auto r = lock_rules(st.ttl, retry);
   r.fair = r.fair && st.spec->fair;
-  r.hand_over = r.fair && cfg_.fairness.hand_over;
+  r.hand_over = r.hand_over && r.fair;
   r.scripted = st.spec->scripted();
   r.fence = st.spec->fence;
   r.quorum = st.quorum;

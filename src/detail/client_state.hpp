@@ -561,6 +561,8 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   core::guard_rules guard_rules_for(std::size_t i) const;
   void init_guards();
   bool take_time(std::size_t i, const resp::response& r, std::size_t at, clock_type::time_point sent);
+  // Whether master `i`'s last clock sample (its answering node's, for a cluster) read backwards.
+  bool last_sample_suspect(std::size_t i);
   void note_jump(std::size_t i, const core::guard_change& change, clock_type::time_point now);
   std::vector<std::shared_ptr<watch>> watched_locks();
   void shorten_held_locks(const std::vector<std::shared_ptr<watch>>& watched, std::chrono::microseconds by) noexcept;

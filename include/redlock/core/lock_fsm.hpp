@@ -282,6 +282,8 @@ class lock_fsm {
 
   /// The round in progress (answers carry it back to `on_reply`).
   std::uint64_t round() const noexcept { return round_; }
+  /// Whether fair rounds leave offers and releases may hand this lock over (the rules' `hand_over`).
+  bool hands_over() const noexcept { return rules_.hand_over; }
   /// Attempts started so far.
   std::size_t attempts() const noexcept { return attempts_; }
   /// Whether the operation has completed (a `complete` action was returned).
