@@ -28,17 +28,18 @@ namespace {
 // One release sent in the background; an answer that leaves its outcome unknown defers it.
 struct release_job final : reply_sink {
   release_job(std::weak_ptr<client_impl> c, std::string p, std::chrono::milliseconds t,
-              clock_type::time_point u = clock_type::time_point::min())
-      : owner(std::move(c)), payload(std::move(p)), ttl(t), until(u) {}
+              clock_type::time_point u = clock_type::time_point::min(), bool y = false)
+      : owner(std::move(c)), payload(std::move(p)), ttl(t), until(u), yields(y) {}
   std::weak_ptr<client_impl> owner;
   std::string payload;
   std::chrono::milliseconds ttl;
   clock_type::time_point until;  // min(): a first send; else the bound of a re-sent one
+  bool yields;                   // kept as core::release_ledger's entry::yields
   std::vector<bool> settled;     // masters where no key of ours can be (the held lock's round said so)
   void on_reply(std::uint64_t tag, error_code ec, const resp::response&) override {
     const auto i = master_of(tag);
     if (!core::release_in_doubt(ec) || (i < settled.size() && settled[i])) return;
-    if (auto c = owner.lock()) c->defer_release(i, payload, ttl, until);
+    if (auto c = owner.lock()) c->defer_release(i, payload, ttl, until, yields);
   }
 };
 
@@ -78,15 +79,16 @@ void client_impl::release_everywhere(lock_state& st, const core::compact_results
   }
 }
 
-void client_impl::send_in_background(std::string payload, std::chrono::milliseconds ttl,
-                                     const std::vector<bool>& worth) {
+void client_impl::send_in_background(std::string payload, std::chrono::milliseconds ttl, const std::vector<bool>& worth,
+                                     bool yields) {
   const auto deadline = clock_type::now() + cfg_.release_timeout;
-  auto job = std::make_shared<release_job>(weak_from_this(), std::move(payload), ttl);
+  auto job =
+      std::make_shared<release_job>(weak_from_this(), std::move(payload), ttl, clock_type::time_point::min(), yields);
   job->settled.assign(links_.size(), true);
   for (std::size_t i = 0; i < links_.size() && i < worth.size(); ++i) job->settled[i] = !worth[i];
   for (std::size_t i = 0; i < links_.size(); ++i) {
     if (links_[i]->submit(job->payload, 1, deadline, job, make_tag(release_round, i)) && !job->settled[i])
-      defer_release(i, job->payload, ttl);
+      defer_release(i, job->payload, ttl, clock_type::time_point::min(), yields);
   }
 }
 
@@ -106,10 +108,10 @@ void client_impl::note_fence_hint(const std::string& key, std::int64_t counter) 
 bool client_impl::is_release(std::uint64_t tag) noexcept { return round_of(tag) == release_round; }
 
 void client_impl::defer_release(std::size_t i, std::string_view payload, std::chrono::milliseconds ttl,
-                                clock_type::time_point until) {
+                                clock_type::time_point until, bool yields) {
   if (i >= deferred_.size() || closed_) return;
   const auto lifetime = ttl + std::chrono::ceil<std::chrono::milliseconds>(core::drift(ttl, cfg_.drift));
-  bump<true>(counters_.releases_expired, deferred_[i].defer(payload, lifetime, clock_type::now(), until));
+  bump<true>(counters_.releases_expired, deferred_[i].defer(payload, lifetime, clock_type::now(), until, yields));
 }
 
 void client_impl::on_link_down(std::size_t i) { deferred_[i].connection_lost(clock_type::now()); }
@@ -138,9 +140,9 @@ void client_impl::resend_deferred(std::size_t i, std::string_view why) {
   std::size_t sent = 0;
   for (auto& d : due) {
     const auto ttl = std::chrono::duration_cast<std::chrono::milliseconds>(d.lifetime);
-    auto job = std::make_shared<release_job>(weak_from_this(), std::move(d.payload), ttl, d.until);
+    auto job = std::make_shared<release_job>(weak_from_this(), std::move(d.payload), ttl, d.until, d.yields);
     if (links_[i]->submit(job->payload, 1, deadline, job, make_tag(release_round, i))) {
-      deferred_[i].defer(job->payload, d.lifetime, clock_type::now(), d.until);
+      deferred_[i].defer(job->payload, d.lifetime, clock_type::now(), d.until, d.yields);
     } else {
       ++sent;
     }

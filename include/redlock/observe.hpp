@@ -277,7 +277,7 @@ struct REDLOCK_API client_stats {
   /// key of ours could otherwise stay there until its ttl).
   std::uint64_t releases_resent = 0;
   /// Such releases dropped unsent: every key they could have removed had expired by the time the
-  /// master was back (or, rarely, more than 4096 were waiting for one master).
+  /// master was back (or, rarely, more than 4096 were waiting for one master: dequeues go first).
   std::uint64_t releases_expired = 0;
   /// Fair hand-over: attempts started early because the masters said the lock was released to
   /// this waiter (rather than at the end of a retry delay).

@@ -359,13 +359,15 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   static bool is_release(std::uint64_t tag) noexcept;
   // Queues `payload` (an EVAL that may delete a key of a token living at most `ttl`, and that is
   // harmless to run twice) on every master, nobody waiting; kept for re-sending as a release is
-  // where it may not have run, on the masters that `worth` marks.
-  void send_in_background(std::string payload, std::chrono::milliseconds ttl, const std::vector<bool>& worth);
+  // where it may not have run, on the masters that `worth` marks (`yields`: core::release_ledger's
+  // entry::yields).
+  void send_in_background(std::string payload, std::chrono::milliseconds ttl, const std::vector<bool>& worth,
+                          bool yields);
   // Remembers a release (an EVAL payload) to re-send on master `i`'s next connection, while a key
   // of its token, set or extended with at most `ttl`, could still exist (core::release_ledger);
-  // `until` bounds one that was re-sent already.
+  // `until` bounds one that was re-sent already; `yields`: core::release_ledger's entry::yields.
   void defer_release(std::size_t i, std::string_view payload, std::chrono::milliseconds ttl,
-                     clock_type::time_point until = clock_type::time_point::min());
+                     clock_type::time_point until = clock_type::time_point::min(), bool yields = false);
   void on_link_up(std::size_t i) override;
   void on_link_moved(std::size_t i) override;
   // Re-sends master `i`'s releases in doubt that are still worth sending (`why` is logged).

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <string>
 #include <string_view>
@@ -32,39 +33,55 @@ class release_ledger {
     std::string payload;       ///< the release request, ready to send
     clock::duration lifetime;  ///< the longest a key of its token lives after a request ran (ttl + margin)
     clock::time_point until;   ///< no such key exists after this
+    /// Gives way to the others when the ledger is full: a fair waiter's leaving of its queues,
+    /// whose queue places expire on their own (`fairness_options::entry_timeout`), kept only to
+    /// free them sooner. It must not push out a lock's release.
+    bool yields = false;
   };
 
-  /// @param cap most entries kept (the oldest go first once expired ones are gone).
+  /// @param cap most entries kept (the oldest go first once expired ones are gone; of those, the
+  /// ones that yield go before the others).
   explicit release_ledger(std::size_t cap = 4096) : cap_(cap < 1 ? 1 : cap) {}
 
   /// Records `payload`, whose key lives at most `lifetime` from `now` (the last request that could
   /// set or extend it has run by now, or is still on a connection: see `connection_lost`), or
   /// until `until` when given (a release taken from here, sent, and left in doubt again: nothing
-  /// has extended its key since). The same payload deferred twice in a row is kept once. Returns
-  /// the entries dropped to make room.
+  /// has extended its key since). `yields`: see `entry::yields`. The same payload deferred twice in
+  /// a row is kept once. Returns the entries dropped to make room.
   std::size_t defer(std::string_view payload, clock::duration lifetime, clock::time_point now,
-                    clock::time_point until = clock::time_point::min()) {
+                    clock::time_point until = clock::time_point::min(), bool yields = false) {
     const auto bound = until == clock::time_point::min() ? now + lifetime : until;
     if (bound <= now) return 0;
+    auto& lane = lanes_[yields ? 1 : 0];
+    if (!lane.empty() && lane.back().e.payload == payload) {
+      lane.back().e.until = std::max(lane.back().e.until, bound);
+      return 0;
+    }
     std::size_t dropped = 0;
-    if (entries_.size() >= cap_) {
+    if (size() >= cap_) {
       // A full ledger is looked through only when an entry may have expired (`earliest_` is at or
       // before the earliest bound kept), and its oldest goes in constant time: a burst of releases
       // to a master that is down costs each one the same, however many are kept.
-      const auto before = entries_.size();
+      const auto before = size();
       if (now >= earliest_) {
-        std::erase_if(entries_, [&](const entry& e) { return e.until <= now; });
         earliest_ = clock::time_point::max();
-        for (const auto& e : entries_) earliest_ = std::min(earliest_, e.until);
+        for (auto& l : lanes_) {
+          std::erase_if(l, [&](const kept& k) { return k.e.until <= now; });
+          for (const auto& k : l) earliest_ = std::min(earliest_, k.e.until);
+        }
       }
-      if (entries_.size() >= cap_) entries_.pop_front();
-      dropped = before - entries_.size();
+      if (size() >= cap_) {
+        // The oldest that yields, if any; a yielding entry pushes out no other kind.
+        if (!lanes_[1].empty()) {
+          lanes_[1].pop_front();
+        } else if (!yields) {
+          lanes_[0].pop_front();
+        }
+      }
+      dropped = before - size();
+      if (size() >= cap_) return dropped + 1;  // a yielding entry, with no room left for it
     }
-    if (!entries_.empty() && entries_.back().payload == payload) {
-      entries_.back().until = std::max(entries_.back().until, bound);
-      return dropped;
-    }
-    entries_.push_back({std::string{payload}, lifetime, bound});
+    lane.push_back({entry{std::string{payload}, lifetime, bound, yields}, next_++});
     earliest_ = std::min(earliest_, bound);
     return dropped;
   }
@@ -72,29 +89,45 @@ class release_ledger {
   /// The master's connection broke at `now`: requests still queued on it (a `SET`, an extension)
   /// could have run until then, so every key lives at most its lifetime from now.
   void connection_lost(clock::time_point now) {
-    for (auto& e : entries_) e.until = std::max(e.until, now + e.lifetime);
+    for (auto& l : lanes_)
+      for (auto& k : l) k.e.until = std::max(k.e.until, now + k.e.lifetime);
   }
 
   /// The master's connection is up at `now`: hands over the entries still worth sending (in the
   /// order they were deferred) and forgets them all; `expired` gets how many were dropped instead.
   std::deque<entry> take(clock::time_point now, std::size_t& expired) {
     std::deque<entry> out;
-    out.swap(entries_);
+    expired = 0;
+    auto& a = lanes_[0];
+    auto& b = lanes_[1];
+    std::size_t i = 0, j = 0;
+    while (i < a.size() || j < b.size()) {
+      auto& k = (j == b.size() || (i < a.size() && a[i].seq < b[j].seq)) ? a[i++] : b[j++];
+      if (k.e.until <= now) {
+        ++expired;
+      } else {
+        out.push_back(std::move(k.e));
+      }
+    }
+    a.clear();
+    b.clear();
     earliest_ = clock::time_point::max();
-    const auto before = out.size();
-    std::erase_if(out, [&](const entry& e) { return e.until <= now; });
-    expired = before - out.size();
     return out;
   }
 
   /// Whether no release is kept.
-  bool empty() const noexcept { return entries_.empty(); }
+  bool empty() const noexcept { return size() == 0; }
   /// Releases kept (expired ones included until `take` or `defer` drops them).
-  std::size_t size() const noexcept { return entries_.size(); }
+  std::size_t size() const noexcept { return lanes_[0].size() + lanes_[1].size(); }
 
  private:
-  std::deque<entry> entries_;
+  struct kept {
+    entry e;
+    std::uint64_t seq;  // the order of deferral, across both lanes
+  };
+  std::deque<kept> lanes_[2];  // [0]: the releases; [1]: the entries that yield
   std::size_t cap_;
+  std::uint64_t next_ = 0;
   // At or before every entry's bound (bounds only move later once kept).
   clock::time_point earliest_ = clock::time_point::max();
 };

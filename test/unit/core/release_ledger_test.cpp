@@ -114,4 +114,50 @@ TEST(release_ledger, is_bounded_dropping_expired_entries_first_then_the_oldest) 
   EXPECT_EQ(due[2].payload, "e");
 }
 
+// A fair waiter's dequeue frees a queue place that expires on its own: when the ledger is full,
+// dequeues go before releases, and a dequeue never pushes a release out.
+TEST(release_ledger, a_full_ledger_drops_dequeues_before_releases) {
+  constexpr bool yields = true;
+  const auto none = clock_type::time_point::min();
+  release_ledger l{3};
+  l.defer("dq1", 5s, t0, none, yields);
+  l.defer("r1", 5s, t0);
+  l.defer("dq2", 5s, t0, none, yields);
+  EXPECT_EQ(l.defer("r2", 5s, t0 + 1ms), 1u);                 // the oldest dequeue goes, not the older release
+  EXPECT_EQ(l.defer("r3", 5s, t0 + 2ms), 1u);                 // then the other one
+  EXPECT_EQ(l.defer("dq3", 5s, t0 + 3ms, none, yields), 1u);  // no room: it is dropped itself
+  EXPECT_EQ(l.defer("r4", 5s, t0 + 4ms), 1u);                 // releases alone: the oldest release goes
+  std::size_t expired = 0;
+  auto due = l.take(t0 + 5ms, expired);
+  ASSERT_EQ(due.size(), 3u);
+  EXPECT_EQ(due[0].payload, "r2");
+  EXPECT_EQ(due[1].payload, "r3");
+  EXPECT_EQ(due[2].payload, "r4");
+  EXPECT_FALSE(due[0].yields);
+}
+
+TEST(release_ledger, releases_and_dequeues_are_handed_over_in_the_order_they_were_deferred) {
+  constexpr bool yields = true;
+  const auto none = clock_type::time_point::min();
+  release_ledger l;
+  l.defer("r1", 5s, t0);
+  l.defer("dq1", 5s, t0, none, yields);
+  l.defer("dq2", 100ms, t0, none, yields);
+  l.defer("r2", 5s, t0);
+  l.defer("dq3", 5s, t0, none, yields);
+  l.defer("dq3", 6s, t0, none, yields);  // the same one twice in a row: kept once, with the later bound
+  EXPECT_EQ(l.size(), 5u);
+  std::size_t expired = 0;
+  auto due = l.take(t0 + 1s, expired);
+  ASSERT_EQ(due.size(), 4u);
+  EXPECT_EQ(due[0].payload, "r1");
+  EXPECT_EQ(due[1].payload, "dq1");
+  EXPECT_TRUE(due[1].yields);
+  EXPECT_EQ(due[2].payload, "r2");
+  EXPECT_EQ(due[3].payload, "dq3");
+  EXPECT_EQ(due[3].until, t0 + 6s);
+  EXPECT_EQ(expired, 1u);  // dq2
+  EXPECT_TRUE(l.empty());
+}
+
 }  // namespace
