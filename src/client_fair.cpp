@@ -218,7 +218,8 @@ void client_impl::leave_queues(const lock_state& st, std::string_view member, st
   // that master's next connection, as a release in doubt is. Run twice, it finds nothing the
   // second time; run late, it can only delete a key of the waiter's own offer, which nothing
   // else ever writes. Worth sending while the entry lives and, after it, a key handed to it; a
-  // full ledger drops it before any lock's release (it frees what expires on its own).
+  // full ledger drops it before any lock's release (a key for it to free needs a hand-over that
+  // raced the leaving, while a release's key is there whenever the release is).
   send_in_background(std::string{scratch_.payload()}, std::max(st.ttl, st.longest_ttl) + entry_timeout_, reached, true);
 }
 

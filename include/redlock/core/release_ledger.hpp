@@ -33,9 +33,11 @@ class release_ledger {
     std::string payload;       ///< the release request, ready to send
     clock::duration lifetime;  ///< the longest a key of its token lives after a request ran (ttl + margin)
     clock::time_point until;   ///< no such key exists after this
-    /// Gives way to the others when the ledger is full: a fair waiter's leaving of its queues,
-    /// whose queue places expire on their own (`fairness_options::entry_timeout`), kept only to
-    /// free them sooner. It must not push out a lock's release.
+    /// Gives way to the others when the ledger is full: a fair waiter's leaving of its queues. It
+    /// frees a lock key only where a release handed the waiter one that it does not keep (a
+    /// hand-over that raced its leaving); otherwise it frees queue places, which expire on their
+    /// own (`fairness_options::entry_timeout`). A release's key is there whenever the release
+    /// is, so releases are kept first.
     bool yields = false;
   };
 
@@ -47,7 +49,8 @@ class release_ledger {
   /// set or extend it has run by now, or is still on a connection: see `connection_lost`), or
   /// until `until` when given (a release taken from here, sent, and left in doubt again: nothing
   /// has extended its key since). `yields`: see `entry::yields`. The same payload deferred twice in
-  /// a row is kept once. Returns the entries dropped to make room.
+  /// a row (in its lane: releases, or entries that yield) is kept once. Returns how many entries
+  /// were dropped: to make room, or this one, when it yields and finds no room.
   std::size_t defer(std::string_view payload, clock::duration lifetime, clock::time_point now,
                     clock::time_point until = clock::time_point::min(), bool yields = false) {
     const auto bound = until == clock::time_point::min() ? now + lifetime : until;

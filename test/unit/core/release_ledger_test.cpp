@@ -160,4 +160,48 @@ TEST(release_ledger, releases_and_dequeues_are_handed_over_in_the_order_they_wer
   EXPECT_TRUE(l.empty());
 }
 
+TEST(release_ledger, a_dequeue_pushes_out_an_older_dequeue_but_never_a_release) {
+  constexpr bool yields = true;
+  const auto none = clock_type::time_point::min();
+  release_ledger l{2};
+  l.defer("r1", 5s, t0);
+  l.defer("dq1", 5s, t0, none, yields);
+  EXPECT_EQ(l.defer("dq2", 5s, t0 + 1ms, none, yields), 1u);  // dq1 goes
+  EXPECT_EQ(l.defer("dq2", 6s, t0 + 2ms, none, yields), 0u);  // a repeat drops nothing, even when full
+  std::size_t expired = 0;
+  auto due = l.take(t0 + 3ms, expired);
+  ASSERT_EQ(due.size(), 2u);
+  EXPECT_EQ(due[0].payload, "r1");
+  EXPECT_EQ(due[1].payload, "dq2");
+  EXPECT_EQ(due[1].until, t0 + 6002ms);  // the repeat's later bound
+}
+
+TEST(release_ledger, a_repeat_is_kept_once_within_its_lane) {
+  constexpr bool yields = true;
+  const auto none = clock_type::time_point::min();
+  release_ledger l;
+  l.defer("r1", 5s, t0);
+  l.defer("dq1", 5s, t0, none, yields);
+  l.defer("r1", 5s, t0 + 1ms);  // the last release kept: the same one
+  EXPECT_EQ(l.size(), 2u);
+}
+
+TEST(release_ledger, a_full_ledger_drops_the_expired_entries_of_both_lanes) {
+  constexpr bool yields = true;
+  const auto none = clock_type::time_point::min();
+  release_ledger l{4};
+  l.defer("r-short", 100ms, t0);
+  l.defer("dq-short", 100ms, t0, none, yields);
+  l.defer("r2", 5s, t0);
+  l.defer("dq2", 5s, t0, none, yields);
+  EXPECT_EQ(l.defer("r3", 5s, t0 + 200ms), 2u);  // both short ones had expired
+  EXPECT_EQ(l.size(), 3u);
+  std::size_t expired = 0;
+  auto due = l.take(t0 + 300ms, expired);
+  ASSERT_EQ(due.size(), 3u);
+  EXPECT_EQ(due[0].payload, "r2");
+  EXPECT_EQ(due[1].payload, "dq2");
+  EXPECT_EQ(due[2].payload, "r3");
+}
+
 }  // namespace
