@@ -13,6 +13,9 @@ using redlock::core::release_ledger;
 using clock_type = release_ledger::clock;
 
 const clock_type::time_point t0{};
+// For the entries that yield: no bound of their own (a first deferral).
+constexpr bool yields = true;
+constexpr auto none = clock_type::time_point::min();
 
 TEST(release_ledger, hands_over_what_is_still_worth_sending_in_order_and_forgets_it) {
   release_ledger l;
@@ -114,11 +117,10 @@ TEST(release_ledger, is_bounded_dropping_expired_entries_first_then_the_oldest) 
   EXPECT_EQ(due[2].payload, "e");
 }
 
-// A fair waiter's dequeue frees a queue place that expires on its own: when the ledger is full,
-// dequeues go before releases, and a dequeue never pushes a release out.
+// A fair waiter's dequeue (an entry that yields) mostly frees queue places, which expire on their
+// own, while a release's key is there whenever the release is: when the ledger is full, dequeues
+// go before releases, and a dequeue never pushes a release out.
 TEST(release_ledger, a_full_ledger_drops_dequeues_before_releases) {
-  constexpr bool yields = true;
-  const auto none = clock_type::time_point::min();
   release_ledger l{3};
   l.defer("dq1", 5s, t0, none, yields);
   l.defer("r1", 5s, t0);
@@ -137,8 +139,6 @@ TEST(release_ledger, a_full_ledger_drops_dequeues_before_releases) {
 }
 
 TEST(release_ledger, releases_and_dequeues_are_handed_over_in_the_order_they_were_deferred) {
-  constexpr bool yields = true;
-  const auto none = clock_type::time_point::min();
   release_ledger l;
   l.defer("r1", 5s, t0);
   l.defer("dq1", 5s, t0, none, yields);
@@ -161,8 +161,6 @@ TEST(release_ledger, releases_and_dequeues_are_handed_over_in_the_order_they_wer
 }
 
 TEST(release_ledger, a_dequeue_pushes_out_an_older_dequeue_but_never_a_release) {
-  constexpr bool yields = true;
-  const auto none = clock_type::time_point::min();
   release_ledger l{2};
   l.defer("r1", 5s, t0);
   l.defer("dq1", 5s, t0, none, yields);
@@ -177,8 +175,6 @@ TEST(release_ledger, a_dequeue_pushes_out_an_older_dequeue_but_never_a_release) 
 }
 
 TEST(release_ledger, a_repeat_is_kept_once_within_its_lane) {
-  constexpr bool yields = true;
-  const auto none = clock_type::time_point::min();
   release_ledger l;
   l.defer("r1", 5s, t0);
   l.defer("dq1", 5s, t0, none, yields);
@@ -187,8 +183,6 @@ TEST(release_ledger, a_repeat_is_kept_once_within_its_lane) {
 }
 
 TEST(release_ledger, a_full_ledger_drops_the_expired_entries_of_both_lanes) {
-  constexpr bool yields = true;
-  const auto none = clock_type::time_point::min();
   release_ledger l{4};
   l.defer("r-short", 100ms, t0);
   l.defer("dq-short", 100ms, t0, none, yields);
