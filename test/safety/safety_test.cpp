@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -214,9 +215,20 @@ class contention_run {
   const std::vector<section>& sections() const { return sections_; }
 
   clock_type::time_point started() const { return started_; }
-  // When the workers stop contending (about: each counts from its own start).
+  // When the workers stop contending (about: each counts from its own start, and a stopped one
+  // ends the attempt it is in).
   clock_type::time_point ends() const {
-    return started_ + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds_));
+    const auto planned =
+        started_ + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds_));
+    return stopped_at_ ? std::min(*stopped_at_, planned) : planned;
+  }
+  // Stops the workers at `t` (SIGUSR1: each ends at its next attempt), before their `seconds`
+  // when they were started with time to spare: a run that must go on for a while after its
+  // faults, however long the faults took on a loaded machine.
+  void stop_at(clock_type::time_point t) {
+    std::this_thread::sleep_until(t);
+    for (pid_t p : pids_) ::kill(p, SIGUSR1);
+    stopped_at_ = t;
   }
   void sleep_until_offset(std::chrono::milliseconds offset) { std::this_thread::sleep_until(started_ + offset); }
   void healed_now() { fault_healed_ = clock_type::now(); }
@@ -233,6 +245,7 @@ class contention_run {
   clock_type::time_point started_{};
   double seconds_ = 0;
   std::optional<clock_type::time_point> fault_healed_;
+  std::optional<clock_type::time_point> stopped_at_;
   std::map<std::string, long> counts_;
   std::vector<section> sections_;
   bool kinds_ = false;
@@ -745,14 +758,20 @@ TEST(safety_checker, reads_the_kinds_fields) {
 
 constexpr std::chrono::milliseconds hazard_ttl{500};
 
+// How long a guarded run goes on once its last quarantine has ended: longer than the liveness
+// bound, so that a lock that never came back fails the check of it.
+constexpr auto hazard_watch = std::chrono::milliseconds{liveness_bound_ns / 1'000'000} + 1s;
+
 // Six workers, three resources, holds up to half the validity (the worker's cap, about 240 ms):
 // long enough for a hold to span the next round of a schedule. Fewer sections than the other
-// runs: each hold is long, and the guarded runs are unavailable for a while on purpose.
+// runs: each hold is long, and the guarded runs are unavailable for a while on purpose. The
+// guarded workers get time to spare and are stopped `hazard_watch` after the quarantines end,
+// which come later than planned when the restarts are slow (a loaded machine).
 workload hazard_load(bool guard) {
   workload w;
   w.count = 6;
   w.resources = "alpha,beta,gamma";
-  w.seconds = 5.5;
+  w.seconds = guard ? 15 : 5.5;
   w.ttl = hazard_ttl;
   w.guard = guard;
   w.flags = {"--hold-ms", "20-300"};
@@ -811,7 +830,10 @@ void expect_guarded(contention_run& run, const redlock::test::check_result& r, c
   EXPECT_EQ(r.past_validity, 0u);
   for (const auto& e : r.examples) ADD_FAILURE() << e;
   const auto healed = last_hit + quarantine_for(hazard_ttl);
-  const auto wait = redlock::test::longest_wait(run.sections(), ns(healed), ns(run.ends() - 300ms));
+  const auto watched = run.ends() - 300ms;
+  // A window shorter than the bound would pass a lock that never came back.
+  EXPECT_GT(ns(watched) - ns(healed), liveness_bound_ns) << "the workers stopped too soon after the quarantines";
+  const auto wait = redlock::test::longest_wait(run.sections(), ns(healed), ns(watched));
   std::printf("  longest wait for a resource from the end of the quarantines on: %.0f ms\n",
               static_cast<double>(wait) / 1e6);
   EXPECT_LT(wait, liveness_bound_ns);
@@ -824,6 +846,7 @@ TEST(safety_hazards, rolling_immediate_restarts_without_persistence_guarded) {
   run.start(hazard_load(true));
   const auto last = rolling_restarts(run);
   run.healed_at(last + quarantine_for(hazard_ttl));
+  run.stop_at(last + quarantine_for(hazard_ttl) + hazard_watch);
   const auto r = run.finish("rolling kill -9 + immediate restart of 2 of 5, no persistence: guard on");
   expect_guarded(run, r, last);
 }
@@ -842,6 +865,7 @@ TEST(safety_hazards, rolling_forward_clock_jumps_guarded) {
   run.start(hazard_load(true));
   const auto last = rolling_clock_jumps(run);
   run.healed_at(last + quarantine_for(hazard_ttl));
+  run.stop_at(last + quarantine_for(hazard_ttl) + hazard_watch);
   const auto r = run.finish("rolling forward clock jumps (> ttl) of 2 of 5: guard on");
   expect_guarded(run, r, last);
 }

@@ -45,6 +45,9 @@
 // `--max-wait-ms N` and `--entry-timeout-ms N` set `retry.max_wait` and `fairness.entry_timeout`
 // (also with `--defaults`): a waiter that stays queued for the fair hand-over tests.
 //
+// SIGUSR1 ends the run before `--seconds` (at the next attempt): for a test that starts its
+// workers with time to spare and stops them once what it watches is over.
+//
 // Usage: redlock_worker --masters h:p,... --resources a,b --seconds S --ttl-ms T --out FILE
 //                       [--mode normal|no_nx|first_ok] [--request-timeout-ms R] [--seed N]
 //                       [--defaults] [--no-fair] [--no-hand-over] [--hold-ms A-B] [--max-wait-ms N]
@@ -70,6 +73,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -91,6 +95,13 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 using redlock::lock_options;
 
 namespace {
+
+volatile std::sig_atomic_t stop_requested = 0;  // SIGUSR1
+
+void request_stop(int) { stop_requested = 1; }
+
+// Whether to start another attempt: before `until`, and not told to stop.
+bool keep_going(clock_type::time_point until) { return stop_requested == 0 && clock_type::now() < until; }
 
 struct options {
   std::vector<redlock::connection_config> masters;
@@ -257,7 +268,7 @@ asio::awaitable<void> run_normal(const options& o, recorder& rec) {
       clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.seconds));
   const auto ttl = std::chrono::milliseconds{o.ttl_ms};
   std::uint64_t made_up_fence = 0;  // `fake_fence`
-  while (clock_type::now() < until) {
+  while (keep_going(until)) {
     std::vector<std::string> set;
     if (o.multi_max > 0) {
       set = pick_set(o.resources, std::uniform_int_distribution<std::size_t>{o.multi_min, o.multi_max}(rng), rng);
@@ -358,7 +369,7 @@ asio::awaitable<void> run_broken(const options& o, recorder& rec) {
   const std::pair<int, int> hold{1, 8};
   const auto until =
       clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.seconds));
-  while (clock_type::now() < until) {
+  while (keep_going(until)) {
     const auto& resource = o.resources[std::uniform_int_distribution<std::size_t>{0, o.resources.size() - 1}(rng)];
     const std::string token = fmt::format("broken-{}-{}", o.seed, rec.counts["attempted"]++);
     const auto start = clock_type::now();
@@ -498,6 +509,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: redlock_worker --masters h:p,... --resources a,b --out FILE [...]\n");
     return 2;
   }
+  std::signal(SIGUSR1, request_stop);
   recorder rec;
   rec.file.open(o.out);
   asio::io_context ioc;
