@@ -134,12 +134,12 @@ void client_impl::refuse_master(std::size_t i, error_code cause, std::string_vie
   readiness_changed();
 }
 
-void client_impl::load_scripts(std::size_t i) {
+void client_impl::load_scripts(std::size_t i, bool again) {
   // Once per connection: a link that comes back without reconnecting (a stall that healed) still
   // has its scripts.
   if (scripts_loaded_.size() != links_.size()) scripts_loaded_.assign(links_.size(), 0);
   const auto connects = links_[i]->stats().connects;
-  if (scripts_loaded_[i] == connects) return;
+  if (scripts_loaded_[i] == connects && !again) return;
   scripts_loaded_[i] = connects;
   if (!scripts_sink_) scripts_sink_ = std::make_shared<script_load_sink>(weak_from_this());
   if (scripts_payload_.empty()) {

@@ -48,8 +48,6 @@ bool is_yes(const resp::node* first, const resp::response& r) {
   return at < r.size() && r[at].data_type == resp::type::integer && std::string_view{r[at].value} == "1";
 }
 
-constexpr std::string_view time_command = "*1\r\n$4\r\nTIME\r\n";
-
 // "in 12.3 s" / "for good" for a quarantine's end seen at `now`.
 std::string remaining(clock_type::time_point until, clock_type::time_point now) {
   if (until == clock_type::time_point::max()) return "until it answers INFO";
@@ -105,6 +103,7 @@ void client_impl::init_guards() {
   node_clocks_.assign(cfg_.masters.size(), {});
   for (std::size_t i = 0; i < cfg_.masters.size(); ++i) guards_.emplace_back(guard_rules_for(i));
   time_refused_.assign(cfg_.masters.size(), false);
+  many_ok_.assign(cfg_.masters.size(), false);
   probe_sent_.assign(cfg_.masters.size(), clock_type::time_point{});
   jumps_seen_.assign(cfg_.masters.size(), {clock_type::time_point{}, std::chrono::microseconds{0}});
   publish_hazards();
@@ -124,6 +123,8 @@ void client_impl::on_link_identified(std::size_t i, const node_facts& facts) {
                          "it is a Redis Cluster node (redis_mode:cluster): configure the cluster as one master, "
                          "redis-cluster://host:port (connection_config::cluster)");
   }
+  // Each connection anew: what refused a batch's call may have been this connection's (an ACL).
+  many_ok_[i] = facts.identity.mode == "standalone";
   const auto now = clock_type::now();
   auto& g = guards_[i];
   const auto before = g.run_id();
@@ -160,203 +161,6 @@ void client_impl::on_link_identified(std::size_t i, const node_facts& facts) {
     tell_holders(i, change.cause, now);
   }
   publish_hazards();
-}
-
-void client_impl::send_votes(std::string_view payload, clock_type::time_point deadline,
-                             const std::shared_ptr<reply_sink>& sink, std::uint64_t round) {
-  if (!cfg_.guard.clock_jumps) return send_all(payload, deadline, sink, round);
-  // A batch already full (a vote made by a handler that a refusal ran inline, before its batch
-  // went) is not grown past `max_batch`: this vote then goes to every master on its own.
-  bool gathered = false;
-  if (batching_ && batch_.votes.size() < max_batch) {
-    for (std::size_t i = 0; i < links_.size() && !gathered; ++i) gathered = batchable(i);
-  }
-  if (gathered) {
-    auto& b = batch_;
-    b.votes.push_back({sink, round});
-    try {
-      b.payload.append(payload);
-    } catch (...) {
-      b.votes.pop_back();  // the votes and their bytes stay in step
-      throw;
-    }
-    b.deadline = std::min(b.deadline, deadline);
-  }
-  // TIME behind the vote, in the same write: its answer is read with the vote's (made once, when a
-  // master is sent the vote now rather than in a batch).
-  bool with_time_built = false;
-  std::vector<std::pair<std::size_t, error_code>> refused;  // allocates only when a master is down
-  for (std::size_t i = 0; i < links_.size(); ++i) {
-    if (gathered && batchable(i)) continue;
-    const bool with_time = !time_refused_[i];
-    if (with_time && !with_time_built) {
-      vote_buf_.assign(payload);
-      vote_buf_.append(time_command);
-      with_time_built = true;
-    }
-    const std::string_view p = with_time ? std::string_view{vote_buf_} : payload;
-    if (auto ec = links_[i]->submit(p, with_time ? 2 : 1, deadline, sink, make_tag(round, i)))
-      refused.emplace_back(i, ec);
-  }
-  // A full batch goes last: its refusals are told there, and what they run inline (handlers) must
-  // come after every use of `payload` (the client's scratch buffer, which they may encode into)
-  // and after this vote went to every master.
-  const bool full = gathered && (batch_.votes.size() >= max_batch || batch_.payload.size() >= kept_bytes);
-  for (const auto& [i, ec] : refused) sink->on_reply(make_tag(round, i), ec, no_reply);
-  if (full) send_vote_batch();
-}
-
-// ---- one TIME per master for a batch of votes --------------------------------------------------
-//
-// A pass of the keep-alive timer extends the locks that came due, up to 256 of them at a time
-// (renewals fall on a grid so that they come due together). Their votes go to each master in
-// requests of up to `max_batch` votes with one TIME behind the last: the master runs a request in
-// order, so that TIME is read after every vote of it, later than the TIME behind each vote would
-// have been. For a clock that moves and stays moved it sees whatever those would have seen (and
-// moves in between), so the guard lets no such vote count that it would have stopped. What it
-// gives up (a move undone before the batch's TIME runs; a vote judged a little later against a
-// quarantine's end) is in docs/safety.md, "Restarts and clock jumps".
-
-// A batch's answers on one master (the tag's): the votes' replies, then TIME's.
-struct batch_sink final : reply_sink {
-  batch_sink(std::weak_ptr<client_impl> c, clock_type::time_point at, client_impl::vote_targets v)
-      : owner(std::move(c)), sent(at), votes(std::move(v)) {}
-  void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override {
-    if (auto c = owner.lock()) c->deliver_batch(master_of(tag), ec, r, sent, votes);
-  }
-  std::weak_ptr<client_impl> owner;
-  clock_type::time_point sent;
-  client_impl::vote_targets votes;  // filled once, before the batch is sent
-};
-
-// A cluster master routes each key to its node: a batch of keys is not one request there. A
-// master whose TIME was refused gets its votes one by one, as send_votes sends them. Neither
-// changes during a timer's pass (nothing is read in it; a pass cut short ends with its batch
-// sent, and the next one starts a new batch), so a batch's masters are the same from its first
-// vote to its sending.
-bool client_impl::batchable(std::size_t i) const noexcept {
-  return !cfg_.masters[i].cluster.enabled && !time_refused_[i];
-}
-
-void client_impl::flush_vote_batch() {
-  batching_ = false;
-  send_vote_batch();
-}
-
-void client_impl::send_vote_batch() {
-  if (batch_.votes.empty()) return;  // its storage stays for the next one
-  // TIME behind the votes, and the sink: when either cannot be made (an allocation failed), the
-  // batch stays as it was, to go with the next one.
-  const std::size_t votes_bytes = batch_.payload.size();
-  batch_.payload.append(time_command);
-  const std::size_t n = batch_.votes.size();
-  std::shared_ptr<reply_sink> sink;
-  try {
-    // One vote alone goes out as send_votes would have sent it; more share one sink, which tells
-    // each vote its own answer.
-    sink = n == 1 ? batch_.votes[0].sink
-                  : std::make_shared<batch_sink>(weak_from_this(), clock_type::now(), vote_targets{});
-  } catch (...) {
-    batch_.payload.resize(votes_bytes);
-    throw;
-  }
-  // Taken out of the batch before anything is sent (nothing below allocates until the requests):
-  // a refusal told below may gather new votes (a handler run inline), which start the next batch,
-  // and whatever throws, no vote is sent twice.
-  const auto deadline = std::exchange(batch_.deadline, clock_type::time_point::max());
-  std::string bytes = std::exchange(batch_.payload, {});
-  gathered_vote single;  // a lone vote leaves the list's storage in the batch
-  std::span<const gathered_vote> told;
-  if (n == 1) {
-    single = std::move(batch_.votes.front());
-    batch_.votes.clear();
-    told = {&single, 1};
-  } else {
-    auto& list = static_cast<batch_sink&>(*sink).votes;
-    list.swap(batch_.votes);
-    told = list;
-  }
-  // Every master is sent the batch before any refusal is told: what a refusal runs inline must
-  // not come between the batch's `sent` and a later master's request (it would widen that
-  // master's clock sample).
-  std::vector<std::pair<std::size_t, error_code>> refused;  // allocates only when a master is down
-  for (std::size_t i = 0; i < links_.size(); ++i) {
-    if (!batchable(i)) continue;
-    const auto tag = n == 1 ? make_tag(told[0].round, i) : make_tag(0, i);
-    if (const auto ec = links_[i]->submit(bytes, n + 1, deadline, sink, tag)) refused.emplace_back(i, ec);
-  }
-  for (const auto& [i, ec] : refused) {
-    for (const auto& v : told) v.sink->on_reply(make_tag(v.round, i), ec, no_reply);
-  }
-  // The storage goes back for the next batch, unless one was gathered meanwhile; the next batch's
-  // vote list is made whole at once (the last one went with its sink).
-  if (batch_.payload.empty() && bytes.capacity() <= 2 * kept_bytes) {
-    bytes.clear();
-    batch_.payload.swap(bytes);
-  }
-  if (batch_.votes.capacity() == 0) {
-    try {
-      batch_.votes.reserve(max_batch);
-    } catch (const std::bad_alloc&) {
-      // It grows as votes come, then.
-    }
-  }
-}
-
-void client_impl::deliver_batch(std::size_t i, error_code ec, const resp::response& r, clock_type::time_point sent,
-                                const vote_targets& votes) {
-  // Where each top-level value starts (an attribute before a value belongs to it).
-  std::vector<std::size_t> starts;
-  starts.reserve(votes.size() + 2);
-  bool pending_start = false;
-  for (std::size_t k = 0; k < r.size(); ++k) {
-    if (r[k].depth != 0) continue;
-    if (!pending_start) starts.push_back(k);
-    pending_start = r[k].data_type == resp::type::attribute;
-  }
-  const bool whole = (!ec || ec == error::server_error) && starts.size() == votes.size() + 1;
-  if (!whole) {
-    // No answers (the request failed or timed out), or a reply of the wrong shape.
-    if (!ec) ec = make_error_code(error::unexpected_reply);
-    for (const auto& v : votes) v.sink->on_reply(make_tag(v.round, i), ec, no_reply);
-    return;
-  }
-  // TIME's sample, once for the batch, before any vote is judged.
-  std::size_t time_at = starts.back();
-  while (time_at < r.size() && r[time_at].data_type == resp::type::attribute) {  // skip it and its children
-    ++time_at;
-    while (time_at < r.size() && r[time_at].depth != 0) ++time_at;
-  }
-  const resp::node* time_value = time_at < r.size() ? &r[time_at] : nullptr;
-  bool sampled = false;
-  if (time_value && resp::is_error(time_value->data_type)) {
-    if (!time_refused_[i]) {
-      time_refused_[i] = true;
-      REDLOCK_LOG(log_, log_level::warning, "{}: TIME was refused ({}): its clock is not checked at votes", names_[i],
-                  printable(time_value->value, 200));
-      publish_hazards();
-    }
-  } else if (time_value) {
-    (void)take_time(i, r, time_at, sent);
-    sampled = true;
-  }
-  // The flag says "sampled by the batch" to vote_reply for this one call only, whatever it throws
-  // (the votes after a throw go unanswered: their extensions stay open until the locks' loss
-  // points, where the locks are declared lost, as for an answer that never came).
-  struct sample_scope {
-    bool& flag;
-    ~sample_scope() { flag = false; }
-  };
-  resp::response one;
-  for (std::size_t v = 0; v < votes.size(); ++v) {
-    one.assign(r.begin() + static_cast<std::ptrdiff_t>(starts[v]),
-               r.begin() + static_cast<std::ptrdiff_t>(starts[v + 1]));
-    const resp::node* own = resp::reply_value(one);
-    const error_code vec = own && resp::is_error(own->data_type) ? make_error_code(error::server_error) : error_code{};
-    const sample_scope scope{shared_sample_};
-    shared_sample_ = sampled;
-    votes[v].sink->on_reply(make_tag(votes[v].round, i), vec, one);
-  }
 }
 
 error_code client_impl::vote_reply(std::size_t i, error_code ec, const resp::response& r, clock_type::time_point sent) {

@@ -237,8 +237,9 @@ void watch::wake_step(lock_state& st, clock_type::time_point now) {
     ++ext_round;
     const auto e = ext->start(now);
     if (e.what == core::extend_action::type::extend) {
-      // Encoded into the client's scratch buffer (the connections copy it): nothing per lock.
-      c.send_votes(c.scratch_step(step::extend, st, values(c, st)), e.at, shared_from_this(), ext_round);
+      // Joined to the pass's batch, or encoded into the client's scratch buffer (the connections
+      // copy it): nothing per lock.
+      c.send_extension(st, values(c, st), e.at, shared_from_this(), ext_round);
     } else {
       on_extension_done(st, e.ec, now);
     }

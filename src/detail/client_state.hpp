@@ -13,6 +13,7 @@
 #include <redlock/client.hpp>
 #include <redlock/core/compact_results.hpp>
 #include <redlock/core/event_queue.hpp>
+#include <redlock/core/extend_batch.hpp>
 #include <redlock/core/extend_fsm.hpp>
 #include <redlock/core/hazard_guard.hpp>
 #include <redlock/core/keep_alive_fsm.hpp>
@@ -54,6 +55,9 @@ using lost_handler = asio::any_completion_handler<void(error_code)>;
 using ready_handler = asio::any_completion_handler<void(error_code, quorum_report)>;
 using event_handler = asio::any_completion_handler<void(error_code, lock_event)>;
 using unlock_all_handler = asio::any_completion_handler<void(error_code, unlock_result)>;
+
+// TIME, encoded: behind votes (the hazard guard's clock samples), and alone as a probe.
+inline constexpr std::string_view time_command = "*1\r\n$4\r\nTIME\r\n";
 
 class client_impl;
 struct watch;
@@ -381,6 +385,10 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   // clocks are checked.
   void send_votes(std::string_view payload, clock_type::time_point deadline, const std::shared_ptr<reply_sink>& sink,
                   std::uint64_t round);
+  // An extension of `st` (values `v`) as a vote: in a keep-alive batch one of its `extend_many`
+  // call where every master takes that (joins_many), else encoded and sent as send_votes does.
+  void send_extension(const lock_state& st, const core::step_values& v, clock_type::time_point deadline,
+                      const std::shared_ptr<reply_sink>& sink, std::uint64_t round);
   // Master `i`'s answer to a vote sent at `sent`, before a machine sees it: takes TIME's sample,
   // and returns the vote's own error, or `master_quarantined` / `restart_guard_refused` for a
   // clean answer that does not count.
@@ -422,8 +430,9 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   // new connection. Before the first fair round, so that no wake-up can be missed.
   void ensure_inbox();
   void subscribe_inbox(std::size_t i);
-  // Loads every script on master `i`'s new connection (see all_scripts).
-  void load_scripts(std::size_t i);
+  // Loads every script on master `i`'s new connection (see all_scripts); `again`: also on one that
+  // loaded them, whose cache was flushed since (a NOSCRIPT).
+  void load_scripts(std::size_t i, bool again = false);
   // Stops using master `i` for good (its connection closes), with `cause` as the reason every
   // lock operation reports for it from now on; `why` is logged.
   void refuse_master(std::size_t i, error_code cause, std::string_view why);
@@ -589,18 +598,29 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   struct gathered_vote {
     std::shared_ptr<reply_sink> sink;
     std::uint64_t round = 0;  // the vote's tag on master i is make_tag(round, i)
+    bool joined = false;      // one of the batch's `extend_many` call, not a command of its own
   };
   using vote_targets = std::vector<gathered_vote>;
   struct vote_batch {
-    std::string payload;  // the votes' bytes; TIME goes behind them when sent
+    std::string payload;        // the votes' own commands; TIME goes behind them when sent
+    core::extend_batch joined;  // the plain extensions, sent first as one call (joins_many)
     vote_targets votes;
     clock_type::time_point deadline = clock_type::time_point::max();  // the votes' earliest
   };
+  // Whether master `i` takes plain extensions in one `extend_many` call: a standalone Redis (its
+  // handshake's INFO said so) that has not refused such a call since it connected.
+  std::vector<bool> many_ok_;
+  bool joins_many(const lock_state& st) const noexcept;
+  // The answer of master `i` to a batch's `extend_many` call at `r[at]`: each joined vote its own.
+  void deliver_joined(std::size_t i, const resp::response& r, std::size_t at, const vote_targets& votes, bool sampled);
   // A batch is sent once it holds `max_batch` votes or `kept_bytes`: what a pass gathers at once
   // stays one request's worth however many locks come due together, and so does the storage
   // kept between passes.
   static constexpr std::size_t kept_bytes = 64 * 1024;
   void send_vote_batch();
+  bool batch_full() const noexcept {
+    return batch_.votes.size() >= max_batch || batch_.payload.size() + batch_.joined.bytes() >= kept_bytes;
+  }
   friend struct batch_sink;
   static constexpr std::size_t max_batch = 32;  // votes behind one TIME
   bool batching_ = false;

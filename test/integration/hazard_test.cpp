@@ -5,6 +5,7 @@
 // a suspend (the library's clock counts it) ends a lock's validity.
 
 #include <redlock/client.hpp>
+#include <redlock/detail/scripts.hpp>
 #include <redlock_test/configs.hpp>
 #include <redlock_test/coro.hpp>
 #include <redlock_test/fault_proxy.hpp>
@@ -268,17 +269,21 @@ TEST(hazard, renewals_due_together_share_one_clock_sample_per_master_and_its_ver
     redlock::client c{ioc.get_executor(), cfg};
     co_await redlock::test::wait_connected(c);
     // 65: two full batches of 32 votes (each sent as soon as it is full) and a lone vote after
-    // them, which goes out as a vote with its own TIME.
+    // them, each batch's extensions in one script call with one TIME behind it.
     auto held = co_await kept_locks(c, "h:batch:", 65);
     for (std::size_t i = 0; i < servers.size(); ++i) servers[i].command({"CONFIG", "RESETSTAT"});
     // Each lock renews about a second after its grant: every one once, and some twice.
     co_await sleep_for(1600ms);
+    long renewals = 0;
+    for (const auto& l : held) renewals += static_cast<long>(l.extensions());
+    EXPECT_GE(renewals, 65);
     for (std::size_t i = 0; i < servers.size(); ++i) {
-      const auto extends = command_calls(servers[i], "evalsha");
+      const auto calls = command_calls(servers[i], "evalsha");
       const auto times = command_calls(servers[i], "time");
-      EXPECT_GE(extends, 65) << "master " << i;
-      // One TIME behind each batch, not behind each renewal.
-      EXPECT_LE(times * 4, extends) << "master " << i << ": " << times << " TIME for " << extends << " renewals";
+      // One TIME and one script call behind each batch, not behind each renewal.
+      EXPECT_LE(times * 4, renewals) << "master " << i << ": " << times << " TIME for " << renewals << " renewals";
+      EXPECT_LE(calls * 4, renewals) << "master " << i << ": " << calls << " calls for " << renewals << " renewals";
+      EXPECT_GE(calls, 3) << "master " << i;
     }
     // Every answer reached its own lock, and every extension its own key: past the grant's ttl,
     // each lock counts an extension and its key is on every master (EXISTS expires a key due).
@@ -325,6 +330,113 @@ TEST(hazard, a_lone_backward_reading_behind_a_batch_withholds_its_votes) {
     EXPECT_EQ(c.stats().votes_quarantined, settled);
     EXPECT_EQ(c.hazards()[1].cause, hazard_cause::none);
     for (const auto& l : held) EXPECT_FALSE(l.lost()) << l.resource();
+  });
+}
+
+// ---- the plain extensions of a batch in one script call (docs/safety.md, "Extensions in one
+// script"): each lock is told its own answer, whatever happened to the others or to the call.
+
+// Whether every lock in `held` is still held and its key on every master, after `extensions` each.
+void expect_all_kept(const std::vector<redlock::lock>& held, redlock::test::master_set& servers,
+                     std::size_t extensions) {
+  for (const auto& l : held) {
+    EXPECT_GE(l.extensions(), extensions) << l.resource();
+    EXPECT_FALSE(l.lost()) << l.resource() << ": " << l.loss_reason().message();
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      EXPECT_EQ(servers[i].command({"EXISTS", l.resource()}), ":1\r\n") << l.resource() << " on master " << i;
+    }
+  }
+}
+
+TEST(hazard, batched_renewals_survive_a_flushed_script_cache) {
+  redlock::test::master_set servers{3};
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client c{ioc.get_executor(), redlock::test::client_config_for(servers)};
+    co_await redlock::test::wait_connected(c);
+    auto held = co_await kept_locks(c, "h:flush:", 40);
+    // Every master forgets its scripts before the first renewals: their batch call meets NOSCRIPT.
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      servers[i].command({"SCRIPT", "FLUSH"});
+      servers[i].command({"CONFIG", "RESETSTAT"});
+    }
+    // Two rounds of renewals (about 1 s and 2 s after the grants), each lock's key past its ttl.
+    co_await sleep_for(2500ms);
+    expect_all_kept(held, servers, 2);
+    const std::string many{redlock::detail::extend_many_script.sha1};
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      // The first round went again one by one with EVAL; the scripts were loaded again, so the
+      // second round was one call again.
+      EXPECT_GE(command_calls(servers[i], "eval"), 40) << "master " << i;
+      EXPECT_LE(command_calls(servers[i], "eval"), 80) << "master " << i;
+      EXPECT_EQ(servers[i].command({"SCRIPT", "EXISTS", many}), "*1\r\n:1\r\n") << "master " << i;
+      EXPECT_LE(command_calls(servers[i], "evalsha") * 4, 80) << "master " << i;
+    }
+    EXPECT_EQ(c.stats().extension_failures, 0u);
+  });
+}
+
+TEST(hazard, a_lock_lost_or_refused_within_its_batch_is_told_alone) {
+  redlock::test::master_set servers{3};
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    redlock::client c{ioc.get_executor(), redlock::test::client_config_for(servers)};
+    co_await redlock::test::wait_connected(c);
+    auto held = co_await kept_locks(c, "h:among:", 40);
+    if (held.size() != 40) co_return;
+    std::sort(held.begin(), held.end(), [](const auto& a, const auto& b) { return a.resource() < b.resource(); });
+    // Before the first renewals: one lock's key is deleted everywhere, another's is made a hash.
+    auto gone = std::move(held[7]);
+    auto wrong = std::move(held[20]);
+    held.erase(held.begin() + 20);
+    held.erase(held.begin() + 7);
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      servers[i].command({"DEL", gone.resource()});
+      servers[i].command({"DEL", wrong.resource()});
+      servers[i].command({"HSET", wrong.resource(), "f", "v"});
+      servers[i].command({"CONFIG", "RESETSTAT"});
+    }
+    co_await sleep_for(2500ms);
+    EXPECT_TRUE(gone.lost());
+    EXPECT_EQ(gone.extensions(), 0u);
+    EXPECT_TRUE(wrong.lost());
+    EXPECT_EQ(wrong.extensions(), 0u);
+    expect_all_kept(held, servers, 2);
+    // A key's own error is not the call's: the batches stayed whole.
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      EXPECT_LE(command_calls(servers[i], "evalsha") * 4, 2 * 40) << "master " << i;
+      EXPECT_EQ(command_calls(servers[i], "eval"), 0) << "master " << i;
+    }
+  });
+}
+
+TEST(hazard, a_master_that_refuses_the_batch_call_gets_each_renewal_on_its_own) {
+  // An ACL that lets the client's user reach some keys only: a call naming one key it may not
+  // touch is refused whole (NOPERM), which renewals one by one would not be for the others.
+  redlock::test::redis_options with_user;
+  with_user.user = redlock::test::acl_user{"locker", "locker-pw"};
+  redlock::test::master_set servers{3, with_user};
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    auto cfg = redlock::test::client_config_for(servers);
+    for (auto& m : cfg.masters) {
+      m.username = "locker";
+      m.password = "locker-pw";
+    }
+    redlock::client c{ioc.get_executor(), cfg};
+    co_await redlock::test::wait_connected(c);
+    auto held = co_await kept_locks(c, "h:acl:", 20);
+    auto [ec, denied] = co_await c.async_lock("h:deny", 2048ms, use_tuple);
+    if (ec || held.size() != 20) {
+      ADD_FAILURE() << ec.message();
+      co_return;
+    }
+    denied.keep_alive();
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      servers[i].command({"ACL", "SETUSER", "locker", "resetkeys", "~h:acl:*"});
+    }
+    co_await sleep_for(2600ms);
+    // The refused round failed on every master and was retried one by one, in time.
+    expect_all_kept(held, servers, 2);
+    EXPECT_TRUE(denied.lost());
+    EXPECT_GE(c.stats().extension_failures, 1u);
   });
 }
 

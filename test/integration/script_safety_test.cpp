@@ -180,6 +180,43 @@ TEST_F(script_safety, no_extend_script_moves_an_expiry_earlier) {
   EXPECT_GT(pttl(0, "s"), 15000);
 }
 
+// The keep-alive's batch script: each key judged and extended as `extend_script` alone would,
+// with its own token and its own ttl. A script that paired a key with a neighbour's token or ttl,
+// stopped at a key of another type, created a missing key, or moved an expiry earlier, fails here.
+TEST_F(script_safety, the_batch_extension_treats_each_key_as_the_plain_script_would) {
+  run(0, {"SET", "b1", "tok-1", "PX", "10000"});
+  run(0, {"SET", "b2", "someone-else", "PX", "3000"});
+  run(0, {"HSET", "b4", "f", "v"});
+  run(0, {"SET", "b5", "tok-5", "PX", "100"});
+  run(0, {"SET", "b6", "tok-6", "PX", "100"});
+  const auto reply =
+      eval(0, scripts::extend_many_script, {"b1", "b2", "b3", "b4", "b5", "b6"},
+           {"tok-1", "200", "tok-2", "9000", "tok-3", "9000", "tok-4", "9000", "tok-5", "5000", "tok-6", "8000"});
+  EXPECT_EQ(reply,
+            "*6\r\n:1\r\n:0\r\n:0\r\n-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"
+            ":1\r\n:1\r\n");
+  EXPECT_GT(pttl(0, "b1"), 9000) << "moved an expiry earlier";
+  EXPECT_EQ(get(0, "b2"), "someone-else");
+  EXPECT_LE(pttl(0, "b2"), 3000) << "extended another holder's key";
+  EXPECT_EQ(run(0, {"EXISTS", "b3"}), ":0\r\n") << "created a missing key";
+  EXPECT_EQ(run(0, {"TYPE", "b4"}), "+hash\r\n");
+  EXPECT_EQ(run(0, {"PTTL", "b4"}), ":-1\r\n");
+  // Each its own ttl: not the first key's (200), nor the next one's.
+  EXPECT_GT(pttl(0, "b5"), 4000);
+  EXPECT_LE(pttl(0, "b5"), 5000);
+  EXPECT_GT(pttl(0, "b6"), 7000);
+  // Tokens crossed between two keys extend neither.
+  run(0, {"SET", "c1", "tok-a", "PX", "100"});
+  run(0, {"SET", "c2", "tok-b", "PX", "100"});
+  EXPECT_EQ(eval(0, scripts::extend_many_script, {"c1", "c2"}, {"tok-b", "9000", "tok-a", "9000"}),
+            "*2\r\n:0\r\n:0\r\n");
+  EXPECT_LE(pttl(0, "c1"), 100);
+  // Arguments not in pairs: refused whole, before anything is touched.
+  const auto odd = eval(0, scripts::extend_many_script, {"b5", "b6"}, {"tok-5", "20000", "tok-6"});
+  EXPECT_EQ(odd.substr(0, 4), "-ERR") << odd;
+  EXPECT_LE(pttl(0, "b5"), 5000);
+}
+
 // Through the public API: A holds for 10 s, asks for 500 ms more and gives up at once (the
 // requests were sent: they run on the masters). Once 500 ms have passed, B must still be refused
 // while A's validity lasts. With extend scripts that re-arm to the new ttl, every master drops

@@ -83,6 +83,29 @@ if redis.call("pttl",KEYS[1]) < tonumber(ARGV[2]) then redis.call("pexpire",KEYS
 return 1)",
     "54f7213a22b0c2233b720f9ba59a80a38f2f4cb4"};
 
+/// Many `extend_script`s in one call, for the keep-alive's batches: KEYS[i] = a key, ARGV[2i - 1]
+/// = its token, ARGV[2i] = its ttl in ms. Each key is judged and extended as `extend_script` would
+/// on its own; the answer is an array with each key's 1, 0, or error (a key of another type fails
+/// alone, through `redis.pcall`). Written for no one's keys but the caller's: a wrong ARGV count
+/// fails the whole call before anything is read.
+REDLOCK_API inline constexpr script extend_many_script{
+    R"(if #ARGV ~= 2 * #KEYS then return redis.error_reply("ERR extend_many: two ARGV per key") end
+local r = {}
+for i, key in ipairs(KEYS) do
+  local v = redis.pcall("get",key)
+  if type(v) == "table" and v.err then
+    r[i] = v
+  elseif v ~= ARGV[2 * i - 1] then
+    r[i] = 0
+  else
+    local ttl = tonumber(ARGV[2 * i])
+    if redis.call("pttl",key) < ttl then redis.call("pexpire",key,ttl) end
+    r[i] = 1
+  end
+end
+return r)",
+    "309f352b9daea212dffe81e129b0805d76a9ef00"};
+
 /// The fair acquisition (docs/design.md, "Fair hand-over"). KEYS as for `release_script`; ARGV[1]
 /// = token, ARGV[2] = ttl in ms, ARGV[3] = the waiter (`<client inbox>:<operation>`), ARGV[4] = its
 /// ticket (>0: keep it; 0: none yet, take the one held here or the next free one; -1: move to the
@@ -508,13 +531,12 @@ inline constexpr std::string_view helper_suffixes[] = {queue_suffix, expiry_suff
 /// lock whose `NOSCRIPT` comes after its quorum sends its `EVAL` while it is still held (see
 /// `lock_op::on_reply`). The fallback to `EVAL` stays for a cache flushed while connected.
 inline constexpr const script* all_scripts[] = {
-    &release_script,           &dequeue_script,           &extend_script,
-    &fair_acquire_script,      &fence_acquire_script,     &fence_confirm_script,
-    &fence_abandon_script,     &multi_acquire_script,     &multi_release_script,
-    &multi_extend_script,      &reentrant_acquire_script, &reentrant_release_script,
-    &reentrant_extend_script,  &read_acquire_script,      &read_release_script,
-    &read_extend_script,       &write_acquire_script,     &write_leave_script,
-    &semaphore_acquire_script, &semaphore_release_script, &semaphore_extend_script,
+    &release_script,           &dequeue_script,          &extend_script,        &extend_many_script,
+    &fair_acquire_script,      &fence_acquire_script,    &fence_confirm_script, &fence_abandon_script,
+    &multi_acquire_script,     &multi_release_script,    &multi_extend_script,  &reentrant_acquire_script,
+    &reentrant_release_script, &reentrant_extend_script, &read_acquire_script,  &read_release_script,
+    &read_extend_script,       &write_acquire_script,    &write_leave_script,   &semaphore_acquire_script,
+    &semaphore_release_script, &semaphore_extend_script,
 };
 
 }  // namespace redlock::detail
