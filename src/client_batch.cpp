@@ -292,17 +292,16 @@ void client_impl::deliver_joined(std::size_t i, const resp::response& r, std::si
     }
     return;
   }
-  // The call as a whole failed. NOSCRIPT (a cache flushed while connected) goes to each extension,
-  // whose own EVAL then goes again (eval_instead), and the scripts are loaded again for the next
-  // batches (once for each batch that met it: as many as were in flight). Any other refusal, or an
-  // answer this script does not give, stops such calls on this connection: its extensions go one
-  // by one from the next pass on, as before the script existed.
-  if (answer == core::extend_many_answer::noscript) {
-    load_scripts(i, true);
-  } else if (many_ok_[i]) {
+  // The call as a whole failed. NOSCRIPT (a cache flushed while connected, or an ACL that denies
+  // SCRIPT LOAD) goes to each extension, whose own EVAL then goes again (eval_instead), and the
+  // scripts are loaded again. Whatever failed, such calls stop on this connection: its extensions
+  // go one by one (each EVALSHA cached by its EVAL, with TIME behind the batch) from the next pass
+  // on, as before the script existed, rather than meet the same failure on every batch.
+  if (answer == core::extend_many_answer::noscript && many_ok_[i]) load_scripts(i, true);
+  if (many_ok_[i]) {
     many_ok_[i] = false;
     REDLOCK_LOG(log_, log_level::warning, "{}: a batch of extensions in one script was {} ({}): extending one by one",
-                names_[i], answer == core::extend_many_answer::refused ? "refused" : "answered unreadably",
+                names_[i], answer == core::extend_many_answer::malformed ? "answered unreadably" : "refused",
                 at < r.size() ? printable(r[at].value, 200) : std::string{});
   }
   error_code vec = make_error_code(error::unexpected_reply);
