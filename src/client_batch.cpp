@@ -148,20 +148,19 @@ void client_impl::send_vote_batch() {
   const std::size_t votes_bytes = batch_.payload.size();
   const std::size_t n = batch_.votes.size();
   const std::size_t replies = n - batch_.joined.size() + (batch_.joined.empty() ? 0 : 1) + 1;
+  const bool own_sink = n == 1 && batch_.joined.empty();
   std::shared_ptr<reply_sink> sink;
   try {
     batch_.joined.encode(batch_.payload);
     batch_.payload.append(time_command);
     // One vote alone, with its own command, goes out as send_votes would have sent it; more (or
     // a joined one) share one sink, which tells each vote its own answer.
-    sink = n == 1 && batch_.joined.empty()
-               ? batch_.votes[0].sink
-               : std::make_shared<batch_sink>(weak_from_this(), clock_type::now(), vote_targets{});
+    sink = own_sink ? batch_.votes[0].sink
+                    : std::make_shared<batch_sink>(weak_from_this(), clock_type::now(), vote_targets{});
   } catch (...) {
     batch_.payload.resize(votes_bytes);
     throw;
   }
-  const bool own_sink = n == 1 && batch_.joined.empty();
   batch_.joined.clear();
   // Taken out of the batch before anything is sent (nothing below allocates until the requests):
   // a refusal told below may gather new votes (a handler run inline), which start the next batch,
@@ -266,15 +265,13 @@ void client_impl::deliver_batch(std::size_t i, error_code ec, const resp::respon
     const sample_scope scope{shared_sample_, sampled};
     v.sink->on_reply(make_tag(v.round, i), vec, one);
   }
-  if (joined != 0) deliver_joined(i, r, value_at(starts[own]), votes, sampled);
+  if (joined != 0) deliver_joined(i, r, value_at(starts[own]), votes, joined, sampled);
 }
 
 // Each joined extension is told its element of the call's answer as if it were the answer of its
 // own `extend_script` (a value at depth 0), so that nothing after this knows how it was sent.
 void client_impl::deliver_joined(std::size_t i, const resp::response& r, std::size_t at, const vote_targets& votes,
-                                 bool sampled) {
-  std::size_t count = 0;
-  for (const auto& v : votes) count += v.joined ? 1 : 0;
+                                 std::size_t count, bool sampled) {
   const auto answer = core::read_extend_many(r, at, count);
   resp::response one(1);
   std::size_t k = 0;

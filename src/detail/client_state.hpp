@@ -611,8 +611,10 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   // handshake's INFO said so) that has not refused such a call since it connected.
   std::vector<bool> many_ok_;
   bool joins_many(const lock_state& st) const noexcept;
-  // The answer of master `i` to a batch's `extend_many` call at `r[at]`: each joined vote its own.
-  void deliver_joined(std::size_t i, const resp::response& r, std::size_t at, const vote_targets& votes, bool sampled);
+  // The answer of master `i` to a batch's `extend_many` call of `count` keys at `r[at]`: each
+  // joined vote its own.
+  void deliver_joined(std::size_t i, const resp::response& r, std::size_t at, const vote_targets& votes,
+                      std::size_t count, bool sampled);
   // A batch is sent once it holds `max_batch` votes or `kept_bytes`: what a pass gathers at once
   // stays one request's worth however many locks come due together, and so does the storage
   // kept between passes.
