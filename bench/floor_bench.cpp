@@ -7,8 +7,11 @@
 // Per cycle, over persistent non-blocking TCP connections (TCP_NODELAY) to every master:
 //   1. write `SET key token NX PX ttl` to all masters at once; wait until a majority said +OK;
 //   2. write `EVALSHA <release script> 1 key token` to all; wait until a majority replied.
-// The latency of a cycle is 1+2. Before the next cycle the late replies of the other masters are
-// read and discarded (untimed), so every connection's reply stream stays in step.
+// The latency of a cycle is 1+2. The next cycle starts as soon as it ends, as a client's loop of
+// lock+unlock does: the minority's late replies are read when they come, during the next cycle,
+// so their reads and wake-ups cost what they cost any client that does not wait for them.
+// --late drain reads them before the next cycle instead, outside any cycle's time (the floor's
+// definition before 2026-11-29; it leaves out about two replies' reads per cycle).
 //
 // It waits in epoll_wait like Asio's reactor does, so both sides pay the same wake-ups. --spin 1
 // polls instead (epoll_wait with timeout 0): lower latency for a whole core burnt, which our
@@ -19,7 +22,7 @@
 // that a read takes every record that came): the TLS floor that bench/tls_bench compares with.
 //
 // Usage: floor_bench [--masters host:port,...] [--cycles N] [--warmup W] [--ttl-ms T] [--spin 0|1]
-//                    [--tls-ca FILE] [--json FILE]
+//                    [--tls-ca FILE] [--late flow|drain] [--json FILE]
 // Without --masters, the list comes from $REDLOCK_BENCH_MASTERS (redlock_bench sets it when it
 // runs this program against its own masters; see bench/run.sh).
 
@@ -193,7 +196,7 @@ int main(int argc, char** argv) {
   std::string masters_arg, json_path = "floor_bench.json", tls_ca;
   int cycles = 20000, warmup = 1000;
   long ttl_ms = 10000;
-  bool spin = false;
+  bool spin = false, late_flow = true;
   if (const char* env = std::getenv("REDLOCK_BENCH_MASTERS")) masters_arg = env;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
@@ -204,6 +207,7 @@ int main(int argc, char** argv) {
     if (a == "--json") json_path = v;
     if (a == "--spin") spin = v != "0";
     if (a == "--tls-ca") tls_ca = v;
+    if (a == "--late") late_flow = v != "drain";
   }
   SSL_CTX* tls_ctx = nullptr;
   if (!tls_ca.empty()) {
@@ -254,80 +258,100 @@ int main(int argc, char** argv) {
   }
 
   const std::string key = "floor:a";
-  std::vector<double> cycle_us, lock_us, all_us;
+  const std::size_t total = static_cast<std::size_t>(warmup + cycles);
+  std::vector<double> cycle_us, lock_us;
+  std::vector<double> all_us(total, -1.0);  // by cycle: until its last release answered
   cycle_us.reserve(static_cast<std::size_t>(cycles));
   lock_us.reserve(static_cast<std::size_t>(cycles));
-  all_us.reserve(static_cast<std::size_t>(cycles));
   long failures = 0;
   std::array<epoll_event, 16> events{};
   const std::string ttl = std::to_string(ttl_ms);
 
-  for (int k = 0; k < warmup + cycles; ++k) {
+  // The cycle in progress. Replies come in order on each connection, so the reply numbered r on
+  // a connection is cycle r / 2's SET (r even) or release (r odd).
+  std::size_t k = 0, oks = 0, set_replies = 0, released = 0;
+  bool release_sent = false;
+  std::string release;
+  std::vector<clock_type::time_point> started(total);
+  std::vector<std::size_t> releases_seen(total, 0);
+  clock_type::time_point t_lock{}, t_end{};
+  auto start_cycle = [&] {
     // A fresh 40-hex-digit token per cycle (ours sends 40 hex digits too).
     std::array<char, 41> token{};
     std::snprintf(token.data(), token.size(), "%040x", static_cast<unsigned>(k));
     const std::string tok{token.data(), 40};
     const std::string set = command({"SET", key, tok, "NX", "PX", ttl});
-    const std::string release = command({"EVALSHA", sha, "1", key, tok});
-    const unsigned long set_reply = 2UL * static_cast<unsigned long>(k);  // index of this cycle's SET reply
-
-    std::size_t oks = 0, set_replies = 0, released = 0;
-    bool release_sent = false;
-    clock_type::time_point t_lock{}, t_end{};
-    const auto t0 = clock_type::now();
+    release = command({"EVALSHA", sha, "1", key, tok});
+    oks = set_replies = released = 0;
+    release_sent = false;
+    started[k] = clock_type::now();
     for (auto& m : ms) write_all(m.fd, set, m.tls);
-    std::size_t drained = 0;
-    while (drained < n) {
-      const int ready = ::epoll_wait(ep, events.data(), static_cast<int>(events.size()), spin ? 0 : -1);
-      if (ready < 0) {
-        if (errno == EINTR) continue;
-        die("epoll_wait");
-      }
-      for (int e = 0; e < ready; ++e) {
-        master& m = ms[events[static_cast<std::size_t>(e)].data.u64];
-        if (m.tls) {
-          // Every record that came (read ahead: one recv for them), then the one that finds none.
-          std::size_t got = 0;
-          while (SSL_read_ex(m.tls, m.buf.data() + m.len, m.buf.size() - m.len, &got) == 1) m.len += got;
-          const int why = SSL_get_error(m.tls, 0);
-          if (why != SSL_ERROR_WANT_READ) die("SSL_read");
-        } else {
-          const ssize_t got = ::recv(m.fd, m.buf.data() + m.len, m.buf.size() - m.len, 0);
-          if (got <= 0) {
-            if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-            die("recv");
-          }
-          m.len += static_cast<std::size_t>(got);
-        }
-        std::size_t at = 0;
-        while (std::size_t len = reply_length({m.buf.data() + at, m.len - at})) {
-          const std::string_view r{m.buf.data() + at, len};
-          at += len;
-          const unsigned long idx = m.replies++;
-          if (idx == set_reply) {  // SET: +OK when acquired, $-1 when the key is taken
-            ++set_replies;
-            if (r == "+OK\r\n" && ++oks == quorum) t_lock = clock_type::now();
-            if (!release_sent && (oks == quorum || set_replies == n)) {
-              if (oks < quorum) ++failures;
-              release_sent = true;
-              for (auto& o : ms) write_all(o.fd, release, o.tls);
-            }
-          } else if (idx == set_reply + 1) {  // release: :1 or :0
-            if (++released == quorum) t_end = clock_type::now();
-            ++drained;
-          }
-        }
-        std::memmove(m.buf.data(), m.buf.data() + at, m.len - at);
-        m.len -= at;
-      }
+  };
+  auto finish_cycle = [&](clock_type::time_point end) {
+    if (k >= static_cast<std::size_t>(warmup)) {
+      cycle_us.push_back(us(end - started[k]));
+      lock_us.push_back(us(t_lock - started[k]));
     }
-    const auto t_all = clock_type::now();
-    if (k >= warmup) {
-      cycle_us.push_back(us(t_end - t0));
-      lock_us.push_back(us(t_lock - t0));
-      all_us.push_back(us(t_all - t0));
+    if (++k < total) start_cycle();
+  };
+  std::size_t replies_left = 2 * total * n;
+  start_cycle();
+  while (replies_left > 0) {
+    const int ready = ::epoll_wait(ep, events.data(), static_cast<int>(events.size()), spin ? 0 : -1);
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      die("epoll_wait");
+    }
+    for (int e = 0; e < ready; ++e) {
+      master& m = ms[events[static_cast<std::size_t>(e)].data.u64];
+      if (m.tls) {
+        // Every record that came (read ahead: one recv for them), then the one that finds none.
+        std::size_t got = 0;
+        while (SSL_read_ex(m.tls, m.buf.data() + m.len, m.buf.size() - m.len, &got) == 1) m.len += got;
+        const int why = SSL_get_error(m.tls, 0);
+        if (why != SSL_ERROR_WANT_READ) die("SSL_read");
+      } else {
+        const ssize_t got = ::recv(m.fd, m.buf.data() + m.len, m.buf.size() - m.len, 0);
+        if (got <= 0) {
+          if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+          die("recv");
+        }
+        m.len += static_cast<std::size_t>(got);
+      }
+      std::size_t at = 0;
+      while (std::size_t len = reply_length({m.buf.data() + at, m.len - at})) {
+        const std::string_view r{m.buf.data() + at, len};
+        at += len;
+        --replies_left;
+        const unsigned long idx = m.replies++;
+        const std::size_t c = idx / 2;
+        if (idx % 2 == 0) {
+          // A SET: +OK when acquired, $-1 when the key is taken. One of an ended cycle is late.
+          if (c != k) continue;
+          ++set_replies;
+          if (r == "+OK\r\n" && ++oks == quorum) t_lock = clock_type::now();
+          if (!release_sent && (oks == quorum || set_replies == n)) {
+            if (oks < quorum) ++failures;
+            release_sent = true;
+            for (auto& o : ms) write_all(o.fd, release, o.tls);
+          }
+          continue;
+        }
+        // A release: :1 or :0.
+        const auto now = clock_type::now();
+        if (++releases_seen[c] == n) all_us[c] = us(now - started[c]);
+        if (c != k) continue;
+        ++released;
+        // The cycle ends at a majority; with --late drain, the next starts only once every
+        // master answered (the late replies read outside the cycle's time).
+        if (released == quorum) t_end = now;
+        if (released == (late_flow ? quorum : n)) finish_cycle(t_end);
+      }
+      std::memmove(m.buf.data(), m.buf.data() + at, m.len - at);
+      m.len -= at;
     }
   }
+  all_us.erase(all_us.begin(), all_us.begin() + warmup);
   for (auto& m : ms) {
     if (m.tls) SSL_free(m.tls);
     ::close(m.fd);
@@ -337,15 +361,17 @@ int main(int argc, char** argv) {
 
   const stats c = summarize(cycle_us), l = summarize(lock_us), a = summarize(all_us);
   std::printf(
-      "floor     %zu masters%s, %d cycles (after %d warm-up), epoll %s, one thread, no redlock code\n"
+      "floor     %zu masters%s, %d cycles (after %d warm-up), epoll %s, late replies %s, one thread, no redlock code\n"
       "          SET+release to a majority (the cycle): p50 %.1f p99 %.1f mean %.1f us\n"
       "          SET to a majority (lock only):         p50 %.1f p99 %.1f mean %.1f us\n"
       "          until all %zu releases answered:       p50 %.1f p99 %.1f mean %.1f us; failures %ld\n",
-      n, tls_ctx ? " over TLS" : "", cycles, warmup, spin ? "busy-polling" : "blocking", c.p50, c.p99, c.mean, l.p50,
-      l.p99, l.mean, n, a.p50, a.p99, a.mean, failures);
+      n, tls_ctx ? " over TLS" : "", cycles, warmup, spin ? "busy-polling" : "blocking",
+      late_flow ? "read in the next cycle" : "drained between cycles", c.p50, c.p99, c.mean, l.p50, l.p99, l.mean, n,
+      a.p50, a.p99, a.mean, failures);
   std::ofstream out{json_path};
   out << "{\n  \"masters\": " << n << ",\n  \"tls\": " << (tls_ctx ? "true" : "false") << ",\n  \"mode\": \""
-      << (spin ? "spin" : "blocking") << "\",\n  \"cycles\": " << cycles << ",\n  \"lock_unlock_us\": " << json_stats(c)
+      << (spin ? "spin" : "blocking") << "\",\n  \"late\": \"" << (late_flow ? "flow" : "drain")
+      << "\",\n  \"cycles\": " << cycles << ",\n  \"lock_unlock_us\": " << json_stats(c)
       << ",\n  \"lock_us\": " << json_stats(l) << ",\n  \"all_replies_us\": " << json_stats(a)
       << ",\n  \"failures\": " << failures << "\n}\n";
   std::printf("wrote %s\n", json_path.c_str());
