@@ -226,7 +226,7 @@ struct lock_op final : started_op {
       // queued before anything that can follow it there (the round's release), when the machine
       // says so (core::lock_fsm::on_noscript: the round is awaited, or it granted the lock).
       if (const auto s = fsm.on_noscript(round_of(tag), st->held)) {
-        if (owner->resend_eval(tag, owner->scratch_step(*s, *st, values(), false), owner->config().request_timeout,
+        if (owner->resend_eval(tag, *s, owner->scratch_step(*s, *st, values(), false), owner->config().request_timeout,
                                shared_from_this()))
           return;
       }

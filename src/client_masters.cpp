@@ -286,20 +286,29 @@ quorum_report client_impl::lock_report(const lock& l) const {
   return r;
 }
 
-bool client_impl::resend_eval(std::uint64_t tag, std::string_view payload, std::chrono::milliseconds timeout,
+bool client_impl::resend_eval(std::uint64_t tag, step s, std::string_view payload, std::chrono::milliseconds timeout,
                               const std::shared_ptr<reply_sink>& sink) {
   const auto i = master_of(tag);
   if (i >= links_.size()) return false;
   REDLOCK_LOG(log_, log_level::debug, "{}: script not in the server's cache (NOSCRIPT): sending it with EVAL",
               names_[i]);
-  return !links_[i]->submit(payload, 1, clock_type::now() + timeout, sink, tag | eval_flag);
+  // A yes by EVAL is judged by a clock sample read after it ran, as the first sending's would
+  // have been (vote_reply): not by the older one that came with NOSCRIPT.
+  const bool vote = s == step::acquire || s == step::fair_acquire || s == step::extend;
+  const bool with_time = vote && cfg_.guard.clock_jumps && !time_refused_[i];
+  if (with_time) {
+    vote_buf_.assign(payload);
+    vote_buf_.append(time_command);
+    payload = vote_buf_;
+  }
+  return !links_[i]->submit(payload, with_time ? 2 : 1, clock_type::now() + timeout, sink, tag | eval_flag);
 }
 
 bool client_impl::eval_instead(std::uint64_t tag, error_code ec, const resp::response& r, const lock_state& st, step s,
                                const core::step_values& v, const std::shared_ptr<reply_sink>& sink) {
   if (!sink || (tag & eval_flag) || !core::is_noscript(ec, r)) return false;
   const auto timeout = s == step::release ? cfg_.release_timeout : cfg_.request_timeout;
-  return resend_eval(tag, scratch_step(s, st, v, false), timeout, sink);
+  return resend_eval(tag, s, scratch_step(s, st, v, false), timeout, sink);
 }
 
 }  // namespace detail

@@ -465,8 +465,9 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   std::int64_t fence_hint(const std::string& key) const;
   void note_fence_hint(const std::string& key, std::int64_t counter);
   // Sends `payload` again on the master of `tag` (queued after whatever was sent before it), as
-  // the EVAL of a request whose EVALSHA met NOSCRIPT; false when it was refused.
-  bool resend_eval(std::uint64_t tag, std::string_view payload, std::chrono::milliseconds timeout,
+  // the EVAL of a request whose EVALSHA met NOSCRIPT; false when it was refused. A vote's EVAL
+  // (step `s` an acquisition or an extension) has TIME behind it, as its first sending had.
+  bool resend_eval(std::uint64_t tag, step s, std::string_view payload, std::chrono::milliseconds timeout,
                    const std::shared_ptr<reply_sink>& sink);
   // A NOSCRIPT answer to the EVALSHA of step `s` of `st` (`v` its values): sends it again with
   // EVAL and returns true; false for any other answer.

@@ -375,6 +375,63 @@ TEST(hazard, batched_renewals_survive_a_flushed_script_cache) {
   });
 }
 
+// A vote whose EVALSHA met NOSCRIPT goes again with EVAL, and TIME behind it: its yes is judged
+// by a clock sample read after it ran, not by the one that came with NOSCRIPT a round trip before.
+TEST(hazard, a_vote_sent_again_by_eval_has_a_clock_sample_of_its_own) {
+  redlock::test::master_set servers{3};
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    auto cfg = redlock::test::client_config_for(servers);
+    cfg.guard.clock_probe_interval = 0ms;  // only the votes sample the clocks
+    redlock::client c{ioc.get_executor(), cfg};
+    co_await redlock::test::wait_connected(c);
+    const auto flushed = [&] {
+      for (std::size_t i = 0; i < servers.size(); ++i) {
+        servers[i].command({"SCRIPT", "FLUSH"});
+        servers[i].command({"CONFIG", "RESETSTAT"});
+      }
+    };
+    // Every master ran the EVAL (the step completes at a quorum, the last master may be later).
+    const auto all_ran_eval = [&] {
+      for (std::size_t i = 0; i < servers.size(); ++i) {
+        if (command_calls(servers[i], "eval") == 0) return false;
+      }
+      return true;
+    };
+    // TIME on each master beyond what the scripts themselves call, for a step whose EVALSHA met
+    // NOSCRIPT: one behind the EVALSHA, one behind the EVAL.
+    const auto expect_times = [&](const char* what, long by_scripts, long expected) {
+      for (std::size_t i = 0; i < servers.size(); ++i) {
+        EXPECT_EQ(command_calls(servers[i], "evalsha"), 1) << what << ", master " << i;
+        EXPECT_EQ(command_calls(servers[i], "eval"), 1) << what << ", master " << i;
+        EXPECT_EQ(command_calls(servers[i], "time") - by_scripts, expected) << what << ", master " << i;
+      }
+    };
+    // An extension of a plain lock (extend_script calls no TIME).
+    auto [ec, l] = co_await c.async_lock("h:eval-time", 10s, use_tuple);
+    EXPECT_FALSE(ec) << ec.message();
+    flushed();
+    auto [eec] = co_await l.async_extend(10s, use_tuple);
+    EXPECT_FALSE(eec) << eec.message();
+    EXPECT_TRUE(co_await until(all_ran_eval, 2s));
+    expect_times("extension", 0, 2);
+    // A release is no vote: its EVAL goes alone.
+    flushed();
+    auto [uec, held] = co_await l.async_unlock(use_tuple);
+    EXPECT_FALSE(uec) << uec.message();
+    EXPECT_TRUE(co_await until(all_ran_eval, 2s));
+    expect_times("release", 0, 0);
+    // An acquisition by script: a reader's (its script calls TIME once, in the EVAL's run).
+    redlock::lock_options reader;
+    reader.kind = redlock::lock_kind::read;
+    flushed();
+    auto [rec, r] = co_await c.async_lock("h:eval-time-r", 10s, reader, use_tuple);
+    EXPECT_FALSE(rec) << rec.message();
+    EXPECT_TRUE(co_await until(all_ran_eval, 2s));
+    expect_times("acquisition", 1, 2);
+    co_await r.async_unlock(use_tuple);
+  });
+}
+
 TEST(hazard, a_lock_lost_or_refused_within_its_batch_is_told_alone) {
   redlock::test::master_set servers{3};
   run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
