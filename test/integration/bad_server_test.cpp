@@ -21,6 +21,7 @@
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -796,6 +797,50 @@ TEST_F(five_masters, a_master_whose_script_digest_differs_is_not_used) {
         const auto report = locks.report(l);
         EXPECT_EQ(report.failing.size(), 1u);
         for (const auto& m : report.failing) EXPECT_EQ(m.error, error::script_mismatch) << m.address;
+        co_await l.async_unlock(use_tuple);
+      },
+      1, test_limit);
+}
+
+// A vote sent again with EVAL after its EVALSHA met NOSCRIPT is judged by the TIME behind that
+// EVAL: here the fake master's clock reads 3 s behind from the EVAL on (a lone backward reading),
+// so its yes does not count. Catches: an EVAL fallback without TIME, or whose TIME is not read.
+TEST_F(five_masters, a_vote_sent_again_by_eval_is_judged_by_the_time_behind_it) {
+  struct clock_state {
+    std::atomic<bool> refuse_sha{false}, behind{false};
+  };
+  const auto state = std::make_shared<clock_state>();
+  fake.set_responder([state](const fake_server::command& c) -> std::optional<reply_action> {
+    if (c.empty()) return std::nullopt;
+    if (c[0] == "TIME") {
+      const auto now = std::chrono::system_clock::now() - (state->behind ? 3s : 0s);
+      const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
+      const auto secs = std::to_string(us / 1'000'000), micros = std::to_string(us % 1'000'000);
+      return reply_action::send("*2\r\n$" + std::to_string(secs.size()) + "\r\n" + secs + "\r\n$" +
+                                std::to_string(micros.size()) + "\r\n" + micros + "\r\n");
+    }
+    if (!state->refuse_sha) return std::nullopt;
+    if (c[0] == "EVALSHA") return reply_action::send("-NOSCRIPT No matching script. Please use EVAL.\r\n");
+    if (c[0] == "EVAL") state->behind = true;  // read by the TIME queued right behind it
+    return std::nullopt;
+  });
+  run_test(
+      [&](asio::io_context& ioc) -> asio::awaitable<void> {
+        auto cfg = config();
+        cfg.guard.clock_probe_interval = 0ms;  // only the votes sample the clocks
+        redlock::client locks{ioc.get_executor(), cfg};
+        co_await wait_connected(locks);
+        auto [ec, l] = co_await locks.async_try_lock("eval-time", 10s, use_tuple);
+        EXPECT_FALSE(ec) << ec.message();
+        EXPECT_TRUE(fake.value("eval-time"));
+        const auto before = locks.stats().votes_quarantined;
+        state->refuse_sha = true;
+        auto [eec] = co_await l.async_extend(30s, use_tuple);
+        EXPECT_FALSE(eec) << eec.message();  // the four real masters
+        co_await eventually([&] { return locks.stats().votes_quarantined > before; }, "the fake's yes refused");
+        EXPECT_EQ(locks.stats().votes_quarantined, before + 1);
+        EXPECT_EQ(fake.commands_seen("EVAL"), 1u);
+        state->refuse_sha = false;
         co_await l.async_unlock(use_tuple);
       },
       1, test_limit);
