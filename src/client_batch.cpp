@@ -33,6 +33,12 @@ struct sample_scope {
 
 }  // namespace
 
+std::string_view client_impl::timed(std::string_view payload) {
+  vote_buf_.assign(payload);
+  vote_buf_.append(time_command);
+  return vote_buf_;
+}
+
 void client_impl::send_votes(std::string_view payload, clock_type::time_point deadline,
                              const std::shared_ptr<reply_sink>& sink, std::uint64_t round) {
   if (!cfg_.guard.clock_jumps) return send_all(payload, deadline, sink, round);
@@ -61,8 +67,7 @@ void client_impl::send_votes(std::string_view payload, clock_type::time_point de
     if (gathered && batchable(i)) continue;
     const bool with_time = !time_refused_[i];
     if (with_time && !with_time_built) {
-      vote_buf_.assign(payload);
-      vote_buf_.append(time_command);
+      (void)timed(payload);
       with_time_built = true;
     }
     const std::string_view p = with_time ? std::string_view{vote_buf_} : payload;

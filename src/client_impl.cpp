@@ -257,8 +257,7 @@ void client_impl::retire(op_base& op) noexcept {
 std::string_view client_impl::scratch_step(step s, const lock_state& st, const core::step_values& v, bool by_sha) {
   scratch_.clear();  // keeps its capacity
   (void)core::encode_step(scratch_, st.spec->of(s), v, by_sha);
-  if (s == step::acquire || s == step::fair_acquire || s == step::extend)
-    st.longest_ttl = std::max(st.longest_ttl, std::chrono::milliseconds{v.ttl_ms});
+  if (is_vote(s)) st.longest_ttl = std::max(st.longest_ttl, std::chrono::milliseconds{v.ttl_ms});
   return scratch_.payload();
 }
 

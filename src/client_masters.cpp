@@ -294,13 +294,8 @@ bool client_impl::resend_eval(std::uint64_t tag, step s, std::string_view payloa
               names_[i]);
   // A yes by EVAL is judged by a clock sample read after it ran, as the first sending's would
   // have been (vote_reply): not by the older one that came with NOSCRIPT.
-  const bool vote = s == step::acquire || s == step::fair_acquire || s == step::extend;
-  const bool with_time = vote && cfg_.guard.clock_jumps && !time_refused_[i];
-  if (with_time) {
-    vote_buf_.assign(payload);
-    vote_buf_.append(time_command);
-    payload = vote_buf_;
-  }
+  const bool with_time = is_vote(s) && cfg_.guard.clock_jumps && !time_refused_[i];
+  if (with_time) payload = timed(payload);
   return !links_[i]->submit(payload, with_time ? 2 : 1, clock_type::now() + timeout, sink, tag | eval_flag);
 }
 

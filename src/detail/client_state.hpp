@@ -59,6 +59,12 @@ using unlock_all_handler = asio::any_completion_handler<void(error_code, unlock_
 // TIME, encoded: behind votes (the hazard guard's clock samples), and alone as a probe.
 inline constexpr std::string_view time_command = "*1\r\n$4\r\nTIME\r\n";
 
+// Whether step `s` asks the masters for a yes that makes or keeps a lock (acquisitions and
+// extensions): its answer is a vote the hazard guard judges, and its ttl a lock's key may have.
+constexpr bool is_vote(core::step s) noexcept {
+  return s == core::step::acquire || s == core::step::fair_acquire || s == core::step::extend;
+}
+
 class client_impl;
 struct watch;
 struct ready_op;
@@ -385,6 +391,8 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   // clocks are checked.
   void send_votes(std::string_view payload, clock_type::time_point deadline, const std::shared_ptr<reply_sink>& sink,
                   std::uint64_t round);
+  // `payload` with TIME behind it, in vote_buf_ (valid until the next call).
+  std::string_view timed(std::string_view payload);
   // An extension of `st` (values `v`) as a vote: in a keep-alive batch one of its `extend_many`
   // call where every master takes that (joins_many), else encoded and sent as send_votes does.
   void send_extension(const lock_state& st, const core::step_values& v, clock_type::time_point deadline,
