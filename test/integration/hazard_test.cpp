@@ -363,15 +363,20 @@ TEST(hazard, batched_renewals_survive_a_flushed_script_cache) {
     co_await sleep_for(2500ms);
     expect_all_kept(held, servers, 2);
     const std::string many{redlock::detail::extend_many_script.sha1};
+    // The first batch call's extensions went again one by one with EVAL (once each: the EVAL
+    // caches the script), the scripts were loaded again, and this connection extends one by one
+    // from then on. How many went by EVAL varies: renewals due on two grid points make two
+    // batches, and only the first meets NOSCRIPT; a master whose NOSCRIPT comes after the other
+    // two decided the round is not asked again (the round is over). A quorum of masters ran some.
+    std::size_t by_eval = 0;
     for (std::size_t i = 0; i < servers.size(); ++i) {
-      // The first round went again one by one with EVAL (once each: its EVALSHA is cached then),
-      // the scripts were loaded again, and this connection extends one by one from then on. (How
-      // many went by EVAL is not asserted: in about one run in four it is 0 to 35, not 40, with
-      // every lock still kept; not yet understood.)
-      EXPECT_LE(command_calls(servers[i], "eval"), 80) << "master " << i;
+      const auto evals = command_calls(servers[i], "eval");
+      EXPECT_LE(evals, 40) << "master " << i;
+      by_eval += evals > 0 ? 1 : 0;
       EXPECT_EQ(servers[i].command({"SCRIPT", "EXISTS", many}), "*1\r\n:1\r\n") << "master " << i;
       EXPECT_GE(command_calls(servers[i], "evalsha"), 40) << "master " << i;
     }
+    EXPECT_GE(by_eval, 2u);
     EXPECT_EQ(c.stats().extension_failures, 0u);
   });
 }
