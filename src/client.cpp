@@ -343,7 +343,9 @@ struct unlock_op final : started_op {
 
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override {
     auto& c = *st->owner;
-    if (c.eval_instead(tag, ec, r, *st, step::release, c.values(*st), shared_from_this())) return;
+    // NOSCRIPT is looked for first: the values for a resend are made only then.
+    if (core::is_noscript(ec, r) && c.eval_instead(tag, ec, r, *st, step::release, c.values(*st), shared_from_this()))
+      return;
     // No answer from this master (down, or its connection broke or timed out): our key may still
     // be there, so the release goes again on the master's next connection.
     if (st->holders.resend(master_of(tag), ec)) {
@@ -408,7 +410,9 @@ struct extend_op final : started_op {
 
   void on_reply(std::uint64_t tag, error_code ec, const resp::response& r) override {
     ec = st->owner->vote_reply(master_of(tag), ec, r, sent_at);
-    if (st->owner->eval_instead(tag, ec, r, *st, step::extend, values(), shared_from_this())) return;
+    if (core::is_noscript(ec, r) &&
+        st->owner->eval_instead(tag, ec, r, *st, step::extend, values(), shared_from_this()))
+      return;
     act(fsm.on_reply(master_of(tag), ec, r, clock_type::now(), st->owner->down_cause(master_of(tag))));
   }
 

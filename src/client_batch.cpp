@@ -251,7 +251,7 @@ void client_impl::deliver_batch(std::size_t i, error_code ec, const resp::respon
       publish_hazards();
     }
   } else if (time_value) {
-    (void)take_time(i, r, time_at, sent);
+    (void)take_time(i, r, time_at, sent, clock_type::now());
     sampled = true;
   }
   // The flag says "sampled by the batch" to vote_reply for one call at a time, whatever it throws

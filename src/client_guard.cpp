@@ -68,7 +68,7 @@ struct probe_sink final : reply_sink {
     const auto sent = c->probe_sent_[i];
     c->probe_sent_[i] = clock_type::time_point{};
     if (ec) return;
-    (void)c->take_time(i, r, 0, sent);
+    (void)c->take_time(i, r, 0, sent, clock_type::now());
   }
   std::weak_ptr<client_impl> owner;
 };
@@ -178,6 +178,8 @@ error_code client_impl::vote_reply(std::size_t i, error_code ec, const resp::res
       break;
     }
   }
+  // Read once the reply was: TIME's `received` and the guard's verdict share it.
+  const auto now = clock_type::now();
   if (second < r.size()) {
     if (resp::is_error(r[second].data_type)) {
       if (!time_refused_[i]) {
@@ -189,11 +191,10 @@ error_code client_impl::vote_reply(std::size_t i, error_code ec, const resp::res
       // The request's error was TIME's: the vote itself may have succeeded.
       if (ec == error::server_error && first && !resp::is_error(first->data_type)) ec = {};
     } else {
-      (void)take_time(i, r, second, sent);
+      (void)take_time(i, r, second, sent, now);
     }
   }
   if (ec) return ec;
-  const auto now = clock_type::now();
   auto& g = guards_[i];
   g.heard(now);
   // Only a yes is withheld: a refusal ("taken", "queued", "not ours") says the same whoever asks.
@@ -219,10 +220,10 @@ bool client_impl::last_sample_suspect(std::size_t i) {
                                          : guards_[i].last_sample_suspect();
 }
 
-bool client_impl::take_time(std::size_t i, const resp::response& r, std::size_t at, clock_type::time_point sent) {
+bool client_impl::take_time(std::size_t i, const resp::response& r, std::size_t at, clock_type::time_point sent,
+                            clock_type::time_point now) {
   const auto t = core::parse_time(r, at);
   if (!t || sent == clock_type::time_point{}) return false;
-  const auto now = clock_type::now();
   const auto change = sample_clock(i, links_[i]->answering_node(), {sent, now, *t});
   if (change.cause != hazard_cause::clock_jumped) return false;
   REDLOCK_LOG(log_, log_level::warning,

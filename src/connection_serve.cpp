@@ -341,7 +341,7 @@ auto connection::impl::note_read() {
 }
 
 error_code connection::impl::dispatch_replies() {
-  return mux_.dispatch(completer(), note_read(), [this](resp::response& push) {
+  return mux_.dispatch(completer(clock::now()), note_read(), [this](resp::response& push) {
     // Out of band (a pub/sub message): in place, as replies are.
     if (auto o = observer_.lock()) o->on_push(observer_index_, push);
   });

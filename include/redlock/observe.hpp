@@ -201,7 +201,8 @@ struct REDLOCK_API connection_stats {
   /// Cluster masters: failovers seen (a replica promoted); each quarantines the cluster.
   std::uint64_t failovers = 0;
 
-  /// From `async_exec` reaching the connection to the reply, for requests that got their replies
+  /// From `async_exec` reaching the connection to the read that brought its reply (one clock
+  /// reading per read, shared by the replies it brought), for requests that got their replies
   /// (`ok` and `server_errors`): `latency.count == ok + server_errors`.
   latency_histogram latency;
 

@@ -580,7 +580,9 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   friend struct probe_sink;
   core::guard_rules guard_rules_for(std::size_t i) const;
   void init_guards();
-  bool take_time(std::size_t i, const resp::response& r, std::size_t at, clock_type::time_point sent);
+  // `now`: read after the reply was (its `received`).
+  bool take_time(std::size_t i, const resp::response& r, std::size_t at, clock_type::time_point sent,
+                 clock_type::time_point now);
   // Whether master `i`'s last clock sample (its answering node's, for a cluster) read backwards.
   bool last_sample_suspect(std::size_t i);
   void note_jump(std::size_t i, const core::guard_change& change, clock_type::time_point now);

@@ -30,15 +30,21 @@ struct connection_counters {
   counter connect_attempts{0}, connects{0}, connect_failures{0}, auth_failures{0}, disconnects{0}, stalls{0};
   live_histogram<true> latency;
 
+  // When a reply came: the read that brought it, or now for a path that did not say.
+  static clock::time_point replied(clock::time_point answered) noexcept {
+    return answered == clock::time_point{} ? clock::now() : answered;
+  }
+
   // Every request ends here, exactly once. `closing`: an abort is the connection's (else the
-  // caller's cancellation).
-  void count_outcome(clock::time_point start, const boost::system::error_code& ec, bool closing) noexcept {
+  // caller's cancellation). `answered`: when its reply was read (only a reply is timed).
+  void count_outcome(clock::time_point start, const boost::system::error_code& ec, bool closing,
+                     clock::time_point answered) noexcept {
     if (!ec) {
       inc(ok);
-      latency.record(clock::now() - start);
+      latency.record(replied(answered) - start);
     } else if (ec == error::server_error) {
       inc(server_errors);
-      latency.record(clock::now() - start);
+      latency.record(replied(answered) - start);
     } else if (ec == error::master_timeout) {
       inc(timeouts);
     } else if (ec == error::not_connected) {

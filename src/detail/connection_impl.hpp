@@ -136,9 +136,11 @@ class connection::impl final : public std::enable_shared_from_this<impl>,
 
   void complete_run(run_handler h, error_code ec) { detail::complete_handler(std::move(h), ex_, ec); }
 
-  auto completer() {
-    return [this](pending&& p, error_code ec, resp::response& r) {
-      stats_.count_outcome(p.start, ec, fsm_.closing());  // every request ends here, once
+  // `answered`: when the replies it completes were read (one clock reading per read, not per
+  // reply); the other paths complete no reply.
+  auto completer(clock::time_point answered = {}) {
+    return [this, answered](pending&& p, error_code ec, resp::response& r) {
+      stats_.count_outcome(p.start, ec, fsm_.closing(), answered);  // every request ends here, once
       if (p.sink) {
         // In place: the sink reads the nodes where the read path left them.
         const auto sink = std::move(p.sink);

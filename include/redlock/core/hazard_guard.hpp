@@ -75,6 +75,18 @@ inline node_identity parse_info(std::string_view text) {
   return id;
 }
 
+/// A count written in decimal digits only (no sign, no space), at most 18 of them so that it
+/// cannot overflow, or nothing. Read on every vote (a `TIME` behind it), hence the plain loop.
+inline std::optional<std::int64_t> parse_count(std::string_view s) noexcept {
+  if (s.empty() || s.size() > 18) return std::nullopt;
+  std::int64_t v = 0;
+  for (const char ch : s) {
+    if (ch < '0' || ch > '9') return std::nullopt;
+    v = v * 10 + (ch - '0');
+  }
+  return v;
+}
+
 /// Reads a `TIME` reply (`[seconds, microseconds]`, as bulk strings) into microseconds since the
 /// epoch, or nothing when `r` from node `first` on is not one.
 inline std::optional<std::int64_t> parse_time(const resp::response& r, std::size_t first) noexcept {
@@ -84,9 +96,9 @@ inline std::optional<std::int64_t> parse_time(const resp::response& r, std::size
   for (int k = 0; k < 2; ++k) {
     const auto& n = r[first + 1 + static_cast<std::size_t>(k)];
     if (n.data_type != resp::type::blob_string && n.data_type != resp::type::integer) return std::nullopt;
-    const auto* end = n.value.data() + n.value.size();
-    if (auto [p, ec] = std::from_chars(n.value.data(), end, v[k]); ec != std::errc{} || p != end || v[k] < 0)
-      return std::nullopt;
+    const auto count = parse_count(n.value);
+    if (!count) return std::nullopt;
+    v[k] = *count;
   }
   if (v[1] >= 1'000'000 || v[0] > 1'000'000'000'000) return std::nullopt;
   return v[0] * 1'000'000 + v[1];

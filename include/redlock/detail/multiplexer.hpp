@@ -129,8 +129,20 @@ class multiplexer {
     const std::size_t before = waiting_bytes_.size();
     waiting_bytes_.append(payload);
     try {
-      queue_.push_back(entry{
-          id, payload.size(), replies, deadline, stall_at, {}, by == confirmed_by::push, false, false, std::move(c)});
+      // Filled in place, every field: a reused slot keeps the last request's (pop_front resets
+      // only its completion), and a stale `error_reply` or `push_confirmed` would mislabel this one.
+      entry& e = queue_.next_slot();
+      e.id = id;
+      e.size = payload.size();
+      e.replies_left = replies;
+      e.deadline = deadline;
+      e.stall_at = stall_at;
+      e.partial = false;
+      e.push_confirmed = by == confirmed_by::push;
+      e.error_reply = false;
+      e.timed_out = false;
+      e.completion.emplace(std::move(c));
+      queue_.commit_slot();
     } catch (...) {
       waiting_bytes_.resize(before);
       throw;
@@ -430,13 +442,16 @@ class multiplexer {
     entry& front() noexcept { return (*this)[0]; }
     const entry& front() const noexcept { return (*this)[0]; }
 
-    void push_back(entry e) {
+    // The slot after the last entry, to be filled and then taken by `commit_slot` (a throw in
+    // between leaves the ring as it was: a free slot's completion is always empty).
+    entry& next_slot() {
       if (count_ == slots_.size()) grow();
-      (*this)[count_] = std::move(e);
-      ++count_;
+      return (*this)[count_];
     }
-    void pop_front() {
-      front() = entry{};
+    void commit_slot() noexcept { ++count_; }
+    // Frees the oldest entry's completion; its other fields stay until the slot is filled again.
+    void pop_front() noexcept {
+      front().completion.reset();
       head_ = (head_ + 1) & (slots_.size() - 1);
       --count_;
     }

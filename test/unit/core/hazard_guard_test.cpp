@@ -9,7 +9,10 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <charconv>
+#include <cstdint>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 namespace {
@@ -289,6 +292,28 @@ TEST(parse_time, reads_seconds_and_microseconds) {
   EXPECT_FALSE(redlock::core::parse_time(bad, 0));
   const redlock::resp::response short_one{{type::array, 2, 0, ""}, {type::blob_string, 0, 1, "17"}};
   EXPECT_FALSE(redlock::core::parse_time(short_one, 0));
+}
+
+// The digits of a TIME field: what from_chars reads as a non-negative number of at most 18
+// digits, and nothing else (a sign, a space, junk, an empty or longer field).
+TEST(parse_time, reads_a_count_as_from_chars_does_and_refuses_the_rest) {
+  using redlock::core::parse_count;
+  for (const std::string_view s : {"0", "7", "000123", "1700000000", "999999", "123456789012345678"}) {
+    std::int64_t expected = -1;
+    (void)std::from_chars(s.data(), s.data() + s.size(), expected);
+    EXPECT_EQ(parse_count(s), expected) << s;
+  }
+  for (const std::string_view s :
+       {"", "-1", "-0", "+1", " 1", "1 ", "1x", "x1", "1.5", "0x10", "1234567890123456789", "99999999999999999999"}) {
+    EXPECT_FALSE(parse_count(s)) << "'" << s << "'";
+  }
+  using redlock::resp::type;
+  const redlock::resp::response negative{
+      {type::array, 2, 0, ""}, {type::blob_string, 0, 1, "-1700000000"}, {type::blob_string, 0, 1, "5"}};
+  EXPECT_FALSE(redlock::core::parse_time(negative, 0));
+  const redlock::resp::response as_integers{
+      {type::array, 2, 0, ""}, {type::integer, 0, 1, "1700000000"}, {type::integer, 0, 1, "999999"}};
+  EXPECT_EQ(redlock::core::parse_time(as_integers, 0), 1'700'000'000'999'999);
 }
 
 }  // namespace

@@ -747,3 +747,68 @@ TEST(multiplexer, trim_gives_back_what_a_burst_left_and_keeps_steady_room) {
   EXPECT_EQ(h.mux.prepare_write(), "PING");
   EXPECT_EQ(h.feed("PONG"), redlock::detail::reply_outcome::completed);
 }
+
+// A finished request's slot is reused with its old fields in place (only its completion is freed):
+// each new request must start clean. Every kind of request that leaves a flag behind goes first
+// (an error reply, a pipelined request's partial replies, a timed-out one, a push-confirmed one),
+// then plain requests reuse their slots and must each complete on their own single reply, without
+// an error, and without taking a subscription push as their reply.
+TEST(multiplexer, a_reused_slot_keeps_nothing_of_the_request_before) {
+  harness h;
+  const auto cap = h.mux.queue_capacity() == 0 ? std::size_t{8} : h.mux.queue_capacity();
+  int tag = 0;
+  for (std::size_t k = 0; k < cap; ++k) {
+    ++tag;
+    switch (k % 4) {
+      case 0:
+        h.mux.add(tag, "E", 1, h.t0 + 1s, tag);
+        break;
+      case 1:
+        h.mux.add(tag, "PP", 2, h.t0 + 1s, tag);
+        break;
+      case 2:
+        h.mux.add(tag, "T", 1, h.t0 + 10ms, tag);
+        break;
+      default:
+        h.mux.add(tag, "S", 1, h.t0 + 1s, tag, clock_type::time_point::max(), redlock::detail::confirmed_by::push);
+        break;
+    }
+  }
+  (void)h.mux.prepare_write();
+  (void)h.mux.expire(h.t0 + 10ms, redlock::error::master_timeout, h.sink());
+  for (std::size_t k = 0; k < cap; ++k) {
+    switch (k % 4) {
+      case 0:
+        h.feed("ERR no", type::simple_error);
+        break;
+      case 1:
+        h.feed("one");
+        h.feed("ERR two", type::simple_error);
+        break;
+      case 2:
+        h.feed("late");  // dropped
+        break;
+      default:
+        h.feed("ERR refused", type::simple_error);
+        break;
+    }
+  }
+  ASSERT_TRUE(h.mux.empty());
+  EXPECT_EQ(h.mux.queue_capacity(), cap) << "the same slots are reused";
+  h.finished.clear();
+  for (std::size_t k = 0; k < cap; ++k)
+    h.mux.add(100 + static_cast<int>(k), "OK", 1, h.t0 + 1s, 100 + static_cast<int>(k));
+  (void)h.mux.prepare_write();
+  EXPECT_FALSE(h.mux.overdue()) << "no slot still says timed out";
+  for (std::size_t k = 0; k < cap; ++k) {
+    auto push = subscribed_nodes;
+    EXPECT_EQ(h.mux.on_reply(push, h.sink()), redlock::detail::reply_outcome::out_of_band) << "slot " << k;
+    EXPECT_EQ(h.feed("fine"), redlock::detail::reply_outcome::completed) << "slot " << k;
+  }
+  ASSERT_EQ(h.finished.size(), cap);
+  for (std::size_t k = 0; k < cap; ++k) {
+    EXPECT_EQ(h.finished[k].tag, 100 + static_cast<int>(k));
+    EXPECT_FALSE(h.finished[k].ec) << "slot " << k << ": " << h.finished[k].ec.message();
+    EXPECT_EQ(h.finished[k].r, harness::reply("fine"));
+  }
+}
