@@ -20,6 +20,7 @@
 #include <charconv>
 #include <exception>
 #include <iterator>
+#include <new>
 #include <set>
 
 namespace redlock {
@@ -142,6 +143,30 @@ void client_impl::arm_timer(clock_type::time_point at) {
 // votes) and one slice around a millisecond.
 constexpr std::size_t wakes_per_pass = 256;
 
+std::unique_ptr<core::extend_fsm> client_impl::extension_machine(std::chrono::milliseconds ttl,
+                                                                 clock_type::time_point old_deadline,
+                                                                 std::size_t needed) {
+  if (spare_extensions_.empty())
+    return std::make_unique<core::extend_fsm>(size(), ttl, cfg_.request_timeout, cfg_.drift, old_deadline, needed);
+  auto m = std::move(spare_extensions_.back());
+  spare_extensions_.pop_back();
+  m->reset(ttl, old_deadline, needed);  // the client's masters, timeout and drift: the same
+  return m;
+}
+
+void client_impl::give_back(std::unique_ptr<core::extend_fsm>& m) noexcept {
+  // Kept only in room reserved beforehand: giving back must not throw (it runs on every path out
+  // of an extension's end); without room the machine is freed.
+  if (spare_extensions_.capacity() == 0) {
+    try {
+      spare_extensions_.reserve(wakes_per_pass);
+    } catch (const std::bad_alloc&) {
+    }
+  }
+  if (m && spare_extensions_.size() < spare_extensions_.capacity()) spare_extensions_.push_back(std::move(m));
+  m.reset();
+}
+
 // But a wake-up may be a loss to tell, and between slices any handler that is ready runs, the
 // application's included: so a pass is cut only while the earliest wake-up left has waited less
 // than an eighth of the smallest notify margin of any lock watched so far (none is cut when that
@@ -231,9 +256,7 @@ void watch::wake_step(lock_state& st, clock_type::time_point now) {
   auto& c = *st.owner;
   const auto a = fsm.on_timer(now);
   if (a.what == core::keep_alive_action::type::extend) {
-    const auto& cfg = c.config();
-    ext =
-        std::make_unique<core::extend_fsm>(c.size(), a.ttl, cfg.request_timeout, cfg.drift, fsm.deadline(), st.quorum);
+    ext = c.extension_machine(a.ttl, fsm.deadline(), st.quorum);
     ++ext_round;
     const auto e = ext->start(now);
     if (e.what == core::extend_action::type::extend) {
@@ -276,8 +299,14 @@ void watch::on_reply(std::uint64_t tag, error_code ec, const resp::response& r) 
 
 void watch::on_extension_done(lock_state& st, error_code ec, clock_type::time_point now) {
   auto& c = *st.owner;
-  // The machine is dropped here: between extensions the watcher keeps none of it.
-  const auto done = std::move(ext);
+  // The machine leaves here, whichever way this ends: between extensions the watcher keeps none
+  // of it, and the next renewal (of any lock) takes it up again.
+  struct handed_back {
+    client_impl& c;
+    std::unique_ptr<core::extend_fsm> m;
+    ~handed_back() { c.give_back(m); }
+  } held{c, std::move(ext)};
+  const auto& done = held.m;
   if (!ec && !fsm.finished()) {
     st.set_deadline(done->validity_deadline());
     ++st.extensions;
@@ -286,8 +315,9 @@ void watch::on_extension_done(lock_state& st, error_code ec, clock_type::time_po
   std::vector<master_result> round;  // for the event, copied only when somebody reads events
   if (done->decided()) {
     if (events_wanted()) round = done->table().results();
-    // The round's compact answers become the lock's: the machine goes, nothing is copied.
-    st.set_results(std::move(done->table().answers()));
+    // The round's compact answers become the lock's, and the lock's last ones the machine's
+    // storage for its next round: nothing is copied or allocated.
+    st.swap_results(done->table().answers());
   }
   const auto a = fsm.on_extended(ec, done->validity_deadline(), now);
   if (a.what == core::keep_alive_action::type::lost) {

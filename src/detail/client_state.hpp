@@ -212,6 +212,11 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
     std::lock_guard guard{mutex()};
     results = std::move(r);
   }
+  // Takes `r` as the results and leaves the last ones in `r` (their storage to reuse).
+  void swap_results(core::compact_results& r) noexcept {
+    std::lock_guard guard{mutex()};
+    std::swap(results, r);
+  }
   std::vector<master_result> results_copy() const {
     std::lock_guard guard{mutex()};
     return results.expand();
@@ -259,8 +264,8 @@ struct watch final : op_base {
   std::shared_ptr<client_impl> owner;
   std::weak_ptr<lock_state> state;  // weak: the state owns the watcher
   core::keep_alive_fsm fsm;
-  // The extension in progress: made when one starts, dropped when it ends (held locks spend
-  // almost all their time between extensions).
+  // The extension in progress: taken from the client's spares when one starts, given back when
+  // it ends (held locks spend almost all their time between extensions).
   std::unique_ptr<core::extend_fsm> ext;
   std::uint64_t ext_round = 0;
   clock_type::time_point scheduled = clock_type::time_point::max();  // in the client's timer queue
@@ -397,6 +402,11 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   // call where every master takes that (joins_many), else encoded and sent as send_votes does.
   void send_extension(const lock_state& st, const core::step_values& v, clock_type::time_point deadline,
                       const std::shared_ptr<reply_sink>& sink, std::uint64_t round);
+  // A keep-alive renewal's extension machine (see spare_extensions_), and its return, which
+  // leaves `m` empty.
+  std::unique_ptr<core::extend_fsm> extension_machine(std::chrono::milliseconds ttl,
+                                                      clock_type::time_point old_deadline, std::size_t needed);
+  void give_back(std::unique_ptr<core::extend_fsm>& m) noexcept;
   // Master `i`'s answer to a vote sent at `sent`, before a machine sees it: takes TIME's sample,
   // and returns the vote's own error, or `master_quarantined` / `restart_guard_refused` for a
   // clean answer that does not count.
@@ -647,6 +657,10 @@ class client_impl final : public std::enable_shared_from_this<client_impl>, publ
   mutable std::mutex hazards_mutex_;
   std::vector<master_hazard> hazards_;
 
+  // Extension machines between two extensions, with their tables' storage: a renewal takes one
+  // (extension_machine) and gives it back when it ends (give_back), so that it allocates none.
+  // At most one timer slice's worth is kept.
+  std::vector<std::unique_ptr<core::extend_fsm>> spare_extensions_;
   // The keep-alive timer: one for every watched lock, armed at the earliest wake-up.
   wake_queue<watch> wakes_;
   redlock::detail::timer timer_;

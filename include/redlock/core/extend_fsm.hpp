@@ -63,9 +63,16 @@ class extend_fsm {
   void reset(std::chrono::milliseconds ttl, clock::time_point old_deadline) noexcept {
     ttl_ = ttl;
     old_deadline_ = old_deadline;
+    new_deadline_ = {};
     state_ = state::idle;
     ok_ = false;
     decided_ = false;
+  }
+  /// The same, for a lock of the same client whose quorum is `needed` (0: a majority): a machine
+  /// kept between two locks' extensions.
+  void reset(std::chrono::milliseconds ttl, clock::time_point old_deadline, std::size_t needed) noexcept {
+    needed_ = needed;
+    reset(ttl, old_deadline);
   }
 
   /// Sends the extension at `now`; completes at once with `error::validity_expired` when the old

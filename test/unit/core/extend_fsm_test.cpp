@@ -404,6 +404,27 @@ TEST(extend_fsm, cancel_after_success_keeps_the_new_deadline) {
       .run();
 }
 
+// A machine kept between two locks' extensions (the client's spares) takes the next lock's
+// quorum: two yes of three extend a plain lock, not a lock that needs all three, and back.
+TEST(extend_fsm, reset_for_another_lock_takes_its_quorum) {
+  extend_fsm f{3, ttl, 250ms, drift_policy{}, at(old_deadline)};
+  (void)f.start(at(0ms));
+  (void)f.on_reply(0, {}, int_reply("1"), at(10ms));
+  EXPECT_EQ(describe(f.on_reply(1, {}, int_reply("1"), at(20ms))), "complete(ok)");
+  f.reset(ttl, at(old_deadline), 3);
+  (void)f.start(at(100ms));
+  (void)f.on_reply(0, {}, int_reply("1"), at(110ms));
+  EXPECT_EQ(describe(f.on_reply(1, {}, int_reply("1"), at(120ms))), "wait") << "three are needed";
+  EXPECT_EQ(describe(f.on_reply(2, {}, int_reply("1"), at(130ms))), "complete(ok)");
+  EXPECT_EQ(describe(f.validity_deadline()), describe(at(100ms + usable)));
+  f.reset(ttl, at(old_deadline), 0);
+  (void)f.start(at(200ms));
+  (void)f.on_reply(2, {}, int_reply("0"), at(210ms));
+  EXPECT_EQ(describe(f.on_reply(0, {}, int_reply("1"), at(220ms))), "wait");
+  EXPECT_EQ(describe(f.on_reply(1, {}, int_reply("1"), at(230ms))), "complete(ok)") << "a majority again";
+  EXPECT_EQ(describe(f.validity_deadline()), describe(at(200ms + usable)));
+}
+
 TEST(extend_fsm, reset_makes_it_ready_for_the_next_extension) {
   // 2000 ms: drift 20 ms + 2 ms.
   extended_by_a_majority()
