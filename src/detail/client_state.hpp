@@ -208,10 +208,6 @@ struct lock_state final : reply_sink, std::enable_shared_from_this<lock_state> {
     std::lock_guard guard{mutex()};
     results = r;
   }
-  void set_results(core::compact_results&& r) noexcept {
-    std::lock_guard guard{mutex()};
-    results = std::move(r);
-  }
   // Takes `r` as the results and leaves the last ones in `r` (their storage to reuse).
   void swap_results(core::compact_results& r) noexcept {
     std::lock_guard guard{mutex()};
