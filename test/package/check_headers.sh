@@ -3,7 +3,7 @@
 # Every installed header compiles on its own, in a translation unit that includes nothing else,
 # both with and without BOOST_ASIO_NO_DEPRECATED: the library is built with the macro, but it is
 # the user's choice, so no header may need it or break under it. Syntax checks only (no code is
-# generated), two at a time: some fifteen seconds on two cores.
+# generated), two at a time: about a minute on two cores.
 # Usage: check_headers.sh INCLUDE_DIR   (the directory holding redlock/)
 set -euo pipefail
 include=$(realpath "$1")
