@@ -3,8 +3,8 @@
 # Builds a tiny separate project (test/package/consumer) against redlock-asio the ways users do:
 # the installed CMake package, the installed pkg-config file, add_subdirectory (configured only)
 # and FetchContent. Each consumer built runs once and must report the outage of its unreachable
-# master. The consumer uses
-# a deprecated Asio interface: the library must not impose BOOST_ASIO_NO_DEPRECATED on its users.
+# master. The consumer uses a deprecated Asio interface: the library must not impose
+# BOOST_ASIO_NO_DEPRECATED on its users.
 # Usage: package_test.sh SOURCE_DIR BUILD_DIR WORK_DIR
 set -euo pipefail
 src=$(realpath "$1")
