@@ -40,8 +40,12 @@ using clock_type = redlock::clock;
 // The sanitizers replace malloc: glibc's count of the heap in use says nothing under them (GCC
 // says so with __SANITIZE_*__, Clang with __has_feature).
 #if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#if __has_feature(address_sanitizer)
 #define REDLOCK_KEEP_ALIVE_TEST_SANITIZED 1
+#endif
+#if __has_feature(thread_sanitizer)
+#define REDLOCK_KEEP_ALIVE_TEST_SANITIZED 1
+#define REDLOCK_KEEP_ALIVE_TEST_TSAN 1
 #endif
 #endif
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(REDLOCK_KEEP_ALIVE_TEST_SANITIZED)
@@ -55,11 +59,6 @@ std::size_t heap_in_use() { return mallinfo2().uordblks; }
 // a thousand locks on four threads stretches its timeouts and ttls by this much under it: on a
 // slow spell of a shared two-core machine it lost hundreds of locks, extended too late, with no
 // race reported. It is there for the threads, not for the machine's speed.
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define REDLOCK_KEEP_ALIVE_TEST_TSAN 1
-#endif
-#endif
 #if defined(__SANITIZE_THREAD__) || defined(REDLOCK_KEEP_ALIVE_TEST_TSAN)
 constexpr int tsan_stretch = 3;
 #else
