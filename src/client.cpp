@@ -133,6 +133,7 @@ struct lock_op final : started_op {
           }
         }
         c.note_attempt();
+        st->fence_floor = a.fence;
         if (a.fair) {
           if (member.empty()) {
             member = c.new_waiter(*this);
@@ -146,7 +147,6 @@ struct lock_op final : started_op {
           note_sent();
           return c.send_votes(c.scratch_step(step::fair_acquire, *st, values()), a.at, shared_from_this(), fsm.round());
         }
-        st->fence_floor = a.fence;
         note_sent();
         return c.send_votes(c.scratch_step(step::acquire, *st, values()), a.at, shared_from_this(), fsm.round());
       case core::lock_action::type::confirm:
@@ -185,6 +185,9 @@ struct lock_op final : started_op {
         if (st->spec->fence) c.note_fence_hint(st->key, std::max(fsm.fence(), fsm.fence_floor()));
         timer.cancel();  // a hand-over may end the acquisition during the retry delay
         if (!a.ec) {
+          // Granted by hand-overs (with the round's own grants, or once a fenced lock's fence was
+          // confirmed), whichever event completed it.
+          if (fsm.handed()) c.note_handover();
           st->holders.granted(fsm.table().answers(), fsm.queued());
           st->fence = fsm.fence();
           if (st->spec->fence && !fsm.fence_verified()) c.note_unverified_fence(*st, fsm.table().answers());
@@ -259,11 +262,10 @@ struct lock_op final : started_op {
     act(a);
   }
 
-  void on_handover(std::size_t master, std::uint64_t round) override {
+  void on_handover(std::size_t master, std::uint64_t round, std::int64_t fence) override {
     // A master the guard does not trust now hands nothing over: the message only wakes.
     if (!owner->counts_handover(master)) return on_wake(master);
-    const auto a = fsm.on_handover(round, master, clock_type::now());
-    if (a.what == core::lock_action::type::complete) owner->note_handover();
+    const auto a = fsm.on_handover(round, master, clock_type::now(), fence, owner->unit_random());
     if (a.what == core::lock_action::type::acquire) owner->note_wakeup();  // hand-overs short of a quorum
     act(a);
   }

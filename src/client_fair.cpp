@@ -44,16 +44,18 @@ struct inbox_sink final : reply_sink {
 };
 
 // A waiter's name or a master's message to it: the operation's number, and the round of a
-// hand-over (0 for a wake-up); `probe`: the release asks whether the client is there, and
-// either hands over or wakes next.
+// hand-over (0 for a wake-up) with its fence (a fenced lock's; 0: none); `probe`: the release
+// asks whether the client is there, and either hands over or wakes next.
 struct waiter_message {
   std::uint64_t op = 0;
   std::uint64_t round = 0;
+  std::int64_t fence = 0;
   bool probe = false;
 };
 
 // "<inbox>:<hex number>" (a waiter's name, or a wake-up), or the same and ":<decimal round>" (a
-// hand-over), and a trailing ':' (a probe) -> the numbers, if the inbox is `inbox`.
+// hand-over), then ":<decimal fence>" (a fenced lock's hand-over) or a trailing ':' (a probe) ->
+// the numbers, if the inbox is `inbox`.
 std::optional<waiter_message> parse_waiter(std::string_view text, std::string_view inbox) noexcept {
   if (text.size() <= inbox.size() + 1 || text.substr(0, inbox.size()) != inbox || text[inbox.size()] != ':')
     return std::nullopt;
@@ -69,6 +71,12 @@ std::optional<waiter_message> parse_waiter(std::string_view text, std::string_vi
   if (r.ec != std::errc{} || r.ptr == p || m.round == 0) return std::nullopt;
   if (r.ptr + 1 == end && *r.ptr == ':') {
     m.probe = true;
+    return m;
+  }
+  if (r.ptr != end && *r.ptr == ':') {
+    p = r.ptr + 1;
+    r = std::from_chars(p, end, m.fence, 10);
+    if (r.ec != std::errc{} || r.ptr == p || r.ptr != end || m.fence <= 0) return std::nullopt;
     return m;
   }
   if (r.ptr != end) return std::nullopt;
@@ -183,7 +191,7 @@ void client_impl::on_push(std::size_t i, const resp::response& push) {
   const auto it = waiters_.find(m->op);
   if (it == waiters_.end()) return;  // that acquisition has ended (its dequeue gives a hand-over back)
   if (m->probe) return;              // a hand-over or a wake-up follows
-  if (m->round != 0) return it->second->on_handover(i, m->round);
+  if (m->round != 0) return it->second->on_handover(i, m->round, m->fence);
   it->second->on_wake(i);
 }
 

@@ -42,7 +42,8 @@ struct lock_options {
   /// `exclusive` only: the lock carries a fencing token (`lock::fence()`), a number that strictly
   /// increases from one holder of the resource to the next, for a guarded resource to reject a
   /// holder that paused past its validity (docs/safety.md, "Fencing tokens"). Costs a second round
-  /// trip when the masters' counters disagree (after a master was down or a failed attempt).
+  /// trip when the masters' counters disagree (after a master was down or a failed attempt). Fair
+  /// as the plain lock (`client_config::fairness`): each hand-over grants the next fence.
   bool fence = false;
   /// `exclusive` only, opt-in reentrancy: when not empty, locks taken with the same owner share
   /// the resource. A second `async_lock` by the same owner succeeds at once while the first is

@@ -90,8 +90,9 @@ struct op_base : reply_sink, std::enable_shared_from_this<op_base> {
   virtual void cancel() = 0;  // on the strand
   // A master named this operation as the first waiter after a release (fair hand-over).
   virtual void on_wake(std::size_t /*master*/) {}
-  // A master handed this operation the lock with the offer of its round `round`.
-  virtual void on_handover(std::size_t /*master*/, std::uint64_t /*round*/) {}
+  // A master handed this operation the lock with the offer of its round `round` (a fenced lock's
+  // with the fence `fence`; 0: none came).
+  virtual void on_handover(std::size_t /*master*/, std::uint64_t /*round*/, std::int64_t /*fence*/) {}
   virtual ~op_base() = default;
   op_base* prev_op = nullptr;
   op_base* next_op = nullptr;

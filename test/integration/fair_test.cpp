@@ -444,6 +444,79 @@ std::string fifo_name(const ::testing::TestParamInfo<bool>& p) {
 }
 INSTANTIATE_TEST_SUITE_P(fair, fifo, ::testing::Values(false, true), fifo_name);
 
+// Fenced locks queue and are handed over too, and each hand-over grants the next fence: the
+// release moves each master's counter one up with the key, so the waiters' masters agree on
+// their fences without a confirmation round. Each waiter gets the lock in its order, with a fence
+// exactly one above its predecessor's. A release that handed the key over without its fence
+// would give the waiter its predecessor's fence; one that did not hand over would leave the
+// first waiter to its 2 s retry delay.
+TEST_F(fair, fenced_waiters_are_handed_the_lock_in_their_order_with_the_next_fence) {
+  run_test([&](asio::io_context& ioc) -> asio::awaitable<void> {
+    const std::string name = "fenced-fifo", counter = name + std::string{redlock::detail::fence_suffix};
+    for (std::size_t i = 0; i < servers.size(); ++i) servers[i].command({"SET", counter, "100"});
+    redlock::lock_options fenced;
+    fenced.fence = true;
+    redlock::client h{ioc.get_executor(), config()};
+    redlock::client w1{ioc.get_executor(), config(2000ms, 0ms, 20s)};
+    redlock::client w2{ioc.get_executor(), config(300ms, 0ms, 20s)};
+    redlock::client w3{ioc.get_executor(), config(20ms, 0ms, 20s)};
+    for (auto* c : {&h, &w1, &w2, &w3}) co_await wait_connected(*c);
+    auto [eh, lh] = co_await h.async_lock(name, 10s, fenced, use_tuple);
+    EXPECT_FALSE(eh) << eh.message();
+    EXPECT_EQ(lh.fence(), 101u);
+    co_await held_everywhere(name, lh.token());
+
+    std::vector<int> order;
+    std::vector<std::uint64_t> fences;
+    int done = 0;
+    auto waiter = [&](redlock::client& c, int id) -> asio::awaitable<void> {
+      auto [ec, l] = co_await c.async_lock(name, 10s, fenced, use_tuple);
+      EXPECT_FALSE(ec) << "waiter " << id << ": " << ec.message();
+      order.push_back(id);
+      fences.push_back(l.fence());
+      co_await sleep_for(30ms);
+      co_await l.async_unlock(use_tuple);
+      ++done;
+    };
+    std::vector<std::string> queued;
+    asio::co_spawn(ioc, waiter(w1, 1), asio::detached);
+    queued.push_back(co_await newcomer(name, queued));
+    asio::co_spawn(ioc, waiter(w2, 2), asio::detached);
+    queued.push_back(co_await newcomer(name, queued));
+    asio::co_spawn(ioc, waiter(w3, 3), asio::detached);
+    queued.push_back(co_await newcomer(name, queued));
+
+    const auto released = clock_type::now();
+    co_await lh.async_unlock(use_tuple);
+    EXPECT_TRUE(co_await until([&] { return done == 3; }, 15s));
+    const auto took = clock_type::now() - released;
+    const auto handovers = w1.stats().lock_handovers + w2.stats().lock_handovers + w3.stats().lock_handovers;
+    const auto confirmations =
+        w1.stats().fence_confirmations + w2.stats().fence_confirmations + w3.stats().fence_confirmations;
+    std::printf("fenced order %s, fences %s, in %.1f ms; hand-overs %llu, confirmations %llu\n",
+                fmt::format("{}", fmt::join(order, " ")).c_str(), fmt::format("{}", fmt::join(fences, " ")).c_str(),
+                ms_of(took), static_cast<unsigned long long>(handovers),
+                static_cast<unsigned long long>(confirmations));
+    EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+    EXPECT_EQ(fences, (std::vector<std::uint64_t>{102, 103, 104}));
+    EXPECT_EQ(handovers, 3u) << "each waiter is handed the lock by its predecessor's release";
+    EXPECT_EQ(confirmations, 0u) << "the hand-overs moved every counter alike";
+    EXPECT_LT(took, 1500ms);  // well inside the first waiter's single 2 s retry delay
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      EXPECT_EQ(servers[i].command({"GET", counter}), bulk("104")) << "master " << i + 1;
+    }
+    // Nothing of the queues is left (the counter stays: it has no ttl, by design).
+    EXPECT_TRUE(co_await until(
+        [&] {
+          for (std::size_t i = 0; i < servers.size(); ++i) {
+            if (servers[i].command({"EXISTS", queue_of(name), expiry_of(name)}) != ":0\r\n") return false;
+          }
+          return true;
+        },
+        2s));
+  });
+}
+
 // ---- 5. interoperability with plain Redlock clients ------------------------------------------------
 
 // Another library's client on the same resource name: plain `SET key token NX PX ttl` on each

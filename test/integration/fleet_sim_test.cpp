@@ -88,6 +88,7 @@ struct wire {
   string reply;           // once the master ran it
   bool told = false;      // the operation was told of it (answer, timeout or failure)
   bool handover = false;  // not an answer: a release handed the key to the waiter `op` (round `round`)
+  int64_t fence = 0;      // the hand-over's fence (a fenced lock's release)
 };
 
 // A granted lock, as the checker sees it.
@@ -116,6 +117,7 @@ struct overrides {
   const scripts::script* semaphore_extend = nullptr;
   const scripts::script* fair_acquire = nullptr;
   const scripts::script* dequeue = nullptr;
+  const scripts::script* release = nullptr;  // the release script (plain and fenced locks alike)
 };
 
 class fleet {
@@ -239,24 +241,32 @@ class fleet {
     auto w = std::move(q.front());
     q.pop_front();
     // A release may hand the key to the first fair waiter: its offers, before, say to whom.
-    const bool release = w.payload.find(scripts::release_script.body) != string::npos;
+    const bool release = w.payload.find(scripts::release_script.body) != string::npos ||
+                         (o_.release && w.payload.find(o_.release->body) != string::npos);
     const auto& key = wants_[c].resources.front();
     std::vector<string> offers;
     if (release)
       offers = redlock::test::strings_of(sessions_[m].command({"HGETALL", key + string{scripts::offer_suffix}}));
     w.reply = sessions_[m].raw(w.payload);
     auto what = fmt::format("master {} ran c{}'s op {} round {}", m, c, w.op, w.round);
+    const bool fenced = release && w.payload.find(scripts::fence_suffix) != string::npos;
     replies_[{c, m}].push_back(std::move(w));
-    if (release && replies_[{c, m}].back().reply == ":2\r\n") what += handed_over(m, key, offers);
+    if (release && replies_[{c, m}].back().reply == ":2\r\n") what += handed_over(m, key, offers, fenced);
     return what;
   }
 
   // After a release answered 2 on master `m`: if the key now holds a waiter's offered token, the
-  // release handed it over, and its message (`<waiter>:<round>`) follows on the waiter's
-  // connection to `m`, after what that connection carried before.
-  string handed_over(std::size_t m, const string& key, const std::vector<string>& offers) {
+  // release handed it over, and its message (`<waiter>:<round>`, and `:<fence>` from a fenced
+  // lock's release: the counter it moved up) follows on the waiter's connection to `m`, after
+  // what that connection carried before.
+  string handed_over(std::size_t m, const string& key, const std::vector<string>& offers, bool fenced) {
     const auto now_held = redlock::test::bulk_of(sessions_[m].command({"GET", key}));
     if (!now_held) return {};
+    int64_t fence = 0;
+    if (fenced) {
+      const auto v = redlock::test::bulk_of(sessions_[m].command({"GET", key + string{scripts::fence_suffix}}));
+      fence = v ? std::stoll(*v) : 0;
+    }
     for (std::size_t i = 0; i + 1 < offers.size(); i += 2) {
       const auto& member = offers[i];
       const auto& offer = offers[i + 1];
@@ -270,6 +280,7 @@ class fleet {
       w.master = m;
       w.deadline = vclock::time_point::max();
       w.handover = true;
+      w.fence = fence;
       replies_[{c, m}].push_back(std::move(w));
       ++handovers_;
       return fmt::format(", handed to c{} (op {} round {})", c, replies_[{c, m}].back().op,
@@ -294,7 +305,8 @@ class fleet {
       w.told = true;
       auto& cl = clients_[c];
       if (cl.p != phase::locking || cl.op != w.op) return fmt::format("c{} ignored a hand-over of master {}", c, m);
-      act(static_cast<int>(c), cl.lock->on_handover(w.round, m, now_));
+      act(static_cast<int>(c),
+          cl.lock->on_handover(w.round, m, now_, w.fence, std::uniform_real_distribution<>{0, 1}(rng_)));
       return fmt::format("c{} read master {}'s hand-over to op {} round {}", c, m, w.op, w.round);
     }
     answer(static_cast<int>(c), w, {}, w.reply);
@@ -418,6 +430,7 @@ class fleet {
       row.script = o_.read_release;
     if (s == step::fair_acquire && o_.fair_acquire) row.script = o_.fair_acquire;
     if (s == step::dequeue && o_.dequeue) row.script = o_.dequeue;
+    if (s == step::release && row.script == &scripts::release_script && o_.release) row.script = o_.release;
     redlock::resp::request req;
     core::encode_step(req, row, v, false);
     return std::move(req).take_payload();
@@ -738,7 +751,9 @@ class fleet {
 lock_request want(const core::kind_spec& k, std::vector<string> names, string owner = {}, std::size_t permits = 1) {
   return {&k, std::move(names), std::move(owner), permits};
 }
-lock_request fair(std::vector<string> names) { return {&core::kinds::plain, std::move(names), {}, 1, true}; }
+lock_request fair(std::vector<string> names, const core::kind_spec& k = core::kinds::plain) {
+  return {&k, std::move(names), {}, 1, true};
+}
 
 using scenario = std::vector<lock_request>;
 
@@ -749,6 +764,11 @@ std::map<string, scenario> scenarios() {
       // Fair waiters, handed the key by releases, and a plain client that jumps the queue.
       {"fair", {fair({"r"}), fair({"r"}), fair({"r"}), fair({"r"}), want(k::plain, {"r"})}},
       {"fenced", {want(k::fenced, {"f"}), want(k::fenced, {"f"}), want(k::fenced, {"f"}), want(k::fenced, {"f"})}},
+      // Fenced fair waiters, handed the key (and the next fence) by releases; a plain fair client on
+      // the same name, whose releases hand the key over without a fence; a fenced client that
+      // jumps the queue.
+      {"fenced_fair",
+       {fair({"f"}, k::fenced), fair({"f"}, k::fenced), fair({"f"}, k::fenced), fair({"f"}), want(k::fenced, {"f"})}},
       {"reentrant",
        {want(k::reentrant, {"o"}, "owner-A"), want(k::reentrant, {"o"}, "owner-A"),
         want(k::reentrant, {"o"}, "owner-B"), want(k::plain, {"o"})}},
@@ -795,14 +815,16 @@ TEST_P(fleet_sim, no_seed_breaks_the_guarantees) {
   std::printf("sim %s: %d seeds x %d steps, %zu grants (%zu fences unchecked), %d violations, %.0f steps/s\n",
               GetParam().c_str(), runs, steps, grants, unverified, violations, runs * steps / secs);
   EXPECT_GT(grants, static_cast<std::size_t>(runs)) << "the scenario must grant locks to be worth anything";
-  if (GetParam() == "fair") {
-    std::printf("sim fair: %zu keys handed over, %zu grants by hand-overs\n", handovers, handed_grants);
+  if (GetParam() == "fair" || GetParam() == "fenced_fair") {
+    std::printf("sim %s: %zu keys handed over, %zu grants by hand-overs\n", GetParam().c_str(), handovers,
+                handed_grants);
     EXPECT_GT(handed_grants, 0u) << "no acquisition was granted by hand-overs";
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(scenarios, fleet_sim,
-                         ::testing::Values("plain", "fair", "fenced", "reentrant", "rw", "semaphore", "multi"),
+                         ::testing::Values("plain", "fair", "fenced", "fenced_fair", "reentrant", "rw", "semaphore",
+                                           "multi"),
                          [](const auto& p) { return p.param; });
 
 // ---- the faults of the review, put back ----------------------------------------------------------
@@ -856,6 +878,13 @@ TEST(fleet_sim_twins, each_fault_of_the_review_put_back_is_found) {
   o = {};
   o.dequeue = &b::unkept_dequeue;
   twins.push_back({"a dequeue that gives back the key its waiter keeps", all.at("fair"), o, no_restarts});
+  o = {};
+  o.release = &b::unfenced_handover;
+  twins.push_back({"a fenced hand-over that grants no fence", all.at("fenced_fair"), o, no_restarts});
+  o = {};
+  o.release = &b::unmarked_handover;
+  twins.push_back(
+      {"a release without the counter that hands the key to a fenced waiter", all.at("fenced_fair"), o, no_restarts});
   o = {};
   o.held_release_abandons = true;
   twins.push_back({"a fenced lock handed out, released as a failed round", all.at("fenced"), o, no_restarts});

@@ -495,52 +495,62 @@ TEST_F(script_safety, a_confirmation_creates_a_counter_only_for_a_checked_fence)
 // as the plain release does.
 TEST_F(script_safety, a_failed_fenced_round_gives_back_only_its_own_counter_step) {
   const std::vector<std::string> k{"fa", suffixed("fa", scripts::queue_suffix), suffixed("fa", scripts::expiry_suffix),
-                                   suffixed("fa", scripts::fence_suffix)};
+                                   suffixed("fa", scripts::offer_suffix), suffixed("fa", scripts::fence_suffix)};
   const auto abandon = [&](const std::string& token) { return eval(0, scripts::fence_abandon_script, k, {token}); };
-  run(0, {"SET", k[3], "41"});
-  EXPECT_EQ(eval(0, scripts::fence_acquire_script, {k[0], k[3]}, {"tok", "10000", "0"}), "*2\r\n:1\r\n:42\r\n");
+  run(0, {"SET", k[4], "41"});
+  EXPECT_EQ(eval(0, scripts::fence_acquire_script, {k[0], k[4]}, {"tok", "10000", "0"}), "*2\r\n:1\r\n:42\r\n");
   EXPECT_EQ(abandon("other"), ":0\r\n") << "not our key";
-  EXPECT_EQ(get(0, k[3]), "42") << "the counter step of whoever holds the key is not ours to take";
+  EXPECT_EQ(get(0, k[4]), "42") << "the counter step of whoever holds the key is not ours to take";
   EXPECT_EQ(get(0, k[0]), "tok");
   EXPECT_EQ(abandon("tok"), ":1\r\n");
-  EXPECT_EQ(get(0, k[3]), "41") << "back to where the grant found it";
+  EXPECT_EQ(get(0, k[4]), "41") << "back to where the grant found it";
   EXPECT_EQ(get(0, k[0]), std::nullopt);
   EXPECT_EQ(abandon("tok"), ":0\r\n") << "sent again: the key is gone";
-  EXPECT_EQ(get(0, k[3]), "41") << "a release sent twice takes one step back, not two";
+  EXPECT_EQ(get(0, k[4]), "41") << "a release sent twice takes one step back, not two";
   // From a floor above the counter: back to the floor, not below it.
-  EXPECT_EQ(eval(0, scripts::fence_acquire_script, {k[0], k[3]}, {"tok2", "10000", "90"}), "*2\r\n:1\r\n:91\r\n");
+  EXPECT_EQ(eval(0, scripts::fence_acquire_script, {k[0], k[4]}, {"tok2", "10000", "90"}), "*2\r\n:1\r\n:91\r\n");
   EXPECT_EQ(abandon("tok2"), ":1\r\n");
-  EXPECT_EQ(get(0, k[3]), "90");
+  EXPECT_EQ(get(0, k[4]), "90");
   // No counter: none is made. One the grants never write stays as it is.
-  run(0, {"DEL", k[3]});
+  run(0, {"DEL", k[4]});
   run(0, {"SET", k[0], "tok", "PX", "10000"});
   EXPECT_EQ(abandon("tok"), ":1\r\n");
-  EXPECT_EQ(get(0, k[3]), std::nullopt);
+  EXPECT_EQ(get(0, k[4]), std::nullopt);
   for (const std::string odd : {"0", "007", " 5", "5.0", "abc", "-5", "9007199254740000", "9007199254740993"}) {
-    run(0, {"SET", k[3], odd});
+    run(0, {"SET", k[4], odd});
     run(0, {"SET", k[0], "tok", "PX", "10000"});
     EXPECT_EQ(abandon("tok"), ":1\r\n") << odd;
-    EXPECT_EQ(get(0, k[3]), odd);
+    EXPECT_EQ(get(0, k[4]), odd);
     EXPECT_EQ(get(0, k[0]), std::nullopt) << odd;
   }
-  run(0, {"SET", k[3], "9007199254739999"});
+  run(0, {"SET", k[4], "9007199254739999"});
   run(0, {"SET", k[0], "tok", "PX", "10000"});
   EXPECT_EQ(abandon("tok"), ":1\r\n");
-  EXPECT_EQ(get(0, k[3]), "9007199254739998") << "the largest counter a grant can write";
+  EXPECT_EQ(get(0, k[4]), "9007199254739998") << "the largest counter a grant can write";
   // A counter key of another type: an error reply, and nothing was written (the key is still ours).
-  run(0, {"DEL", k[3]});
-  run(0, {"HSET", k[3], "f", "1"});
+  run(0, {"DEL", k[4]});
+  run(0, {"HSET", k[4], "f", "1"});
   run(0, {"SET", k[0], "tok", "PX", "10000"});
   EXPECT_EQ(abandon("tok").substr(0, 1), "-");
   EXPECT_EQ(get(0, k[0]), "tok");
-  run(0, {"DEL", k[3]});
+  run(0, {"DEL", k[4]});
   // A queued waiter is woken, as by the plain release.
-  run(0, {"SET", k[3], "7"});
+  run(0, {"SET", k[4], "7"});
   run(0, {"SET", k[0], "tok", "PX", "10000"});
   run(0, {"ZADD", k[1], "1", "0123456789abcdef:1"});
   run(0, {"ZADD", k[2], std::to_string(server_ms(0) + 60000), "0123456789abcdef:1"});
   EXPECT_EQ(abandon("tok"), ":2\r\n");
-  EXPECT_EQ(get(0, k[3]), "6");
+  EXPECT_EQ(get(0, k[4]), "6");
+  // An expired waiter leaves the queues with its offer, as in the plain release.
+  run(0, {"SET", k[0], "tok", "PX", "10000"});
+  run(0, {"ZADD", k[1], "0", "fedcba9876543210:1"});
+  run(0, {"ZADD", k[2], std::to_string(server_ms(0) - 1), "fedcba9876543210:1"});
+  run(0, {"HSET", k[3], "fedcba9876543210:1", "5000:3:tok-gone", "0123456789abcdef:1", "5000:2:tok-next"});
+  EXPECT_EQ(abandon("tok"), ":2\r\n");
+  EXPECT_EQ(run(0, {"ZSCORE", k[1], "fedcba9876543210:1"}), "$-1\r\n");
+  EXPECT_EQ(run(0, {"HEXISTS", k[3], "fedcba9876543210:1"}), ":0\r\n") << "the expired waiter's offer stayed";
+  EXPECT_EQ(run(0, {"HEXISTS", k[3], "0123456789abcdef:1"}), ":1\r\n");
+  EXPECT_EQ(get(0, k[0]), std::nullopt) << "a failed round's release hands nothing over";
 }
 
 // Masters 1-3 hold someone else's key; a fenced attempt is granted by masters 4 and 5 only, and
@@ -973,6 +983,135 @@ TEST_F(script_safety, a_waiters_next_round_gives_back_the_key_its_last_round_was
   // The key is free now, and B comes first: B is woken, as by a release, not left to its retry.
   EXPECT_EQ(publishes(0), wakes + 1) << "the first waiter was not woken when the given-up key went";
   EXPECT_EQ(run(0, {"HGET", k[3], "aaaaaaaaaaaaaaaa:1"}), redlock::test::bulk("5000:4:tok-a4"));
+}
+
+// A fenced lock's release hands the key over as the plain one does, and grants the waiter a fence
+// with it: only where the counter is one, one step up, said in the message. Its fair rounds answer
+// the fence (or counter, or clock) before the ticket, and its failed round's release takes back
+// the step a hand-over made. A release that handed the key over without moving the counter would
+// give the next holder a fence no larger than its predecessor's on that master.
+TEST_F(script_safety, a_fenced_holders_release_hands_the_key_over_with_the_next_fence) {
+  const std::vector<std::string> k{"hf", suffixed("hf", scripts::queue_suffix), suffixed("hf", scripts::expiry_suffix),
+                                   suffixed("hf", scripts::offer_suffix), suffixed("hf", scripts::fence_suffix)};
+  const auto fair = [&](const std::string& tok, const std::string& me, const std::string& ticket,
+                        const std::string& round, const std::string& floor = "0") {
+    return eval(0, scripts::fair_acquire_script, k, {tok, "5000", me, ticket, "60000", round, floor});
+  };
+  const auto release = [&](const std::string& tok) { return eval(0, scripts::release_script, k, {tok, "1"}); };
+  // The next message on A's channel, or "(none)": a PING's answer is read after the messages
+  // before it (`pongs`: answers of PINGs sent and not read yet).
+  subscribe(0, "aaaaaaaaaaaaaaaa");
+  auto& inbox = subscribers.back();
+  int pongs = 0;
+  const auto next_message = [&] {
+    for (;;) {
+      const bool sent = pongs == 0;
+      const auto m = strings_of(sent ? inbox.command({"PING"}) : inbox.raw(""));
+      if (m.size() == 3 && m[0] == "message") {
+        pongs += sent ? 1 : 0;
+        return m[2];
+      }
+      if (sent) return std::string{"(none)"};
+      --pongs;
+    }
+  };
+  run(0, {"SET", k[4], "41"});
+  // A grant moves the counter above it and the floor, and answers the fence, then the ticket.
+  EXPECT_EQ(fair("tok-h1", "hhhhhhhhhhhhhhhh:1", "0", "0"), "*3\r\n:1\r\n:42\r\n:0\r\n");
+  EXPECT_EQ(get(0, k[4]), "42");
+  // A waiter is told the counter, and queues with its offer.
+  EXPECT_EQ(fair("tok-a3", "aaaaaaaaaaaaaaaa:1", "0", "3"), "*3\r\n:0\r\n:42\r\n:1\r\n");
+  EXPECT_EQ(get(0, k[4]), "42") << "a refused round moved the counter";
+  EXPECT_EQ(release("tok-h1"), ":2\r\n");
+  EXPECT_EQ(get(0, k[0]), "tok-a3");
+  EXPECT_EQ(get(0, k[4]), "43") << "the hand-over must grant the next fence";
+  EXPECT_EQ(next_message(), "aaaaaaaaaaaaaaaa:1:3:");
+  EXPECT_EQ(next_message(), "aaaaaaaaaaaaaaaa:1:3:43") << "the message must carry the fence";
+  // A's round fails (its other masters made no quorum): its release takes the step back, and
+  // hands nothing over (A, still first in the queue, is woken).
+  EXPECT_EQ(eval(0, scripts::fence_abandon_script, k, {"tok-a3"}), ":2\r\n");
+  EXPECT_EQ(get(0, k[0]), std::nullopt);
+  EXPECT_EQ(get(0, k[4]), "42");
+  EXPECT_EQ(next_message(), "aaaaaaaaaaaaaaaa:1");
+
+  // The next round of A is granted from a floor above the counter: the fence counts on from it.
+  EXPECT_EQ(fair("tok-a4", "aaaaaaaaaaaaaaaa:1", "1", "4", "90"), "*3\r\n:1\r\n:91\r\n:1\r\n");
+  EXPECT_EQ(get(0, k[4]), "91");
+
+  // No counter (a master restarted without its data): the answers carry the clock, negated, and
+  // a release hands nothing over (a fence from nothing could be below an earlier one): it wakes.
+  run(0, {"DEL", k[4]});
+  const auto before = server_us(0);
+  const auto raw = fair("tok-a5", "aaaaaaaaaaaaaaaa:1", "1", "5");
+  EXPECT_EQ(raw.substr(0, 10), "*3\r\n:0\r\n:-") << raw;
+  if (raw.size() > 10) {
+    EXPECT_LE(std::stoll(raw.substr(9, raw.find("\r\n", 9) - 9)), -before) << raw;
+  }
+  EXPECT_EQ(release("tok-a4"), ":2\r\n");
+  EXPECT_EQ(get(0, k[0]), std::nullopt) << "handed over without a counter";
+  EXPECT_EQ(get(0, k[4]), std::nullopt) << "a release created a counter";
+  EXPECT_EQ(next_message(), "aaaaaaaaaaaaaaaa:1") << "a wake-up only";
+
+  // A counter that is not one as the grants write it: no hand-over either; of another type: an
+  // error reply before anything is written.
+  run(0, {"SET", k[0], "tok-h2", "PX", "10000"});
+  run(0, {"SET", k[4], "007"});
+  EXPECT_EQ(release("tok-h2"), ":2\r\n");
+  EXPECT_EQ(get(0, k[0]), std::nullopt);
+  EXPECT_EQ(get(0, k[4]), "007");
+  EXPECT_EQ(next_message(), "aaaaaaaaaaaaaaaa:1") << "a wake-up only";
+  run(0, {"SET", k[4], "abc"});
+  EXPECT_EQ(fair("tok-a6", "aaaaaaaaaaaaaaaa:1", "1", "6").substr(0, 1), "-");
+  run(0, {"DEL", k[4]});
+  run(0, {"HSET", k[4], "f", "1"});
+  run(0, {"SET", k[0], "tok-h3", "PX", "10000"});
+  EXPECT_EQ(release("tok-h3").substr(0, 1), "-");
+  EXPECT_EQ(get(0, k[0]), "tok-h3") << "the release wrote before it failed";
+  EXPECT_EQ(fair("tok-a6", "aaaaaaaaaaaaaaaa:1", "1", "6").substr(0, 1), "-");
+  EXPECT_EQ(score(0, k[1], "aaaaaaaaaaaaaaaa:1"), 1) << "the refused round wrote";
+  run(0, {"DEL", k[4], k[0]});
+
+  // Kinds on one name. A release that names no counter (a plain lock's, or an earlier version's)
+  // only wakes a fenced waiter: its hand-over would not move the counter, and the waiter's failed
+  // round would then take back a step nobody made.
+  run(0, {"SET", k[4], "50"});
+  run(0, {"SET", k[0], "tok-p1", "PX", "10000"});
+  EXPECT_EQ(fair("tok-a7", "aaaaaaaaaaaaaaaa:1", "1", "7"), "*3\r\n:0\r\n:50\r\n:1\r\n");
+  EXPECT_EQ(run(0, {"HGET", k[3], "aaaaaaaaaaaaaaaa:1"}), redlock::test::bulk("f5000:7:tok-a7")) << "not marked";
+  const std::vector<std::string> plain_keys{k[0], k[1], k[2], k[3]};
+  EXPECT_EQ(eval(0, scripts::release_script, plain_keys, {"tok-p1", "1"}), ":2\r\n");
+  EXPECT_EQ(get(0, k[0]), std::nullopt) << "a release without the counter handed a fenced waiter the key";
+  EXPECT_EQ(get(0, k[4]), "50");
+  EXPECT_EQ(next_message(), "aaaaaaaaaaaaaaaa:1") << "a wake-up only";
+  EXPECT_EQ(eval(0, scripts::dequeue_script, plain_keys, {"aaaaaaaaaaaaaaaa:1", ""}), ":0\r\n");
+  // A fenced release hands a plain waiter the key as the plain release does: no step, no fence.
+  run(0, {"SET", k[0], "tok-f1", "PX", "10000"});
+  EXPECT_EQ(
+      eval(0, scripts::fair_acquire_script, plain_keys, {"tok-a8", "5000", "aaaaaaaaaaaaaaaa:1", "0", "60000", "8"}),
+      "*2\r\n:0\r\n:1\r\n");
+  EXPECT_EQ(release("tok-f1"), ":2\r\n");
+  EXPECT_EQ(get(0, k[0]), "tok-a8");
+  EXPECT_EQ(get(0, k[4]), "50");
+  EXPECT_EQ(next_message(), "aaaaaaaaaaaaaaaa:1:8:");
+  EXPECT_EQ(next_message(), "aaaaaaaaaaaaaaaa:1:8") << "a plain waiter's message carries no fence";
+  // The dequeue and the fair round read a fenced waiter's marked offer: a key handed to a round it
+  // gave up is deleted (the counter keeps its step: it only stays higher).
+  run(0, {"DEL", k[0], k[1], k[2], k[3]});
+  run(0, {"SET", k[0], "tok-f2", "PX", "10000"});
+  EXPECT_EQ(fair("tok-a9", "aaaaaaaaaaaaaaaa:1", "0", "9"), "*3\r\n:0\r\n:50\r\n:1\r\n");
+  EXPECT_EQ(release("tok-f2"), ":2\r\n");
+  EXPECT_EQ(get(0, k[0]), "tok-a9");
+  EXPECT_EQ(get(0, k[4]), "51");
+  EXPECT_EQ(fair("tok-a10", "aaaaaaaaaaaaaaaa:1", "1", "10"), "*3\r\n:1\r\n:52\r\n:1\r\n")
+      << "the key handed to the round given up must go, and the next round be granted";
+  EXPECT_EQ(get(0, k[0]), "tok-a10");
+  run(0, {"SET", k[0], "tok-f3", "PX", "10000"});
+  EXPECT_EQ(fair("tok-a11", "aaaaaaaaaaaaaaaa:1", "1", "11"), "*3\r\n:0\r\n:52\r\n:1\r\n");
+  EXPECT_EQ(release("tok-f3"), ":2\r\n");
+  EXPECT_EQ(get(0, k[0]), "tok-a11");
+  EXPECT_EQ(eval(0, scripts::dequeue_script, plain_keys, {"aaaaaaaaaaaaaaaa:1", ""}), ":1\r\n");
+  EXPECT_EQ(get(0, k[0]), std::nullopt) << "the dequeue kept a key handed to a fenced waiter that gave up";
+  EXPECT_EQ(get(0, k[4]), "53");
 }
 
 // ==== digests ========================================================================================

@@ -61,7 +61,7 @@ enum class arg_ref : std::uint8_t {
   ticket,         ///< the fair round's ticket
   entry_timeout,  ///< how long a queue entry or a writer's claim lives unless renewed, ms
   permits,        ///< the semaphore's permits
-  fence_floor,    ///< the largest counter seen so far (fenced acquire)
+  fence_floor,    ///< the largest counter seen so far (fenced acquire, fair or not)
   fence,          ///< the fence to confirm
   create,         ///< "1" when the confirmation may create a missing counter, else "0"
   zero,           ///< "0": a place holder the script does not read (keeps later ARGV in place); "no"
@@ -74,9 +74,9 @@ enum class arg_ref : std::uint8_t {
 struct step_spec {
   const detail::script* script = nullptr;  ///< null: `set_nx`, or the kind has no such step
   bool set_nx = false;                     ///< the plain acquire: `SET lock token NX PX ttl`
-  std::array<key_ref, 4> keys{};           ///< the script's KEYS, in order (the first `key_count`)
+  std::array<key_ref, 5> keys{};           ///< the script's KEYS, in order (the first `key_count`)
   std::uint8_t key_count = 0;              ///< how many of `keys`
-  std::array<arg_ref, 6> args{};           ///< the script's ARGV, in order (the first `arg_count`)
+  std::array<arg_ref, 7> args{};           ///< the script's ARGV, in order (the first `arg_count`)
   std::uint8_t arg_count = 0;              ///< how many of `args`
 
   /// Whether the kind has this step.
@@ -169,10 +169,16 @@ constexpr step_spec set_nx_step() {
 }
 
 // The plain lock's release and extension: every kind whose held key is a plain token key (plain,
-// fenced, writer) shares them, byte for byte.
+// fenced, writer) shares them, byte for byte (a fenced lock's release also names its counter).
 /// The check-the-token release, which hands the key to the first fair waiter (or wakes it).
 inline constexpr step_spec plain_release =
     script_step(detail::release_script, {K::lock, K::queue, K::expiry, K::offer}, {A::token, A::one});
+/// The fenced lock's release: the same script, which also grants the fence with a hand-over.
+inline constexpr step_spec fenced_release =
+    script_step(detail::release_script, {K::lock, K::queue, K::expiry, K::offer, K::fence}, {A::token, A::one});
+/// Leaving the fair queues when an acquisition ends (plain and fenced locks).
+inline constexpr step_spec fair_dequeue =
+    script_step(detail::dequeue_script, {K::lock, K::queue, K::expiry, K::offer}, {A::waiter, A::keep});
 /// The check-the-token extension, never shortening.
 inline constexpr step_spec plain_extend = script_step(detail::extend_script, {K::lock}, {A::token, A::ttl});
 
@@ -192,19 +198,25 @@ REDLOCK_API inline constexpr kind_spec plain{
                                 {A::token, A::ttl, A::waiter, A::ticket, A::entry_timeout, A::round}),
     .release = plain_release,
     .extend = plain_extend,
-    .dequeue = script_step(detail::dequeue_script, {K::lock, K::queue, K::expiry, K::offer}, {A::waiter, A::keep}),
+    .dequeue = fair_dequeue,
     .abandon = script_step(detail::release_script, {K::lock, K::queue, K::expiry, K::offer}, {A::token, A::zero}),
     .fair = true,
 };
 
-/// `lock_options::fence`.
+/// `lock_options::fence`: the plain lock's fair hand-over, where each grant and each hand-over also
+/// moves the fencing counter (docs/safety.md, "Fencing tokens").
 REDLOCK_API inline constexpr kind_spec fenced{
     .name = "fenced",
     .acquire = script_step(detail::fence_acquire_script, {K::lock, K::fence}, {A::token, A::ttl, A::fence_floor}),
-    .release = plain_release,
+    .fair_acquire = script_step(detail::fair_acquire_script, {K::lock, K::queue, K::expiry, K::offer, K::fence},
+                                {A::token, A::ttl, A::waiter, A::ticket, A::entry_timeout, A::round, A::fence_floor}),
+    .release = fenced_release,
     .extend = plain_extend,
     .confirm = script_step(detail::fence_confirm_script, {K::lock, K::fence}, {A::token, A::fence, A::create}),
-    .abandon = script_step(detail::fence_abandon_script, {K::lock, K::queue, K::expiry, K::fence}, {A::token}),
+    .dequeue = fair_dequeue,
+    .abandon =
+        script_step(detail::fence_abandon_script, {K::lock, K::queue, K::expiry, K::offer, K::fence}, {A::token}),
+    .fair = true,
     .fence = true,
     .resend_after_grant = true,
 };

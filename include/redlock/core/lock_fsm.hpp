@@ -17,7 +17,8 @@
 /// Lock kinds (docs/design.md, "Lock kinds"): every kind but the plain lock acquires with a script
 /// that answers `{status, number}`; a semaphore needs more than a majority (`lock_rules::quorum`);
 /// a fenced lock whose granting masters disagree on the fence confirms it on them before success,
-/// and one granted by a master without a counter first hears the other masters' counters.
+/// and one granted by a master without a counter first hears the other masters' counters. A fenced
+/// lock queues and is handed over as the plain lock is; each hand-over grants a fence.
 
 #include <redlock/core/kind_spec.hpp>
 #include <redlock/core/outcome.hpp>
@@ -152,12 +153,16 @@ class lock_fsm {
     if (state_ == state::hearing && round == round_) return on_heard(master, ec, reply, down_cause, now, unit_random);
     if (state_ != state::waiting || round != round_) return {};
     if (rules_.fence && !ec) {
-      if (const auto f = fair_reply_of(reply); f.valid && f.ticket > fence_floor_) fence_floor_ = f.ticket;
+      if (const auto f = fair_reply_of(reply); f.valid && f.number > fence_floor_) fence_floor_ = f.number;
     }
     if (fair_round_ && !ec) {
       // The waiter's ticket is the highest any master gave it: the same on every master from the
-      // next round on, so that all masters order the waiters alike.
-      if (const auto f = fair_reply_of(reply); f.valid && f.ticket > ticket_) ticket_ = f.ticket;
+      // next round on, so that all masters order the waiters alike. A fenced lock's fair answer
+      // carries it after the fence.
+      if (const auto f = fair_reply_of(reply); f.valid) {
+        const auto t = rules_.fence ? f.ticket : f.number;
+        if (t > ticket_) ticket_ = t;
+      }
     }
     auto result = classify(table_.cmd(), ec, reply);
     if (result.status == master_status::unreachable && down_cause) result.error = down_cause;
@@ -171,7 +176,7 @@ class lock_fsm {
       }
     }
     if (handed_count_ != 0) {
-      if (auto a = check_handed(now); a.what != lock_action::type::wait) return a;
+      if (auto a = check_handed(now, unit_random); a.what != lock_action::type::wait) return a;
     }
     if (table_.state() == quorum_state::pending) return {};
     if (table_.state() == quorum_state::reached) {
@@ -225,11 +230,24 @@ class lock_fsm {
   /// the acquisition ends. Every hand-over also says that the holder released: it counts as a
   /// wake-up (`on_wake`), so that hand-overs that cannot make a quorum start the next round; while
   /// the round's other masters can still hand it over (their messages are on the way), it waits.
-  lock_action on_handover(std::uint64_t round, std::size_t master, clock::time_point now) {
+  ///
+  /// A fenced lock's hand-over is also a grant of a fence: `fence` is the master's counter, which
+  /// the release moved up with the key. Once counted, the hand-overs and grants go through the
+  /// fence's confirmation like a round's grants (`begin_confirm`; `unit_random` draws the retry
+  /// delay should it fail). A hand-over to a fenced lock without a fence (a plain lock's release
+  /// on the same name) is not counted: it only wakes.
+  lock_action on_handover(std::uint64_t round, std::size_t master, clock::time_point now, std::int64_t fence = 0,
+                          double unit_random = 0) {
     if (!rules_.fair || master >= rules_.masters) return {};
     if (state_ != state::waiting && state_ != state::sleeping) return {};
     bool kept = false;  // counted now, or once its master's answer comes
-    if (fair_round_ && round == round_ && master < table_.size() && !(state_ == state::sleeping && released_)) {
+    const bool fenced_ok = !rules_.fence || (fence > 0 && fence < max_counter);
+    if (fair_round_ && round == round_ && master < table_.size() && !(state_ == state::sleeping && released_) &&
+        fenced_ok) {
+      if (rules_.fence) {
+        if (handed_fence_.size() != rules_.masters) handed_fence_.assign(rules_.masters, 0);
+        handed_fence_[master] = fence;
+      }
       const auto s = table_.status(master);
       if (s == master_status::pending && state_ == state::waiting) {
         // Before its answer (the answer and TIME behind it come together): counted once it comes.
@@ -240,7 +258,7 @@ class lock_fsm {
         mark(master, heard_handed);
         ++handed_count_;
         kept = true;
-        if (auto a = check_handed(now); a.what != lock_action::type::wait) return a;
+        if (auto a = check_handed(now, unit_random); a.what != lock_action::type::wait) return a;
       }
     }
     if (!kept && master < table_.size()) mark(master, heard_passed);  // it handed over what it had: nothing more comes
@@ -311,6 +329,8 @@ class lock_fsm {
       return fair_round_ ? step::fair_acquire : step::acquire;
     }
     if (state_ != state::done || !succeeded_ || !held || !rules_.resend_after_grant) return std::nullopt;
+    // A fair round's grant too is sent again as the kind's acquire: the lock is ours, and that
+    // leaves no queue entry or offer behind.
     if (round == acquire_round_) return step::acquire;
     if (confirm_round_ != 0 && round == confirm_round_) return step::confirm;
     return std::nullopt;
@@ -391,7 +411,8 @@ class lock_fsm {
     for (std::size_t i = 0; i < table_.size(); ++i) {
       const auto status = table_.status(i);
       const auto value = table_.value(i);
-      if (status != master_status::granted && status != master_status::taken) continue;
+      if (status != master_status::granted && status != master_status::taken && status != master_status::queued)
+        continue;
       if (value <= -max_counter || value >= max_counter) {  // not a counter (nor a clock) of ours
         v.invalid = true;
         continue;
@@ -415,7 +436,7 @@ class lock_fsm {
   lock_action on_heard(std::size_t master, boost::system::error_code ec, const resp::response& reply,
                        boost::system::error_code down_cause, clock::time_point now, double unit_random) {
     if (!ec) {
-      if (const auto f = fair_reply_of(reply); f.valid && f.ticket > fence_floor_) fence_floor_ = f.ticket;
+      if (const auto f = fair_reply_of(reply); f.valid && f.number > fence_floor_) fence_floor_ = f.number;
     }
     auto result = classify(table_.cmd(), ec, reply);
     if (result.status == master_status::unreachable && down_cause) result.error = down_cause;
@@ -566,15 +587,22 @@ class lock_fsm {
 
   // The round's hand-overs, with its grants while it is still being answered: success once they
   // make a quorum within the validity; a hand-over that comes too late is given back by the next
-  // round or the dequeue.
-  lock_action check_handed(clock::time_point now) {
+  // round or the dequeue. A fenced lock's then confirm their fence, as a round's grants do (a
+  // round counted by hand-overs while it sleeps had no grant standing: it released none).
+  lock_action check_handed(clock::time_point now, double unit_random) {
     const auto grants = state_ == state::waiting ? table_.count(master_status::granted) : 0;
     if (grants + handed_count_ < table_.needed()) return {};
     if (validity<clock>(rules_.ttl, table_.start(), now, rules_.drift) <= clock::duration::zero()) return {};
     for (std::size_t i = 0; i < heard_.size(); ++i) {
-      if (has(i, heard_handed)) table_.hand_over(i, now);
+      if (!has(i, heard_handed)) continue;
+      if (rules_.fence) {
+        table_.hand_over(i, now, handed_fence_[i]);
+      } else {
+        table_.hand_over(i, now);
+      }
     }
     deadline_ = core::validity_deadline<clock>(rules_.ttl, table_.start(), rules_.drift);
+    if (rules_.fence) return begin_confirm(now, unit_random);
     last_error_.clear();
     return finish({}, false);
   }
@@ -663,6 +691,7 @@ class lock_fsm {
   std::size_t wakeups_ = 0;
   bool released_ = false;  // the failed round in progress sent a release
   std::size_t handed_count_ = 0;
+  std::vector<std::int64_t> handed_fence_;  // per master: the fence its hand-over granted (fenced rules)
   // Fencing (rules_.fence).
   std::int64_t fence_ = 0;
   std::int64_t fence_floor_ = 0;     // the largest counter any master answered

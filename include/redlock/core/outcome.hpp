@@ -44,38 +44,44 @@ enum class command : std::uint8_t {
   confirm,
 };
 
-/// An acquire script's answer: its status and its number (ticket, fence, count) on that master.
+/// An acquire script's answer: its status and its number (ticket, fence, count) on that master,
+/// and the fenced fair acquisition's ticket.
 struct fair_reply {
-  bool valid = false;                             ///< false: not `{1|0|-1, integer}`, the rest unset
+  bool valid = false;                             ///< false: not `{1|0|-1, integer[, integer]}`, the rest unset
   master_status status = master_status::pending;  ///< 1 `granted`, 0 `taken`, -1 `queued`
-  std::int64_t ticket = 0;                        ///< the script's number (ticket, fence or count)
+  std::int64_t number = 0;                        ///< the script's number (ticket, fence or count)
+  /// The third integer, which only the fair acquisition of a fenced lock answers: its ticket (its
+  /// number is the fence). 0 when there is none.
+  std::int64_t ticket = 0;
 };
 
-/// Reads `{status, number}` (two integers) from a reply of an acquire script.
+/// Reads `{status, number}` or `{status, number, ticket}` (integers) from a reply of an acquire script.
 inline fair_reply fair_reply_of(const resp::response& r) noexcept {
   fair_reply out;
   const resp::node* v = resp::reply_value(r);
-  if (!v || v->data_type != resp::type::array || v->aggregate_size != 2) return out;
+  if (!v || v->data_type != resp::type::array || (v->aggregate_size != 2 && v->aggregate_size != 3)) return out;
   const auto first = static_cast<std::size_t>(v - r.data());
-  if (first + 2 >= r.size()) return out;
-  const auto& s = r[first + 1];
-  const auto& t = r[first + 2];
-  if (s.data_type != resp::type::integer || t.data_type != resp::type::integer) return out;
-  std::int64_t ticket = 0;
-  const auto* end = t.value.data() + t.value.size();
-  if (auto [p, ec] = std::from_chars(t.value.data(), end, ticket); ec != std::errc{} || p != end) return out;
-  const std::string_view status{s.value};
-  if (status == "1") {
+  const std::size_t count = v->aggregate_size;
+  if (first + count >= r.size()) return out;
+  std::int64_t numbers[3] = {0, 0, 0};
+  for (std::size_t i = 1; i <= count; ++i) {
+    const auto& n = r[first + i];
+    if (n.data_type != resp::type::integer) return out;
+    const auto* end = n.value.data() + n.value.size();
+    if (auto [p, ec] = std::from_chars(n.value.data(), end, numbers[i - 1]); ec != std::errc{} || p != end) return out;
+  }
+  if (numbers[0] == 1) {
     out.status = master_status::granted;
-  } else if (status == "0") {
+  } else if (numbers[0] == 0) {
     out.status = master_status::taken;
-  } else if (status == "-1") {
+  } else if (numbers[0] == -1) {
     out.status = master_status::queued;
   } else {
     return out;
   }
   out.valid = true;
-  out.ticket = ticket;
+  out.number = numbers[1];
+  out.ticket = numbers[2];
   return out;
 }
 
@@ -111,7 +117,7 @@ inline master_result classify(command cmd, boost::system::error_code ec, const r
       const auto f = fair_reply_of(r);
       if (f.valid) {
         out.status = f.status;
-        out.value = f.ticket;
+        out.value = f.number;
       }
     } else if (v->data_type == resp::type::integer) {
       const std::string_view n{v->value};
@@ -178,13 +184,15 @@ class round_table {
   /// Master `i`, which answered "taken" or "queued", was then handed the key by a holder's
   /// release (fair hand-over): its answer becomes a grant, with its latency up to `now`. The
   /// quorum is the caller's to judge (`lock_fsm::on_handover`); the votes stay as answered.
-  void hand_over(std::size_t i, clock::time_point now) {
+  void hand_over(std::size_t i, clock::time_point now) { hand_over(i, now, results_.value(i)); }
+  /// The same for a fenced lock, whose hand-over granted the fence `fence` (its value from now on).
+  void hand_over(std::size_t i, clock::time_point now, std::int64_t fence) {
     if (i >= results_.size()) return;
     const auto s = results_.status(i);
     if (s != master_status::taken && s != master_status::queued) return;
     master_result r;
     r.status = master_status::granted;
-    r.value = results_.value(i);
+    r.value = fence;
     r.latency = std::chrono::duration_cast<std::chrono::microseconds>(now - start_);
     results_.set(i, std::move(r));
   }

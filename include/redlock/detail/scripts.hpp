@@ -18,19 +18,26 @@ struct script {
 };
 
 /// KEYS[1] = key, KEYS[2] = its waiter queue, KEYS[3] = the queue's expiries, KEYS[4] = the
-/// waiters' offers; ARGV[1] = token, ARGV[2] = "1" to hand the key over (a held lock's release),
-/// else "0" (a failed round's). Deletes the key only if it still holds our token: 0 (not ours), 1
-/// (deleted), 2 (deleted, and waiters are queued). With waiters, after dropping expired entries,
-/// the first of them is told on its client's channel. With "1" and an offer from that waiter, a
-/// first message `<waiter>:<round>:` asks whether its client is there: if a connection of this
-/// master received it (a waiter whose process died has none left; `PUBLISH` counts only this
-/// node's receivers), the key is set for the waiter with the offer's token and ttl (the waiter
-/// keeps its place in the queue until its acquisition ends), and only then a second message,
-/// `<waiter>:<round>`, hands it over. Otherwise the message is the
-/// waiter's name: a wake-up, which also says that this master hands it nothing this time. See
-/// docs/design.md, "Fair hand-over".
+/// waiters' offers, and for a fenced lock KEYS[5] = its fencing counter; ARGV[1] = token, ARGV[2] =
+/// "1" to hand the key over (a held lock's release), else "0" (a failed round's). Deletes the key
+/// only if it still holds our token: 0 (not ours), 1 (deleted), 2 (deleted, and waiters are
+/// queued). With waiters, after dropping expired entries, the first of them is told on its
+/// client's channel. With "1" and an offer from that waiter, a first message `<waiter>:<round>:`
+/// asks whether its client is there: if a connection of this master received it (a waiter whose
+/// process died has none left; `PUBLISH` counts only this node's receivers), the key is set for
+/// the waiter with the offer's token and ttl (the waiter keeps its place in the queue until its
+/// acquisition ends), and only then a second message, `<waiter>:<round>`, hands it over. A fenced
+/// waiter's offer is marked (`f<ttl>:<round>:<token>`): its hand-over is also a grant of the
+/// fence, so it is made only by a release that names the counter, and only where the counter is
+/// one as the grants write it; the counter moves one up with the key, and the message is
+/// `<waiter>:<round>:<fence>`. (A release that set a fenced waiter's key without that step would
+/// let the waiter's failed round take back a step nobody made, `fence_abandon_script`.) Otherwise
+/// the message is the waiter's name: a wake-up, which also says that this master hands it nothing
+/// this time. The counter is read before anything is written. See docs/design.md, "Fair
+/// hand-over".
 REDLOCK_API inline constexpr script release_script{
     R"(if redis.call("get",KEYS[1]) ~= ARGV[1] then return 0 end
+local n = KEYS[5] and redis.call("get",KEYS[5])
 redis.call("del",KEYS[1])
 local h = redis.call("zrange",KEYS[2],0,0)[1]
 if not h then return 1 end
@@ -45,16 +52,23 @@ if #gone > 0 then
 end
 local c = "redlock:wake:"..string.sub(h,1,16)
 if ARGV[2] == "1" then
-  local ttl, round, tok = string.match(redis.call("hget",KEYS[4],h) or "","^(%d+):(%d+):(.+)$")
+  local f, ttl, round, tok = string.match(redis.call("hget",KEYS[4],h) or "","^(f?)(%d+):(%d+):(.+)$")
+  if f == "f" and not (n and string.match(n,"^[1-9]%d*$") and tonumber(n) < 9007199254740000) then tok = nil end
   if tok and redis.call("publish",c,h..":"..round..":") > 0 then
     redis.call("set",KEYS[1],tok,"px",ttl)
-    redis.call("publish",c,h..":"..round)
+    local m = h..":"..round
+    if f == "f" then
+      n = string.format("%d",tonumber(n)+1)
+      redis.call("set",KEYS[5],n)
+      m = m..":"..n
+    end
+    redis.call("publish",c,m)
     return 2
   end
 end
 redis.call("publish",c,h)
 return 2)",
-    "d9fc5322d78ef1f022e8a90389cbdcb9d7e80e7f"};
+    "8e5ef51c4955c2d92046ed04636165a9063aa88d"};
 
 /// The end of a fair waiter's acquisition (docs/design.md, "Fair hand-over"). KEYS as for
 /// `release_script`; ARGV[1] = the waiter, ARGV[2] = the token it keeps (the granted lock's, or
@@ -66,13 +80,13 @@ redis.call("zrem",KEYS[2],ARGV[1])
 redis.call("zrem",KEYS[3],ARGV[1])
 if not v then return 0 end
 redis.call("hdel",KEYS[4],ARGV[1])
-local tok = string.match(v,"^%d+:%d+:(.+)$")
+local tok = string.match(v,"^f?%d+:%d+:(.+)$")
 if tok == ARGV[2] or redis.call("get",KEYS[1]) ~= tok then return 0 end
 redis.call("del",KEYS[1])
 local h = redis.call("zrange",KEYS[2],0,0)[1]
 if h then redis.call("publish","redlock:wake:"..string.sub(h,1,16),h) end
 return 1)",
-    "9a6a3488cebdd9f937bfaea6a1c14c061e0fcc11"};
+    "588d47b0d78d2f2ebf87de2845c0ee13ed8b90c4"};
 
 /// KEYS[1] = key, ARGV[1] = token, ARGV[2] = ttl in ms. If the key still holds our token, makes it
 /// live at least ttl more (never less than it already had: an extension that fails after moving an
@@ -124,14 +138,29 @@ return r)",
 /// (the grant drops the caller's expiry first): a helper key of the wrong type fails the script before it writes, as
 /// every script must; a lock key that is not a string (another kind's, on the same name) is held, as for `SET NX`.
 /// Returns {status, ticket}: status 1 granted, 0 the key is held, -1 the key is free but another waiter comes first.
+/// A fenced lock also sends KEYS[5] = its fencing counter and ARGV[7] = the largest counter the caller saw; its offer
+/// is marked (`f` first), and it is answered {status, number, ticket}, the number as `fence_acquire_script` answers
+/// it: a grant moves the counter
+/// above both its value and ARGV[7] and answers it; otherwise (or with no counter) the counter, or this master's
+/// clock in microseconds, negated. A counter that is not one is an error reply before anything is written.
 REDLOCK_API inline constexpr script fair_acquire_script{
-    R"(local q, e, o, me = KEYS[2], KEYS[3], KEYS[4], ARGV[3]
+    R"(local q, e, o, me, fk = KEYS[2], KEYS[3], KEYS[4], ARGV[3], KEYS[5]
+local cnt = fk and redis.call("get",fk)
+if cnt and not (string.match(cnt,"^%d+$") and tonumber(cnt) < 9007199254740000) then
+  return redis.error_reply("REDLOCK fence counter is not a counter")
+end
+local function answer(status, ticket)
+  if not fk then return {status,ticket} end
+  if cnt then return {status,tonumber(cnt),ticket} end
+  local t = redis.call("time")
+  return {status,-(t[1]*1000000+t[2]),ticket}
+end
 local held = redis.call("exists",KEYS[1]) == 1
 local mine = redis.call("hget",o,me)
 local stale = false
 if held and mine then
   local v = redis.pcall("get",KEYS[1])
-  stale = type(v) == "string" and string.match(mine,"^%d+:%d+:(.+)$") == v
+  stale = type(v) == "string" and string.match(mine,"^f?%d+:%d+:(.+)$") == v
   held = not stale
 end
 local sent = tonumber(ARGV[4])
@@ -185,7 +214,12 @@ if not held then
     if mine then redis.call("hdel",o,me) end
     if stale then redis.call("del",KEYS[1]) end
     redis.call("set",KEYS[1],ARGV[1],"nx","px",ARGV[2])
-    return {1,ticket}
+    if cnt then
+      local f = math.max(tonumber(cnt),tonumber(ARGV[7]))+1
+      redis.call("set",fk,string.format("%d",f))
+      return {1,f,ticket}
+    end
+    return answer(1,ticket)
   end
   status = -1
 elseif not swept and not redis.call("zscore",e,me) then
@@ -196,7 +230,7 @@ local timeout = tonumber(ARGV[5])
 redis.call("zadd",q,ticket,me)
 redis.call("zadd",e,clock()+timeout,me)
 if ARGV[6] ~= "0" then
-  redis.call("hset",o,me,ARGV[2]..":"..ARGV[6]..":"..ARGV[1])
+  redis.call("hset",o,me,(fk and "f" or "")..ARGV[2]..":"..ARGV[6]..":"..ARGV[1])
 elseif mine then
   redis.call("hdel",o,me)
 end
@@ -211,8 +245,8 @@ if redis.call("pttl",q) < timeout then
   redis.call("pexpire",e,timeout)
 end
 if redis.call("pttl",o) < timeout then redis.call("pexpire",o,timeout) end
-return {status,ticket})",
-    "76667bf9e01f4a557d3f073c0b31ff7f0fe7c87f"};
+return answer(status,ticket))",
+    "3221b78050fe50e49e1b369d610e857b1e06e646"};
 
 // ---- lock kinds (docs/design.md, "Lock kinds"; docs/safety.md, "Lock kinds") ---------------------
 // Each acquire script answers {status, number} like the fair one (core::command::acquire_script);
@@ -268,21 +302,23 @@ return 1)",
     "91769d181b052bb317e68778cfc9ca3d5475cebd"};
 
 /// The release of a fenced round that failed or was cancelled (its fence was never handed to anyone).
-/// KEYS as for `release_script`, then KEYS[4] = the fencing counter; ARGV[1] = token. Does what
-/// `release_script` does and, when the key still held our token, takes back the one step our grant
-/// moved the counter up: nothing else can have changed the counter while the key was ours (a grant
-/// needs the key absent, a confirmation needs the key to hold its caller's token), and our grant
-/// raised it by at least one, so it stays at or above what it was before that grant, and no fence
-/// anyone was given can be handed again (docs/safety.md, "Fencing tokens"). Failed rounds then
-/// leave the counters where they found them (or at the floor they were sent with), and the next
-/// holder's masters agree on its fence without a confirmation. The counter is read before anything
-/// is written (a key of another type is an error reply that changed nothing); one that is not a
-/// counter as the grants write them (canonical decimal digits, not 0) is left alone.
+/// KEYS as for a fenced lock's `release_script` (KEYS[5] = the fencing counter); ARGV[1] = token.
+/// Does what `release_script` does with "0" (it hands nothing over) and, when the key still held
+/// our token, takes back the one step that our grant, or the release that handed us the key,
+/// moved the counter up: nothing else can have changed the counter while the key was ours (a
+/// grant or a hand-over needs the key absent or another's, a confirmation needs the key to hold
+/// its caller's token), and that step raised it by at least one, so it stays at or above what it
+/// was before, and no fence anyone was given can be handed again (docs/safety.md, "Fencing
+/// tokens"). Failed rounds then leave the counters where they found them (or at the floor they
+/// were sent with), and the next holder's masters agree on its fence without a confirmation. The
+/// counter is read before anything is written (a key of another type is an error reply that
+/// changed nothing); one that is not a counter as the grants write them (canonical decimal
+/// digits, not 0) is left alone.
 REDLOCK_API inline constexpr script fence_abandon_script{
     R"(if redis.call("get",KEYS[1]) ~= ARGV[1] then return 0 end
-local c = redis.call("get",KEYS[4])
+local c = redis.call("get",KEYS[5])
 redis.call("del",KEYS[1])
-if c and string.match(c,"^[1-9]%d*$") and tonumber(c) < 9007199254740000 then redis.call("decr",KEYS[4]) end
+if c and string.match(c,"^[1-9]%d*$") and tonumber(c) < 9007199254740000 then redis.call("decr",KEYS[5]) end
 local h = redis.call("zrange",KEYS[2],0,0)[1]
 if not h then return 1 end
 local t = redis.call("time")
@@ -290,12 +326,13 @@ local gone = redis.call("zrangebyscore",KEYS[3],"-inf",t[1]*1000+math.floor(t[2]
 if #gone > 0 then
   redis.call("zrem",KEYS[2],unpack(gone))
   redis.call("zrem",KEYS[3],unpack(gone))
+  redis.call("hdel",KEYS[4],unpack(gone))
   h = redis.call("zrange",KEYS[2],0,0)[1]
   if not h then return 1 end
 end
 redis.call("publish","redlock:wake:"..string.sub(h,1,16),h)
 return 2)",
-    "73e02ddb46300ffa73afa7e085de4c83c06c2568"};
+    "addc8f4f69a375ba107b5d48ba5a979b9d876ec1"};
 
 /// KEYS = the keys of every resource; ARGV[1] = token, ARGV[2] = ttl in ms. Sets every key or none:
 /// {1, count} when none existed, else {0, the first existing key's index}.

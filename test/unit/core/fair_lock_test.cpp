@@ -444,13 +444,134 @@ TEST(fair_lock, without_fairness_hand_overs_are_ignored_and_a_cancel_ends_a_wait
   EXPECT_FALSE(f.handed());
 }
 
+// ---- a fenced lock's hand-over: each one grants a fence ----------------------------------------------
+
+// Fair rules of a fenced lock whose releases hand it over.
+lock_rules fenced_handover_rules() {
+  auto r = handover_rules();
+  r.scripted = true;
+  r.fence = true;
+  return r;
+}
+
+// `{status, number, ticket}` as a fenced lock's fair round is answered (the number: a fence, a
+// counter, or a clock negated).
+resp::response fenced_fair(std::int64_t status, std::int64_t number, std::int64_t ticket) {
+  return {{resp::type::array, 3, 0, ""},
+          {resp::type::integer, 0, 1, std::to_string(status)},
+          {resp::type::integer, 0, 1, std::to_string(number)},
+          {resp::type::integer, 0, 1, std::to_string(ticket)}};
+}
+
+TEST(fenced_fair_lock, hand_overs_that_agree_on_the_fence_grant_it_without_a_confirmation) {
+  lock_fsm f{fenced_handover_rules()};
+  EXPECT_EQ(what(f.start(at(0ms), true)), "fair 0");
+  EXPECT_EQ(what(answer_all(f, 0, 4, fenced_fair(0, 42, 3), 1ms)), "sleep +51000us +release");
+  // The ticket is the third number, the counters the second.
+  EXPECT_EQ(f.ticket(), 3);
+  EXPECT_EQ(f.fence_floor(), 42);
+  const auto r = f.round();
+  EXPECT_EQ(what(f.on_handover(r, 0, at(5ms), 43)), "wait");
+  EXPECT_EQ(what(f.on_handover(r, 1, at(5ms), 43)), "wait");
+  EXPECT_EQ(what(f.on_handover(r, 2, at(6ms), 43)), "complete ok");
+  EXPECT_TRUE(f.handed());
+  EXPECT_EQ(f.fence(), 43);
+  EXPECT_EQ(f.confirm_rounds(), 0U);
+  EXPECT_EQ(f.table().value(2), 43);
+  EXPECT_EQ(f.validity_deadline(), at(10s - 102ms));
+}
+
+TEST(fenced_fair_lock, hand_overs_and_grants_that_disagree_confirm_the_largest_fence) {
+  lock_fsm f{fenced_handover_rules()};
+  f.start(at(0ms), true);
+  const auto r = f.round();
+  EXPECT_EQ(what(f.on_reply(r, 0, {}, fenced_fair(1, 50, 3), at(1ms), 0.0)), "wait");
+  EXPECT_EQ(what(f.on_reply(r, 1, {}, fenced_fair(0, 42, 3), at(1ms), 0.0)), "wait");
+  EXPECT_EQ(what(f.on_handover(r, 1, at(2ms), 43)), "wait");
+  EXPECT_EQ(what(f.on_reply(r, 2, {}, fenced_fair(-1, 42, 3), at(2ms), 0.0)), "wait");
+  // A grant and two hand-overs: a majority, whose fences differ. The two behind are raised first.
+  EXPECT_EQ(what(f.on_handover(r, 2, at(3ms), 43)), "confirm 50");
+  EXPECT_FALSE(f.needs_confirm(0));
+  EXPECT_TRUE(f.needs_confirm(1));
+  EXPECT_TRUE(f.needs_confirm(2));
+  EXPECT_FALSE(f.needs_confirm(3));
+  const auto c = f.round();
+  EXPECT_EQ(what(f.on_reply(c, 1, {}, int_reply("1"), at(4ms), 0.0)), "wait");
+  EXPECT_EQ(what(f.on_reply(c, 2, {}, int_reply("1"), at(4ms), 0.0)), "complete ok");
+  EXPECT_EQ(f.fence(), 50);
+  // The hand-over's key left a master before its confirmation: a failed round, released (the
+  // release takes back each step its grants and hand-overs made).
+  lock_fsm g{fenced_handover_rules()};
+  g.start(at(0ms), true);
+  const auto r2 = g.round();
+  answer_all(g, 0, 4, fenced_fair(0, 42, 3), 1ms);
+  g.on_handover(r2, 0, at(2ms), 43);
+  g.on_handover(r2, 1, at(2ms), 44);
+  EXPECT_EQ(what(g.on_handover(r2, 2, at(2ms), 43)), "confirm 44");
+  const auto c2 = g.round();
+  // Master 1 holds the fence; with master 0's "not ours", master 2 alone cannot make a majority.
+  EXPECT_EQ(what(g.on_reply(c2, 0, {}, int_reply("0"), at(3ms), 0.0)), "sleep +53000us +release");
+  EXPECT_EQ(what(g.on_reply(c2, 2, {}, int_reply("1"), at(3ms), 0.0)), "wait");
+  EXPECT_EQ(g.fence(), 0);
+  EXPECT_EQ(g.last_error(), redlock::error::not_acquired);
+}
+
+// A plain lock's release on the same name hands the key over with no fence: a fenced waiter
+// cannot count it (it would hold a fence no master vouches for). It only wakes.
+TEST(fenced_fair_lock, a_hand_over_without_a_fence_only_wakes) {
+  lock_fsm f{fenced_handover_rules()};
+  f.start(at(0ms), true);
+  answer_all(f, 0, 4, fenced_fair(0, 42, 3), 1ms);
+  const auto r = f.round();
+  EXPECT_EQ(what(f.on_handover(r, 0, at(2ms))), "wait");
+  EXPECT_EQ(what(f.on_handover(r, 1, at(2ms), -5)), "wait");
+  // The third wake-up is a majority, and the other two masters cannot make one: the next round.
+  EXPECT_EQ(what(f.on_handover(r, 2, at(2ms), 0)), "fair 3");
+  EXPECT_FALSE(f.done());
+  EXPECT_EQ(f.fence(), 0);
+  // A fence with a plain lock's rules is ignored: its hand-overs count as ever.
+  lock_fsm g{handover_rules()};
+  g.start(at(0ms), true);
+  answer_all(g, 0, 4, fair(0, 3), 1ms);
+  const auto r2 = g.round();
+  g.on_handover(r2, 0, at(2ms), 43);
+  g.on_handover(r2, 1, at(2ms), 43);
+  EXPECT_EQ(what(g.on_handover(r2, 2, at(2ms), 43)), "complete ok");
+  EXPECT_EQ(g.fence(), 0);
+}
+
 TEST(fair_reply, reads_status_and_ticket) {
   auto g = fair_reply_of(fair(1, 0));
   EXPECT_TRUE(g.valid);
   EXPECT_EQ(g.status, master_status::granted);
   EXPECT_EQ(fair_reply_of(fair(0, 3)).status, master_status::taken);
   EXPECT_EQ(fair_reply_of(fair(-1, 4)).status, master_status::queued);
-  EXPECT_EQ(fair_reply_of(fair(-1, 4)).ticket, 4);
+  EXPECT_EQ(fair_reply_of(fair(-1, 4)).number, 4);
+  EXPECT_EQ(fair_reply_of(fair(-1, 4)).ticket, 0);
+}
+
+// The fair acquisition of a fenced lock answers {status, fence or counter, ticket}.
+TEST(fair_reply, reads_a_fenced_answer_with_its_ticket) {
+  const auto f = fair_reply_of({{resp::type::array, 3, 0, ""},
+                                {resp::type::integer, 0, 1, "-1"},
+                                {resp::type::integer, 0, 1, "-1700000000000000"},
+                                {resp::type::integer, 0, 1, "7"}});
+  EXPECT_TRUE(f.valid);
+  EXPECT_EQ(f.status, master_status::queued);
+  EXPECT_EQ(f.number, -1700000000000000);
+  EXPECT_EQ(f.ticket, 7);
+  // Three elements, the last not an integer; or four.
+  EXPECT_FALSE(fair_reply_of({{resp::type::array, 3, 0, ""},
+                              {resp::type::integer, 0, 1, "1"},
+                              {resp::type::integer, 0, 1, "5"},
+                              {resp::type::blob_string, 0, 1, "7"}})
+                   .valid);
+  EXPECT_FALSE(fair_reply_of({{resp::type::array, 4, 0, ""},
+                              {resp::type::integer, 0, 1, "1"},
+                              {resp::type::integer, 0, 1, "5"},
+                              {resp::type::integer, 0, 1, "7"},
+                              {resp::type::integer, 0, 1, "8"}})
+                   .valid);
 }
 
 TEST(fair_reply, rejects_other_shapes) {

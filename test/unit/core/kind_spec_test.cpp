@@ -110,15 +110,23 @@ TEST(kind_spec, fenced_steps) {
   EXPECT_EQ(encoded(kinds::fenced, step::confirm, no_create, false),
             resp({"EVAL", scripts::fence_confirm_script.body, "2", "p:res", "p:res:redlock-fence", v.token,
                   "1700000000000999", "0"}));
-  // Held, a fenced lock is a plain token key: the plain release and extension.
-  EXPECT_EQ(encoded(kinds::fenced, step::release, v), encoded(kinds::plain, step::release, v));
+  // Held, a fenced lock is a plain token key: the plain extension, and the plain release, which
+  // also names the counter (a hand-over grants a fence).
+  EXPECT_EQ(encoded(kinds::fenced, step::release, v),
+            resp({"EVALSHA", scripts::release_script.sha1, "5", "p:res", "p:res:redlock-queue", "p:res:redlock-expiry",
+                  "p:res:redlock-offer", "p:res:redlock-fence", v.token, "1"}));
   EXPECT_EQ(encoded(kinds::fenced, step::extend, v), encoded(kinds::plain, step::extend, v));
-  EXPECT_EQ(encoded(kinds::fenced, step::fair_acquire, v), "(none)");
+  // Its fair rounds: the plain lock's fair acquisition, then the counter and the floor.
+  EXPECT_EQ(encoded(kinds::fenced, step::fair_acquire, v),
+            resp({"EVALSHA", scripts::fair_acquire_script.sha1, "5", "p:res", "p:res:redlock-queue",
+                  "p:res:redlock-expiry", "p:res:redlock-offer", "p:res:redlock-fence", v.token, "30000", v.waiter,
+                  "41", "550", "7", "1700000000000123"}));
+  EXPECT_EQ(encoded(kinds::fenced, step::dequeue, v), encoded(kinds::plain, step::dequeue, v));
   EXPECT_EQ(encoded(kinds::fenced, step::leave, v), "(none)");
-  // A failed round also gives its counter step back (the release's keys, then the counter).
+  // A failed round also gives its counter step back (the release's keys, the counter last).
   EXPECT_EQ(encoded(kinds::fenced, step::abandon, v, false),
-            resp({"EVAL", scripts::fence_abandon_script.body, "4", "p:res", "p:res:redlock-queue",
-                  "p:res:redlock-expiry", "p:res:redlock-fence", v.token}));
+            resp({"EVAL", scripts::fence_abandon_script.body, "5", "p:res", "p:res:redlock-queue",
+                  "p:res:redlock-expiry", "p:res:redlock-offer", "p:res:redlock-fence", v.token}));
 }
 
 TEST(kind_spec, reentrant_steps) {
@@ -233,7 +241,8 @@ TEST(kind_spec, every_row_has_what_its_rules_use) {
     EXPECT_EQ(k->fence, k->confirm.exists()) << "a fence is confirmed, and only a fence";
     EXPECT_EQ(k->claims, k->leave.exists()) << "a claim is dropped, and only a claim";
     EXPECT_EQ(k->fair, k->fair_acquire.exists());
-    EXPECT_FALSE(k->fair && k->scripted()) << "fair rounds start from a plain SET";
+    // The first round's answer is read as a fair round's, but for the ticket.
+    EXPECT_FALSE(k->fair && k->scripted() && !k->fence) << "fair rounds start from a plain SET or a fence's grant";
     EXPECT_FALSE(k->resend_after_grant && k->claims) << "a late acquire must not leave a claim behind";
     EXPECT_EQ(k->resend_after_grant, k->scripted() && !k->claims);
   }
@@ -263,10 +272,18 @@ TEST(kind_spec, every_step_sends_what_its_script_reads) {
       EXPECT_NE(std::find(std::begin(scripts::all_scripts), std::end(scripts::all_scripts), row.script),
                 std::end(scripts::all_scripts));
       const bool every_key = row.key_count == 1 && row.keys[0] == key_ref::all;
+      // The release and the fair acquisition read a fencing counter (and its floor) only when
+      // sent one: a fenced lock's.
+      const bool optional_fence = row.script == &scripts::release_script || row.script == &scripts::fair_acquire_script;
+      const bool fence_sent = row.key_count == 5;
       if (!every_key) {
-        EXPECT_GE(row.key_count, highest(row.script->body, "KEYS"));
+        EXPECT_GE(row.key_count + (optional_fence && !fence_sent ? 1 : 0), highest(row.script->body, "KEYS"));
       }
-      EXPECT_GE(row.arg_count, highest(row.script->body, "ARGV"));
+      EXPECT_GE(row.arg_count + (optional_fence && !fence_sent && row.script == &scripts::fair_acquire_script ? 1 : 0),
+                highest(row.script->body, "ARGV"));
+      if (optional_fence && fence_sent) {
+        EXPECT_EQ(row.keys[4], key_ref::fence);
+      }
     }
   }
 }

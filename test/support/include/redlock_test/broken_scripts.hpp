@@ -83,8 +83,8 @@ return {1,f})",
                                                    ""};
 // A failed fenced round's release that takes the counter step back whoever holds the key: the
 // step it takes back may be another holder's grant, whose fence the next grant hands out again.
-inline constexpr scripts::script unchecked_fence_abandon{R"(local c = redis.call("get",KEYS[4])
-if c and tonumber(c) > 0 then redis.call("decr",KEYS[4]) end
+inline constexpr scripts::script unchecked_fence_abandon{R"(local c = redis.call("get",KEYS[5])
+if c and tonumber(c) > 0 then redis.call("decr",KEYS[5]) end
 if redis.call("get",KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call("del",KEYS[1])
 return 1)",
@@ -139,10 +139,10 @@ inline constexpr twin_text stealing_fair_text =
     twin(scripts::fair_acquire_script.body,
          std::array<edit, 2>{{
              {"if held and mine then\n", "if held then\n"},
-             {R"(  stale = type(v) == "string" and string.match(mine,"^%d+:%d+:(.+)$") == v
+             {R"(  stale = type(v) == "string" and string.match(mine,"^f?%d+:%d+:(.+)$") == v
 )",
               R"(  for _, x in ipairs(redis.call("hvals",o)) do
-    if type(v) == "string" and string.match(x,"^%d+:%d+:(.+)$") == v then stale = true end
+    if type(v) == "string" and string.match(x,"^f?%d+:%d+:(.+)$") == v then stale = true end
   end
 )"},
          }});
@@ -154,5 +154,23 @@ inline constexpr twin_text unkept_dequeue_text =
                                            {"if tok == ARGV[2] or redis.call(", "if redis.call("},
                                        }});
 inline constexpr scripts::script unkept_dequeue{unkept_dequeue_text.view(), ""};
+
+// A fenced lock's release that hands the key over without granting the next fence: the waiter's
+// fence on that master is no larger than its predecessor's.
+inline constexpr twin_text unfenced_handover_text =
+    twin(scripts::release_script.body, std::array<edit, 1>{{
+                                           {"      redis.call(\"set\",KEYS[5],n)\n", ""},
+                                       }});
+inline constexpr scripts::script unfenced_handover{unfenced_handover_text.view(), ""};
+
+// A release that names no counter (a plain lock's on the same name, or an earlier version's) and
+// still hands the key to a fenced waiter: the counter does not move, and the waiter's failed round
+// takes back a step nobody made.
+inline constexpr twin_text unmarked_handover_text = twin(
+    scripts::release_script.body, std::array<edit, 2>{{
+                                      {"  if f == \"f\" and not (n and", "  if KEYS[5] and f == \"f\" and not (n and"},
+                                      {"    if f == \"f\" then\n", "    if KEYS[5] and f == \"f\" then\n"},
+                                  }});
+inline constexpr scripts::script unmarked_handover{unmarked_handover_text.view(), ""};
 
 }  // namespace redlock::test::broken
