@@ -8,7 +8,8 @@
 //  (k3) hand-overs per second of a semaphore with P permits among C contenders (coroutines spread
 //       over 4 clients, each locking, holding for --hold-us, releasing, again), next to an
 //       exclusive lock with the same contenders; and the largest number of holders seen at once
-//       (it must never exceed P).
+//       (it must never exceed P). All three poll (fairness off); then the exclusive and fenced
+//       locks again with the defaults' fairness (each release hands the lock to the first waiter).
 //
 // Prints a table and writes JSON (--json FILE). Instructions and allocations per kind (noise-free)
 // come from cycle_cost_bench under callgrind: `bench/report.py cycle-cost-kinds`.
@@ -181,14 +182,17 @@ int main(int argc, char** argv) {
 
   // ---- (k3): semaphore hand-overs with more contenders than permits -----------------------------
   struct contention {
-    long acquired = 0;
+    long acquired = 0;  // counted: after the first 500 ms
+    long all = 0;       // from the start, as the clients' counters below
     long failed = 0;
     int holders = 0;
     int most = 0;
     std::uint64_t confirmations = 0;
+    std::uint64_t handovers = 0;  // acquisitions granted by a release's hand-over (fairness on)
   };
   enum class mode { semaphore, exclusive, fenced };
-  const auto contend = [&](mode m) {
+  // `fair`: the client's fairness (queue and hand-over) on, as by default; off, every contender polls.
+  const auto contend = [&](mode m, bool fair) {
     const bool semaphore = m == mode::semaphore;
     contention out;
     asio::io_context ioc{1};
@@ -197,7 +201,7 @@ int main(int argc, char** argv) {
     ccfg.retry.base_delay = 2ms;  // both contenders poll alike: only the kind differs
     ccfg.retry.jitter = 3ms;
     ccfg.retry.max_wait = 10s;
-    ccfg.fairness.enabled = false;
+    ccfg.fairness.enabled = fair;
     for (int i = 0; i < 4; ++i) clients.push_back(std::make_unique<redlock::client>(ioc.get_executor(), ccfg));
     redlock::lock_options opts;
     if (semaphore) {
@@ -222,6 +226,7 @@ int main(int argc, char** argv) {
                 continue;
               }
               if (clock_type::now() >= start_counting) ++out.acquired;
+              ++out.all;
               out.most = std::max(out.most, ++out.holders);
               if (hold_us > 0) {
                 t.expires_after(std::chrono::microseconds{hold_us});
@@ -233,6 +238,7 @@ int main(int argc, char** argv) {
             if (--running == 0) {
               for (auto& cl : clients) {
                 out.confirmations += cl->stats().fence_confirmations;
+                out.handovers += cl->stats().lock_handovers;
                 cl->close();
               }
             }
@@ -242,9 +248,12 @@ int main(int argc, char** argv) {
     ioc.run();
     return out;
   };
-  const auto sem = contend(mode::semaphore);
-  const auto excl = contend(mode::exclusive);
-  const auto fenced = contend(mode::fenced);
+  const auto sem = contend(mode::semaphore, false);
+  const auto excl = contend(mode::exclusive, false);
+  const auto fenced = contend(mode::fenced, false);
+  // The same two with the defaults' fairness: each release hands the lock to the first waiter.
+  const auto excl_fair = contend(mode::exclusive, true);
+  const auto fenced_fair = contend(mode::fenced, true);
   std::printf("(k3) %d contenders on 4 clients, hold %ld us, %.1f s, retry 2-5 ms, fairness off\n", contenders, hold_us,
               seconds);
   std::printf("  semaphore P=%d (quorum %zu of 5): %8.0f hand-overs/s, at most %d holders at once, %ld failed\n",
@@ -254,7 +263,19 @@ int main(int argc, char** argv) {
               static_cast<double>(excl.acquired) / seconds, excl.most, excl.failed);
   std::printf("  fenced exclusive lock:       %8.0f hand-overs/s; %.1f%% of them needed the fence confirmed\n",
               static_cast<double>(fenced.acquired) / seconds,
-              100.0 * static_cast<double>(fenced.confirmations) / static_cast<double>(std::max(1L, fenced.acquired)));
+              100.0 * static_cast<double>(fenced.confirmations) / static_cast<double>(std::max(1L, fenced.all)));
+  std::printf("(k3) the same with fairness on (queue and hand-over, the defaults)\n");
+  std::printf(
+      "  exclusive lock:              %8.0f hand-overs/s, %.1f%% by a release's hand-over, at most %d holders\n",
+      static_cast<double>(excl_fair.acquired) / seconds,
+      100.0 * static_cast<double>(excl_fair.handovers) / static_cast<double>(std::max(1L, excl_fair.all)),
+      excl_fair.most);
+  std::printf(
+      "  fenced exclusive lock:       %8.0f hand-overs/s, %.1f%% by a release's hand-over; %.1f%% needed the fence "
+      "confirmed\n",
+      static_cast<double>(fenced_fair.acquired) / seconds,
+      100.0 * static_cast<double>(fenced_fair.handovers) / static_cast<double>(std::max(1L, fenced_fair.all)),
+      100.0 * static_cast<double>(fenced_fair.confirmations) / static_cast<double>(std::max(1L, fenced_fair.all)));
   if (failures) std::printf("(k1) %ld acquisitions failed\n", failures);
 
   if (!json_path.empty()) {
@@ -264,11 +285,17 @@ int main(int argc, char** argv) {
         " \"k3\": {{\"contenders\": {}, \"permits\": {}, \"quorum\": {}, \"seconds\": {}, \"hold_us\": {},\n"
         "  \"semaphore_per_s\": {:.1f}, \"semaphore_most_holders\": {}, \"exclusive_per_s\": {:.1f}, "
         "\"exclusive_most_holders\": {}, \"fenced_per_s\": {:.1f}, \"fenced_confirmations\": {}, "
-        "\"fenced_acquired\": {}}}}}\n",
+        "\"fenced_acquired\": {}, \"fenced_all\": {},\n"
+        "  \"fair\": {{\"exclusive_per_s\": {:.1f}, \"exclusive_all\": {}, \"exclusive_handovers\": {}, "
+        "\"exclusive_most_holders\": {}, \"fenced_per_s\": {:.1f}, \"fenced_all\": {}, \"fenced_handovers\": {}, "
+        "\"fenced_confirmations\": {}, \"fenced_most_holders\": {}}}}}}}\n",
         rounds, cycles, k1_json, failures, contenders, permits,
         redlock::core::semaphore_quorum(5, static_cast<std::size_t>(permits)), seconds, hold_us,
         static_cast<double>(sem.acquired) / seconds, sem.most, static_cast<double>(excl.acquired) / seconds, excl.most,
-        static_cast<double>(fenced.acquired) / seconds, fenced.confirmations, fenced.acquired);
+        static_cast<double>(fenced.acquired) / seconds, fenced.confirmations, fenced.acquired, fenced.all,
+        static_cast<double>(excl_fair.acquired) / seconds, excl_fair.all, excl_fair.handovers, excl_fair.most,
+        static_cast<double>(fenced_fair.acquired) / seconds, fenced_fair.all, fenced_fair.handovers,
+        fenced_fair.confirmations, fenced_fair.most);
   }
-  return sem.most <= permits && excl.most <= 1 ? 0 : 1;
+  return sem.most <= permits && excl.most <= 1 && excl_fair.most <= 1 && fenced_fair.most <= 1 ? 0 : 1;
 }

@@ -636,9 +636,22 @@ def report(out: Path) -> int:
             w(f"| exclusive lock | {mr([k.get('exclusive_per_s') for k in k3])} | "
               f"{max(k.get('exclusive_most_holders', 0) for k in k3)} |")
             if any(k.get("fenced_per_s") for k in k3):
-                conf = [k["fenced_confirmations"] / k["fenced_acquired"] * 100 for k in k3 if k.get("fenced_acquired")]
+                conf = [k["fenced_confirmations"] / k.get("fenced_all", k["fenced_acquired"]) * 100 for k in k3
+                        if k.get("fenced_acquired")]
                 w(f"| fenced exclusive lock | {mr([k.get('fenced_per_s') for k in k3])} ({mr(conf)} % of them needed "
                   f"the fence confirmed) | 1 |")
+            fair = [k["fair"] for k in k3 if "fair" in k]
+            if fair:
+                w(f"\nThe same with fairness on, as by default ({runs_of(len(fair))}):\n")
+                w("| configuration | hand-overs/s | by a release's hand-over | fence confirmed | most holders at once |")
+                w("| --- | --- | --- | --- | --- |")
+                pct = lambda n, d: [f[n] / f[d] * 100 for f in fair if f.get(d)]
+                w(f"| exclusive lock | {mr([f.get('exclusive_per_s') for f in fair])} | "
+                  f"{mr(pct('exclusive_handovers', 'exclusive_all'))} % | | "
+                  f"{max(f.get('exclusive_most_holders', 0) for f in fair)} |")
+                w(f"| fenced exclusive lock | {mr([f.get('fenced_per_s') for f in fair])} | "
+                  f"{mr(pct('fenced_handovers', 'fenced_all'))} % | {mr(pct('fenced_confirmations', 'fenced_all'))} % | "
+                  f"{max(f.get('fenced_most_holders', 0) for f in fair)} |")
 
     # TLS
     tl = load(out / "tls_latency.json")
