@@ -33,11 +33,12 @@ struct script {
 /// `<waiter>:<round>:<fence>`. (A release that set a fenced waiter's key without that step would
 /// let the waiter's failed round take back a step nobody made, `fence_abandon_script`.) Otherwise
 /// the message is the waiter's name: a wake-up, which also says that this master hands it nothing
-/// this time. The counter is read before anything is written. See docs/design.md, "Fair
-/// hand-over".
+/// this time. The counter is read before anything is written; one of another type only turns the
+/// hand-over off (a held lock can always be released). See docs/design.md, "Fair hand-over".
 REDLOCK_API inline constexpr script release_script{
     R"(if redis.call("get",KEYS[1]) ~= ARGV[1] then return 0 end
-local n = KEYS[5] and redis.call("get",KEYS[5])
+local n = KEYS[5] and redis.pcall("get",KEYS[5])
+if type(n) ~= "string" then n = nil end
 redis.call("del",KEYS[1])
 local h = redis.call("zrange",KEYS[2],0,0)[1]
 if not h then return 1 end
@@ -68,7 +69,7 @@ if ARGV[2] == "1" then
 end
 redis.call("publish",c,h)
 return 2)",
-    "8e5ef51c4955c2d92046ed04636165a9063aa88d"};
+    "1f3142f2afd8a1940791c9f5d7e40c2d511e4378"};
 
 /// The end of a fair waiter's acquisition (docs/design.md, "Fair hand-over"). KEYS as for
 /// `release_script`; ARGV[1] = the waiter, ARGV[2] = the token it keeps (the granted lock's, or
@@ -540,7 +541,8 @@ inline constexpr std::string_view wake_channel_prefix = "redlock:wake:";
 /// Suffixes of a lock key's waiter queue and its expiries.
 inline constexpr std::string_view queue_suffix = ":redlock-queue";
 inline constexpr std::string_view expiry_suffix = ":redlock-expiry";
-/// Suffix of a lock key's waiters' offers: waiter name -> "<ttl>:<round>:<token>".
+/// Suffix of a lock key's waiters' offers: waiter name -> "<ttl>:<round>:<token>" (a fenced
+/// waiter's: "f<ttl>:<round>:<token>").
 inline constexpr std::string_view offer_suffix = ":redlock-offer";
 
 /// Suffixes of the keys beside a lock key that the lock kinds use.
