@@ -141,9 +141,9 @@ return r)",
 /// Returns {status, ticket}: status 1 granted, 0 the key is held, -1 the key is free but another waiter comes first.
 /// A fenced lock also sends KEYS[5] = its fencing counter and ARGV[7] = the largest counter the caller saw; its offer
 /// is marked (`f` first), and it is answered {status, number, ticket}, the number as `fence_acquire_script` answers
-/// it: a grant moves the counter
-/// above both its value and ARGV[7] and answers it; otherwise (or with no counter) the counter, or this master's
-/// clock in microseconds, negated. A counter that is not one is an error reply before anything is written.
+/// it: a grant moves the counter above both its value and ARGV[7] and answers it; otherwise (or with no counter) the
+/// counter, or this master's clock in microseconds, negated. A counter that is not one is an error reply before
+/// anything is written.
 REDLOCK_API inline constexpr script fair_acquire_script{
     R"(local q, e, o, me, fk = KEYS[2], KEYS[3], KEYS[4], ARGV[3], KEYS[5]
 local cnt = fk and redis.call("get",fk)
