@@ -509,13 +509,22 @@ TEST(safety_kinds, semaphore_with_more_workers_than_permits_under_faults) {
   EXPECT_EQ(begun, 0) << "sections began while only 3 of 5 masters answered";
 }
 
+// With the default fairness, the fenced workers queue and are handed the lock (each hand-over
+// granting the next fence) under the same faults: the fences still strictly increase and the
+// fenced store refuses none of the holders' writes.
 TEST(safety_kinds, fenced_exclusive_under_faults) {
   workload w;
   w.flags = {"--fence"};
-  const auto r = run_kind("fenced exclusive: 4 workers, faults", w);
+  contention_run run{true};
+  w.seconds = kinds_seconds;
+  run.start(w);
+  fault_schedule(run, minority_of_two());
+  const auto r = run.finish("fenced exclusive: 4 workers, faults");
   expect_kind_safe(r);
   EXPECT_GT(r.fenced_writes, 100u);  // the store was written to
   EXPECT_EQ(r.fenced_writes, r.sections);
+  const auto& c = run.counts();
+  EXPECT_GT(c.count("handovers") ? c.at("handovers") : 0, 0) << "no fenced lock was handed over";
 }
 
 workload multi() {
