@@ -152,16 +152,14 @@ class lock_fsm {
     if (state_ == state::confirming && round == round_) return on_confirm(master, ec, reply, now, unit_random);
     if (state_ == state::hearing && round == round_) return on_heard(master, ec, reply, down_cause, now, unit_random);
     if (state_ != state::waiting || round != round_) return {};
-    if (rules_.fence && !ec) {
-      if (const auto f = fair_reply_of(reply); f.valid && f.number > fence_floor_) fence_floor_ = f.number;
-    }
-    if (fair_round_ && !ec) {
-      // The waiter's ticket is the highest any master gave it: the same on every master from the
-      // next round on, so that all masters order the waiters alike. A fenced lock's fair answer
-      // carries it after the fence.
+    if ((rules_.fence || fair_round_) && !ec) {
       if (const auto f = fair_reply_of(reply); f.valid) {
+        if (rules_.fence && f.number > fence_floor_) fence_floor_ = f.number;
+        // The waiter's ticket is the highest any master gave it: the same on every master from the
+        // next round on, so that all masters order the waiters alike. A fenced lock's fair answer
+        // carries it after the fence.
         const auto t = rules_.fence ? f.ticket : f.number;
-        if (t > ticket_) ticket_ = t;
+        if (fair_round_ && t > ticket_) ticket_ = t;
       }
     }
     auto result = classify(table_.cmd(), ec, reply);
