@@ -21,6 +21,14 @@ inline double cpu_seconds() {
          static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
+/// System (kernel) CPU time of this process so far, in seconds: the part of cpu_seconds() spent in
+/// system calls and the interrupts they cause.
+inline double system_cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_stime.tv_sec) + static_cast<double>(ru.ru_stime.tv_usec) / 1e6;
+}
+
 /// Resident set size of this process, in KiB.
 inline long rss_kib() {
   std::ifstream in{"/proc/self/status"};
