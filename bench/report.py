@@ -201,6 +201,7 @@ def cycle_cost_kinds(binary: str, out: Path) -> int:
 
 def cycle_cost(binary: str, out: Path) -> int:
     """Runs the cost program under callgrind at two lengths; the difference is per-cycle cost."""
+    out.mkdir(parents=True, exist_ok=True)
     runs = {}
     for n in (100, 600):
         res = subprocess.run(

@@ -32,7 +32,7 @@ class compact_results {
   /// The answers `r`, in master order.
   explicit compact_results(const std::vector<master_result>& r) {
     reset(r.size());
-    for (std::size_t i = 0; i < r.size(); ++i) set(i, r[i]);
+    for (std::size_t i = 0; i < r.size(); ++i) set(i, master_result{r[i]});
   }
   /// A copy (the masters' errors and texts included).
   compact_results(const compact_results& o) : entries_(o.entries_) {
@@ -66,7 +66,7 @@ class compact_results {
   /// Master `i`'s answer (`i` below `size()`). Latencies past 71 minutes are not kept exactly: no
   /// request lives that long.
   /// Throws only when an error or text cannot be kept (allocation), and then changes nothing.
-  void set(std::size_t i, master_result m) {
+  void set(std::size_t i, master_result&& m) {
     // What may throw comes first: a failure leaves master `i` as it was.
     const auto x = m.error || !m.server_text.empty() ? add_extra({m.error, std::move(m.server_text)}) : no_extra;
     auto& e = entries_[i];

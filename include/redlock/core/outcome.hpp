@@ -119,10 +119,11 @@ inline master_result classify(command cmd, boost::system::error_code ec, const r
         out.status = f.status;
         out.value = f.number;
       }
-    } else if (v->data_type == resp::type::integer) {
-      const std::string_view n{v->value};
-      if (n == "1" || (cmd == command::release && n == "2")) out.status = master_status::granted;
-      if (n == "0") out.status = master_status::taken;
+    } else if (v->data_type == resp::type::integer && v->value.size() == 1) {
+      // One digit, read as a character: every script's answer, and judged on every reply.
+      const char n = v->value[0];
+      if (n == '1' || (cmd == command::release && n == '2')) out.status = master_status::granted;
+      if (n == '0') out.status = master_status::taken;
     }
     if (out.status != master_status::pending) return out;
   }
@@ -162,8 +163,9 @@ class round_table {
 
   /// Records master `i`'s answer at `now` (its latency counts from the round's start). A second
   /// answer of the same master, or an index out of range, is ignored. Returns true when this
-  /// answer decided the round (reached or impossible).
-  bool record(std::size_t i, master_result r, clock::time_point now) {
+  /// answer decided the round (reached or impossible). Taken by reference, as `compact_results::set`
+  /// takes it: an answer moved along twice per reply was a measurable part of an extension's cost.
+  bool record(std::size_t i, master_result&& r, clock::time_point now) {
     if (i >= results_.size() || results_.status(i) != master_status::pending) return false;
     if (r.status == master_status::pending) r.status = master_status::failed;  // an answer is never "pending"
     r.latency = std::chrono::duration_cast<std::chrono::microseconds>(now - start_);
