@@ -26,6 +26,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import get, mr, ratios  # noqa: E402 (the page's own median-and-range formatting)
+
 SCENARIOS = {
     "a": lambda bench, floor, out: [f"{bench}/redlock_bench", "--only", "a", "--cycles", "5000", "--json",
                                     str(out / "redlock_bench.json"), "--floor-bench", floor],
@@ -38,14 +41,6 @@ SCENARIOS = {
 
 def figures(scenario: str, out: Path) -> dict:
     """The figures of one run, by name (None when the build's JSON lacks one)."""
-
-    def at(d, *keys):
-        for k in keys:
-            if not isinstance(d, dict) or k not in d:
-                return None
-            d = d[k]
-        return d
-
     if scenario == "f":
         d = json.loads((out / "keep_alive_bench.json").read_text())
         return {
@@ -57,27 +52,24 @@ def figures(scenario: str, out: Path) -> dict:
     d = json.loads((out / "redlock_bench.json").read_text())
     if scenario == "a":
         return {
-            "(a) lock+unlock p50 (µs)": at(d, "a", "lock_unlock_us", "p50"),
-            "(a) lock+unlock p99 (µs)": at(d, "a", "lock_unlock_us", "p99"),
-            "(a) client CPU per cycle (µs)": at(d, "a", "cpu_us_per_cycle"),
-            "(a) ÷ independent floor (p50)": at(d, "a_vs_floor_bench", "ratio_p50"),
+            "(a) lock+unlock p50 (µs)": get(d, "a", "lock_unlock_us", "p50"),
+            "(a) lock+unlock p99 (µs)": get(d, "a", "lock_unlock_us", "p99"),
+            "(a) client CPU per cycle (µs)": get(d, "a", "cpu_us_per_cycle"),
+            "(a) ÷ independent floor (p50)": get(d, "a_vs_floor_bench", "ratio_p50"),
         }
-    runs = at(d, "c", "runs") or []
+    runs = get(d, "c", "runs") or []
     return {
         "(c) hand-overs/s": statistics.median(r["handovers_per_s"] for r in runs) if runs else None,
         "(c) fairness min ÷ mean": statistics.median(r["fairness"] for r in runs) if runs else None,
-        "(c) release → next grant p50 (quorum round trips)": at(d, "c", "handover_p50_in_rtt"),
+        "(c) release → next grant p50 (quorum round trips)": get(d, "c", "handover_p50_in_rtt"),
         "(c) failures": sum(r.get("failures", 0) for r in runs) if runs else None,
     }
 
 
 def summary(values: list) -> str:
+    """Median and range, with two decimals for the small figures (ratios, µs per extension)."""
     v = [x for x in values if x is not None]
-    if not v:
-        return "n/a"
-    m = statistics.median(v)
-    spec = ".2f" if m < 10 else ".0f"
-    return f"{m:{spec}} ({min(v):{spec}}–{max(v):{spec}})"
+    return mr(v, ".2f" if v and statistics.median(v) < 10 else ".0f")
 
 
 def main() -> int:
@@ -116,8 +108,8 @@ def main() -> int:
              "| figure | before | after | after ÷ before, per pair |", "| --- | --- | --- | --- |"]
     for name in results["after"]:
         b, a = results["before"].get(name, []), results["after"][name]
-        ratios = [y / x for x, y in zip(b, a) if x and y is not None]
-        lines.append(f"| {name} | {summary(b)} | {summary(a)} | {summary(ratios)} |")
+        per_pair = ratios(zip(a, b))
+        lines.append(f"| {name} | {summary(b)} | {summary(a)} | {summary(per_pair)} |")
     table = "\n".join(lines)
     print(table)
     (out / "compare.md").write_text(table + "\n")
